@@ -1,0 +1,32 @@
+"""Bearer-token authentication and role checks for the API."""
+from __future__ import annotations
+
+from aiohttp import web
+
+from gateway.api.errors import ApiError
+from gateway.auth import AuthError, Principal
+
+GW: web.AppKey = web.AppKey("gw", object)
+
+
+def bearer(request: web.Request) -> str | None:
+    value = request.headers.get("Authorization", "")
+    scheme, _, token = value.partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        return None
+    return token.strip()
+
+
+def require(request: web.Request, *roles: str) -> Principal:
+    """401 for a missing/invalid token, 403 for a valid token of another role. Admin may do everything."""
+    token = bearer(request)
+    if token is None:
+        raise ApiError(401, "unauthorized", "a bearer token is required")
+    gw = request.app[GW]
+    try:
+        principal = gw.signer.verify(token)
+    except AuthError:
+        raise ApiError(401, "unauthorized", "the token is invalid or expired") from None
+    if principal.role == "admin" or principal.role in roles:
+        return principal
+    raise ApiError(403, "forbidden", f"a {principal.role} token may not do this")

@@ -1,0 +1,199 @@
+"""The Gateway: one process, one asyncio loop — mitmproxy egress proxy, aiohttp API and page, store, policy."""
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+
+from gateway.audit import AuditLog
+from gateway.auth import TokenSigner, load_or_create_key, write_private
+from gateway.config import Config
+from gateway.egress.addresses import parse_networks
+from gateway.egress.resolver import StaticResolver, SystemResolver, install_guard
+from gateway.egress.tls import sandbox_bundle
+from gateway.metrics import Metrics
+from gateway.policy.engine import make_engine
+from gateway.sessions import SessionCache
+from gateway.store import Store
+
+log = logging.getLogger("sandgate")
+
+
+class Gateway:
+    def __init__(self, cfg: Config):
+        self.cfg = cfg
+        self.metrics = Metrics()
+        self.store = Store(cfg.store_url)
+        self.sessions = SessionCache()
+        self.audit = AuditLog(self.store)
+        self.engine = make_engine(cfg)
+        self.signer: TokenSigner | None = None
+        self.private_allow = parse_networks(cfg.raw["egress"]["private_allow"])
+        self.own_listeners: list[tuple[str, int]] = []
+        self.inspect_max_bytes = int(cfg.raw["egress"]["inspect_max_bytes"])
+        self.resolver: Any = None
+        self.broker: Any = None
+        self.broker_hooks: Any = None
+        self.approvals: Any = None
+        self.ca_pem = ""
+        self.proxy_addr: tuple[str, int] | None = None
+        self.api_addr: tuple[str, int] | None = None
+        self.started_at = time.time()
+        self._master: Any = None
+        self._master_task: asyncio.Task | None = None
+        self._runner: web.AppRunner | None = None
+        self._tasks: list[asyncio.Task] = []
+
+    # -- lifecycle -------------------------------------------------------------------------------
+    async def start(self) -> None:
+        cfg = self.cfg
+        cfg.data_dir.mkdir(parents=True, exist_ok=True)
+        self.signer = TokenSigner(load_or_create_key(cfg.data_dir))
+        await self.store.open()
+        self.sessions.replace_all(await self.store.list_sessions())
+        await self.engine.start()
+        self.engine.watch()
+        self.audit.start()
+        loop = asyncio.get_running_loop()
+        original = install_guard(loop)
+        system = SystemResolver(original)
+        overrides = cfg.raw["egress"].get("resolve") or {}
+        self.resolver = StaticResolver(overrides, system) if overrides else system
+        self._setup_optional()
+        await self._start_proxy()
+        await self._start_api()
+        self.own_listeners[:] = [self.proxy_addr, self.api_addr]
+        self._write_runtime_files()
+        self._tasks.append(asyncio.create_task(self._housekeeping(), name="sandgate-housekeeping"))
+        log.info("sandgate ready: proxy %s:%d, api %s:%d, policy rev %s", *self.proxy_addr, *self.api_addr,
+                 self.engine.rev)
+
+    def _setup_optional(self) -> None:
+        """Credential broker and approval queue, when their modules are present."""
+        try:
+            from gateway.broker_glue import setup_broker
+        except ImportError:
+            setup_broker = None
+        if setup_broker is not None:
+            setup_broker(self)
+        try:
+            from gateway.approvals import ApprovalQueue
+        except ImportError:
+            ApprovalQueue = None
+        if ApprovalQueue is not None:
+            self.approvals = ApprovalQueue(self)
+
+    async def _start_proxy(self) -> None:
+        from gateway.egress.proxy import build_master
+
+        host, port = self.cfg.proxy_listen
+        self._master, ready, _addon = build_master(self, host, port)
+        self._master_task = asyncio.create_task(self._master.run(), name="sandgate-proxy")
+        waiter = asyncio.create_task(ready.event.wait())
+        done, _ = await asyncio.wait({waiter, self._master_task}, timeout=30,
+                                     return_when=asyncio.FIRST_COMPLETED)
+        if waiter not in done:
+            waiter.cancel()
+            raise RuntimeError(f"the egress proxy could not start on {host}:{port}")
+        addrs = self._master.addons.get("proxyserver").listen_addrs()
+        if not addrs:
+            raise RuntimeError(f"the egress proxy is not listening on {host}:{port}")
+        self.proxy_addr = (addrs[0][0], addrs[0][1])
+        ca_file = self.cfg.data_dir / "mitmproxy-ca-cert.pem"
+        self.ca_pem = sandbox_bundle(ca_file.read_text())
+
+    async def _start_api(self) -> None:
+        from gateway.api.routes import create_app
+
+        host, port = self.cfg.api_listen
+        self._runner = web.AppRunner(create_app(self), access_log=None, handle_signals=False)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, host, port, shutdown_timeout=1.0)
+        await site.start()
+        sock = site._server.sockets[0].getsockname()  # type: ignore[union-attr]
+        self.api_addr = (sock[0], sock[1])
+
+    def _write_runtime_files(self) -> None:
+        ddir = self.cfg.data_dir
+        token_file = self.cfg.raw["api"]["harness_token_file"]
+        if not token_file:
+            token = self.signer.mint("harness", "harness")
+            write_private(ddir / "harness.token", token.encode() + b"\n")
+        listen = {"proxy": f"{self.proxy_addr[0]}:{self.proxy_addr[1]}",
+                  "api": f"{self.api_addr[0]}:{self.api_addr[1]}"}
+        (ddir / "listen.json").write_text(json.dumps(listen))
+
+    async def _housekeeping(self) -> None:
+        while True:
+            await asyncio.sleep(1.0)
+            try:
+                self.metrics.sessions_live.set(self.sessions.count_live())
+                if self.approvals is not None:
+                    await self.approvals.tick()
+            except Exception:  # noqa: BLE001 - keep housekeeping alive
+                log.exception("housekeeping failed")
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            try:
+                await task
+            except (asyncio.CancelledError, Exception):  # noqa: BLE001
+                pass
+        if self._runner is not None:
+            await self._runner.cleanup()
+        if self._master is not None:
+            self._master.shutdown()
+            if self._master_task is not None:
+                try:
+                    await asyncio.wait_for(self._master_task, 5)
+                except (asyncio.TimeoutError, Exception):  # noqa: BLE001
+                    self._master_task.cancel()
+        await self.audit.close()
+        await self.engine.close()
+        if self.broker is not None and hasattr(self.broker, "close"):
+            await self.broker.close()
+        self.store.close()
+
+    # -- session helpers used by API and proxy ---------------------------------------------------
+    @property
+    def proxy_advertise(self) -> str:
+        adv = self.cfg.raw["proxy"]["advertise_url"].strip()
+        if adv:
+            return adv.split("://", 1)[-1].rstrip("/")
+        host, port = self.proxy_addr
+        if host in ("0.0.0.0", "::"):
+            host = "127.0.0.1"
+        return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+async def run_gateway(cfg: Config) -> int:
+    gw = Gateway(cfg)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await gw.start()
+    except Exception as exc:  # noqa: BLE001 - report and exit non-zero, no traceback for users
+        log.error("sandgate failed to start: %s", exc)
+        log.debug("start failure", exc_info=True)
+        await gw.stop()
+        return 1
+    print(f"sandgate: proxy {gw.proxy_addr[0]}:{gw.proxy_addr[1]}  api {gw.api_addr[0]}:{gw.api_addr[1]}"
+          f"  data {cfg.data_dir}", flush=True)
+    await stop.wait()
+    log.info("sandgate stopping")
+    await gw.stop()
+    return 0
+
+
+def data_path(cfg: Config, name: str) -> Path:
+    return cfg.data_dir / name

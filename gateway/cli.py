@@ -1,0 +1,108 @@
+"""The `sandgate` command line."""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import sys
+
+from gateway.config import load_config
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", help="TOML configuration file")
+    p.add_argument("--data-dir", help="data directory (default ./.sandgate)")
+
+
+def _client(p: argparse.ArgumentParser) -> None:
+    _common(p)
+    p.add_argument("--api-url", help="sandgate API URL (default from api.listen)")
+    p.add_argument("--token", help="API token (default $SANDGATE_TOKEN)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="sandgate", description="security gateway for AI-agent sandboxes")
+    sub = parser.add_subparsers(dest="cmd", required=True)
+
+    serve = sub.add_parser("serve", help="run the proxy, API and approval page")
+    _common(serve)
+    serve.add_argument("--proxy-listen", help="HOST:PORT for the egress proxy")
+    serve.add_argument("--api-listen", help="HOST:PORT for the API and page")
+    serve.add_argument("--log-level", default=os.environ.get("SANDGATE_LOG_LEVEL", "INFO"))
+
+    token = sub.add_parser("token", help="print a signed token")
+    _common(token)
+    token.add_argument("--role", required=True, choices=["harness", "approver", "admin"])
+    token.add_argument("--name", required=True)
+    token.add_argument("--ttl-s", type=int, default=None)
+
+    policy = sub.add_parser("policy", help="test, evaluate and check policies")
+    psub = policy.add_subparsers(dest="policy_cmd", required=True)
+    ptest = psub.add_parser("test", help="run *_test.rego tests")
+    _common(ptest)
+    ptest.add_argument("dir", nargs="?")
+    peval = psub.add_parser("eval", help="evaluate a decision for an input document")
+    _common(peval)
+    peval.add_argument("--kind", required=True, choices=["egress", "toolcall"])
+    peval.add_argument("--input", required=True)
+    peval.add_argument("--policies")
+    pcheck = psub.add_parser("check", help="compile the policies and report errors")
+    _common(pcheck)
+    pcheck.add_argument("dir", nargs="?")
+
+    approvals = sub.add_parser("approvals", help="list and decide approvals on a running sandgate")
+    asub = approvals.add_subparsers(dest="approvals_cmd", required=True)
+    als = asub.add_parser("ls")
+    _client(als)
+    als.add_argument("--status", default="pending")
+    als.add_argument("--session")
+    for name in ("show", "approve", "deny"):
+        a = asub.add_parser(name)
+        _client(a)
+        a.add_argument("id")
+        if name != "show":
+            a.add_argument("--reason", default=None, required=(name == "deny"))
+
+    secrets = sub.add_parser("secrets", help="manage local secrets on a running sandgate")
+    ssub = secrets.add_subparsers(dest="secrets_cmd", required=True)
+    sput = ssub.add_parser("put")
+    _client(sput)
+    sput.add_argument("name")
+    sput.add_argument("--hosts", required=True, help="comma-separated hosts the secret is bound to")
+    sput.add_argument("--from-stdin", action="store_true")
+    sls = ssub.add_parser("ls")
+    _client(sls)
+    srm = ssub.add_parser("rm")
+    _client(srm)
+    srm.add_argument("name")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        overrides: dict = {}
+        if args.cmd == "serve":
+            if args.proxy_listen:
+                overrides.setdefault("proxy", {})["listen"] = args.proxy_listen
+            if args.api_listen:
+                overrides.setdefault("api", {})["listen"] = args.api_listen
+        cfg = load_config(args.config, args.data_dir, overrides=overrides)
+    except ValueError as exc:
+        print(f"sandgate: configuration error: {exc}", file=sys.stderr)
+        return 2
+    if args.cmd == "serve":
+        logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
+                            format="%(asctime)s %(levelname)s %(name)s %(message)s")
+        logging.getLogger("mitmproxy").setLevel(logging.WARNING)
+        from gateway.app import run_gateway
+
+        return asyncio.run(run_gateway(cfg))
+    from gateway import commands
+
+    return getattr(commands, f"cmd_{args.cmd}")(cfg, args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

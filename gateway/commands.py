@@ -1,0 +1,159 @@
+"""CLI subcommands other than `serve`. Client commands talk to a running sandgate over its API."""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from gateway.auth import TokenSigner, load_or_create_key
+from gateway.config import Config
+
+
+def cmd_token(cfg: Config, args: Any) -> int:
+    cfg.data_dir.mkdir(parents=True, exist_ok=True)
+    signer = TokenSigner(load_or_create_key(cfg.data_dir))
+    print(signer.mint(args.role, args.name, args.ttl_s))
+    return 0
+
+
+def _policy_dir(cfg: Config, explicit: str | None) -> Path:
+    from gateway.policy.loader import default_policy_dir
+
+    if explicit:
+        return Path(explicit)
+    return Path(cfg.raw["policy"]["dir"]) if cfg.raw["policy"]["dir"] else default_policy_dir()
+
+
+def cmd_policy(cfg: Config, args: Any) -> int:
+    from gateway.policy.engine import PolicyError, build_bundle, evaluate_bundle, ENTRYPOINTS
+    from gateway.policy.loader import load_policy_dir
+
+    try:
+        if args.policy_cmd == "test":
+            from gateway.policy.testing import run_tests
+
+            results = run_tests(_policy_dir(cfg, args.dir))
+            failed = [r for r in results if not r.passed]
+            for r in results:
+                print(f"{'PASS' if r.passed else 'FAIL'} {r.name}{'  ' + r.detail if r.detail else ''}")
+            print(f"{len(results) - len(failed)} passed, {len(failed)} failed")
+            return 1 if failed or not results else 0
+        if args.policy_cmd == "check":
+            source = load_policy_dir(_policy_dir(cfg, args.dir))
+            build_bundle(source)
+            print(f"ok: {len(source.modules)} modules, rev {source.rev}")
+            return 0
+        if args.policy_cmd == "eval":
+            import regopy
+
+            source = load_policy_dir(_policy_dir(cfg, args.policies))
+            bundle = build_bundle(source)
+            doc = json.loads(Path(args.input).read_text())
+            value = evaluate_bundle(regopy.Interpreter(), bundle, ENTRYPOINTS[args.kind], doc)
+            from gateway.policy.decision import parse_decision
+
+            print(json.dumps(parse_decision(value, source.rev).to_json(), indent=2))
+            return 0
+    except (PolicyError, ValueError, OSError) as exc:
+        print(f"sandgate policy: {exc}", file=sys.stderr)
+        return 1
+    return 2
+
+
+class ApiClient:
+    def __init__(self, cfg: Config, args: Any):
+        self.base = (getattr(args, "api_url", None) or cfg.api_url).rstrip("/")
+        self.token = getattr(args, "token", None) or os.environ.get("SANDGATE_TOKEN", "")
+
+    def call(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+        data = json.dumps(body).encode() if body is not None else None
+        req = urllib.request.Request(self.base + path, data=data, method=method)
+        req.add_header("Authorization", f"Bearer {self.token}")
+        if data is not None:
+            req.add_header("Content-Type", "application/json")
+        try:
+            with urllib.request.urlopen(req, timeout=30) as resp:
+                raw = resp.read()
+                return resp.status, json.loads(raw) if raw else None
+        except urllib.error.HTTPError as exc:
+            raw = exc.read()
+            try:
+                return exc.code, json.loads(raw)
+            except ValueError:
+                return exc.code, {"error": "http_error", "detail": raw.decode(errors="replace")[:200]}
+
+
+def _print_result(status: int, body: Any) -> int:
+    if status >= 400:
+        detail = body.get("detail", "") if isinstance(body, dict) else ""
+        code = body.get("error", "error") if isinstance(body, dict) else "error"
+        print(f"sandgate: {status} {code}: {detail}", file=sys.stderr)
+        return 1
+    if body is not None:
+        print(json.dumps(body, indent=2))
+    return 0
+
+
+def _client_or_fail(cfg: Config, args: Any) -> ApiClient | None:
+    client = ApiClient(cfg, args)
+    if not client.token:
+        print("sandgate: no token (use --token or SANDGATE_TOKEN)", file=sys.stderr)
+        return None
+    return client
+
+
+def cmd_approvals(cfg: Config, args: Any) -> int:
+    client = _client_or_fail(cfg, args)
+    if client is None:
+        return 2
+    try:
+        if args.approvals_cmd == "ls":
+            q = f"?status={args.status}" + (f"&session={args.session}" if args.session else "")
+            status, body = client.call("GET", "/v1/approvals" + q)
+            if status < 400:
+                for item in body:
+                    print(f"{item['id']}  {item['status']:9} {item['kind']:8} {item['session']}  {item['summary']}")
+                return 0
+            return _print_result(status, body)
+        if args.approvals_cmd == "show":
+            return _print_result(*client.call("GET", f"/v1/approvals/{args.id}"))
+        verb = args.approvals_cmd
+        payload = {"reason": args.reason} if args.reason else {}
+        return _print_result(*client.call("POST", f"/v1/approvals/{args.id}/{verb}", payload))
+    except (urllib.error.URLError, OSError) as exc:
+        print(f"sandgate: cannot reach {client.base}: {exc}", file=sys.stderr)
+        return 1
+
+
+def cmd_secrets(cfg: Config, args: Any) -> int:
+    client = _client_or_fail(cfg, args)
+    if client is None:
+        return 2
+    try:
+        if args.secrets_cmd == "ls":
+            status, body = client.call("GET", "/v1/secrets")
+            if status < 400:
+                for item in body:
+                    print(f"{item['name']:20} {item['backend']:8} {','.join(item['hosts'])}")
+                return 0
+            return _print_result(status, body)
+        if args.secrets_cmd == "rm":
+            return _print_result(*client.call("DELETE", f"/v1/secrets/{args.name}"))
+        if args.secrets_cmd == "put":
+            if args.from_stdin:
+                value = sys.stdin.read().rstrip("\n")
+            else:
+                import getpass
+
+                value = getpass.getpass(f"value for {args.name}: ")
+            hosts = [h.strip() for h in args.hosts.split(",") if h.strip()]
+            status, body = client.call("PUT", f"/v1/secrets/{args.name}", {"value": value, "hosts": hosts})
+            return _print_result(status, body)
+    except (urllib.error.URLError, OSError) as exc:
+        print(f"sandgate: cannot reach {client.base}: {exc}", file=sys.stderr)
+        return 1
+    return 2

@@ -1,0 +1,312 @@
+"""The egress addon: authenticate the connection, decide every CONNECT and request, vet the address.
+
+Hooks decide and answer (403/407) in `http_connect` / `requestheaders`, before any upstream dial
+(connection_strategy=lazy). The dial itself is guarded at the resolver (see resolver.py). Every hook is
+wrapped so that an exception denies instead of letting the flow through.
+"""
+from __future__ import annotations
+
+import functools
+import logging
+import time
+import weakref
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable
+
+from mitmproxy import connection, http
+from mitmproxy.proxy import server_hooks
+
+from gateway.auth import AuthError, Principal
+from gateway.egress.addresses import AddressVerdict, parse_ip_literal, vet_addresses
+from gateway.egress.credentials import parse_proxy_authorization
+from gateway.egress.hosts import normalise_host
+from gateway.egress.resolver import UPSTREAM_DIAL, DialGuard
+from gateway.egress.responses import auth_required, denial
+from gateway.policy.decision import Decision
+from gateway.policy.inputs import build_egress_input
+
+if TYPE_CHECKING:
+    from gateway.app import Gateway
+
+log = logging.getLogger("sandgate.egress")
+
+READ_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+
+
+@dataclass
+class ConnState:
+    principal: Principal
+    vetted: dict = field(default_factory=dict)     # (host, port) -> AddressVerdict
+
+
+@dataclass
+class FlowState:
+    session: dict
+    decision: Decision | None = None
+    started: float = 0.0
+    bytes_out: int = 0
+    bytes_in: int = 0
+    audited: bool = False
+    extra: dict = field(default_factory=dict)
+
+
+def fail_closed(hook: Callable) -> Callable:
+    @functools.wraps(hook)
+    async def wrapper(self: "EgressAddon", flow: http.HTTPFlow) -> None:
+        try:
+            await hook(self, flow)
+        except Exception:  # noqa: BLE001 - any failure in a security hook is a deny
+            log.exception("internal_error in %s", hook.__name__)
+            self.deny(flow, "internal_error", "sandgate could not decide this request")
+    return wrapper
+
+
+class EgressAddon:
+    def __init__(self, gw: "Gateway"):
+        self.gw = gw
+        self.conns: "weakref.WeakKeyDictionary[connection.Client, ConnState]" = weakref.WeakKeyDictionary()
+
+    # -- helpers ---------------------------------------------------------------------------------
+    def fstate(self, flow: http.HTTPFlow) -> FlowState | None:
+        return flow.metadata.get("sandgate")
+
+    def deny(self, flow: http.HTTPFlow, code: str, reason: str, status: int = 403, *, kind: str = "egress",
+             audit: bool = True) -> None:
+        flow.request.stream = False
+        flow.response = denial(code, reason, flow.id, status=status)
+        flow.metadata["sandgate_denied"] = (code, reason)
+        self.gw.metrics.decisions.labels("egress", "deny").inc()
+        st = self.fstate(flow)
+        if audit and st is not None and not st.audited:
+            st.audited = True
+            self.audit(flow, st, action="deny", codes=[code], reasons=[reason], status=status, kind=kind)
+        elif audit and st is None:
+            self.gw.audit.record(kind, action="deny", codes=[code], reasons=[reason], request_id=flow.id,
+                                 method=flow.request.method, host=flow.request.pretty_host,
+                                 path=flow.request.path, http_status=status)
+
+    def audit(self, flow: http.HTTPFlow, st: FlowState, *, action: str, codes: list, reasons: list,
+              status: int | None, kind: str = "egress", detail: dict | None = None) -> None:
+        sid = st.session["id"]
+        self.gw.audit.record(
+            kind, session=sid, step=self.gw.sessions.steps.get(sid), action=action, reasons=reasons, codes=codes,
+            request_id=flow.id, method=flow.request.method, host=flow.request.host,
+            path="" if flow.request.method == "CONNECT" else flow.request.path, http_status=status,
+            bytes_in=st.bytes_in, bytes_out=st.bytes_out,
+            policy_rev=st.decision.rev if st.decision else self.gw.engine.rev, detail=detail or {})
+
+    def authenticate(self, flow: http.HTTPFlow) -> tuple[Principal | None, str]:
+        header = flow.request.headers.get("Proxy-Authorization", "")
+        if "Proxy-Authorization" in flow.request.headers:
+            del flow.request.headers["Proxy-Authorization"]
+        token = parse_proxy_authorization(header)
+        if token is None:
+            state = self.conns.get(flow.client_conn)
+            if state is not None:
+                return state.principal, ""
+            return None, "proxy authentication required"
+        try:
+            principal = self.gw.signer.verify(token)
+        except AuthError:
+            return None, "invalid session token"
+        if principal.role != "session":
+            return None, "not a session token"
+        self.conns[flow.client_conn] = ConnState(principal)
+        return principal, ""
+
+    def vet(self, addresses: list[str], port: int) -> AddressVerdict:
+        return vet_addresses(addresses, port, private_allow=self.gw.private_allow,
+                             own_listeners=self.gw.own_listeners)
+
+    async def check_address(self, flow: http.HTTPFlow, host: str, port: int) -> AddressVerdict:
+        state = self.conns.get(flow.client_conn)
+        key = (host, port)
+        if state is not None and key in state.vetted and state.vetted[key][1] > time.monotonic():
+            return state.vetted[key][0]
+        literal = parse_ip_literal(host)
+        if literal is not None:
+            verdict = self.vet([str(literal)], port)
+        else:
+            try:
+                addresses = await self.gw.resolver.resolve(host, port)
+            except OSError:
+                addresses = []
+            verdict = self.vet(addresses, port)
+            if not addresses:
+                verdict = AddressVerdict(False, "", "address.unresolvable", f"cannot resolve {host}", ())
+        if state is not None:
+            state.vetted[key] = (verdict, time.monotonic() + 30.0)
+        return verdict
+
+    # -- the decision ----------------------------------------------------------------------------
+    async def decide(self, flow: http.HTTPFlow) -> None:
+        started = time.perf_counter()
+        principal, why = self.authenticate(flow)
+        if principal is None:
+            flow.response = auth_required(flow.id, why)
+            self.gw.metrics.decisions.labels("egress", "auth").inc()
+            return
+        session = self.gw.sessions.live(principal.session_id)
+        if session is None:
+            self.conns.pop(flow.client_conn, None)
+            flow.response = auth_required(flow.id, "session ended or expired")
+            self.gw.metrics.decisions.labels("egress", "auth").inc()
+            return
+        st = FlowState(session=session, started=started)
+        flow.metadata["sandgate"] = st
+        req = flow.request
+        try:
+            host = normalise_host(req.host)
+        except ValueError:
+            return self.deny(flow, "egress.bad_host", "the destination host is not valid")
+        if req.method != "CONNECT" and req.host_header:
+            try:
+                header_host = normalise_host(_strip_port(req.host_header))
+            except ValueError:
+                header_host = ""
+            if header_host != host:
+                return self.deny(flow, "egress.host_mismatch", "the Host header does not match the destination")
+        sni = flow.client_conn.sni
+        if req.method != "CONNECT" and sni and _norm_or_empty(sni) != host:
+            return self.deny(flow, "egress.sni_mismatch", "the TLS server name does not match the destination")
+        literal = parse_ip_literal(host)
+        ip, ip_class = "", ""
+        if literal is not None:
+            lv = self.vet([str(literal)], req.port)
+            ip, ip_class = str(literal), lv.ip_class
+            req.host = ip
+        is_connect = req.method == "CONNECT"
+        doc = build_egress_input(
+            session=session, now=time.time(), method=req.method, scheme=req.scheme if not is_connect else "",
+            host=host, port=req.port, path="" if is_connect else req.path.split("?", 1)[0],
+            query="" if is_connect else req.url.partition("?")[2], headers=req.headers.items(multi=True),
+            ip=ip, ip_class=ip_class)
+        decision = await self.gw.engine.decide("egress", doc)
+        st.decision = decision
+        if decision.action == "deny":
+            return self.deny(flow, decision.code, decision.reason)
+        verdict = await self.check_address(flow, host, req.port)
+        if not verdict.allowed:
+            return self.deny(flow, verdict.code, verdict.reason)
+        if decision.action == "ask":
+            if is_connect or self.gw.approvals is None:
+                if is_connect:
+                    return self.deny(flow, decision.code, decision.reason)
+                return self.deny(flow, "approval.required", f"approval required: {decision.reason}")
+            st.extra["ask"] = True
+            return
+        self.gw.metrics.decisions.labels("egress", "allow").inc()
+        if is_connect:
+            st.audited = True
+            self.audit(flow, st, action="allow", codes=list(decision.codes), reasons=list(decision.reasons),
+                       status=200)
+            return
+        self.prepare_request_body(flow)
+
+    def prepare_request_body(self, flow: http.HTTPFlow) -> None:
+        """Stream large or unsized bodies through (counting bytes); small ones are buffered for inspection."""
+        st = self.fstate(flow)
+        size = flow.request.headers.get("content-length")
+        cap = self.gw.inspect_max_bytes
+        if size is None and "chunked" not in flow.request.headers.get("transfer-encoding", "").lower():
+            return
+        if size is not None and size.isdigit() and int(size) <= cap:
+            return
+        scanner = self.gw.request_stream_filter(flow, st) if self.gw.broker else None
+
+        def count(chunk: bytes) -> bytes:
+            st.bytes_out += len(chunk)
+            return scanner(chunk) if scanner else chunk
+        flow.request.stream = count
+
+    # -- hooks -----------------------------------------------------------------------------------
+    @fail_closed
+    async def http_connect(self, flow: http.HTTPFlow) -> None:
+        await self.decide(flow)
+
+    @fail_closed
+    async def requestheaders(self, flow: http.HTTPFlow) -> None:
+        if flow.response is not None:
+            return
+        await self.decide(flow)
+
+    @fail_closed
+    async def request(self, flow: http.HTTPFlow) -> None:
+        st = self.fstate(flow)
+        if st is None or flow.response is not None:
+            return
+        if not flow.request.stream:
+            st.bytes_out = len(flow.request.raw_content or b"")
+        if st.extra.get("ask"):
+            await self.gw.approvals.hold_egress(self, flow, st)
+            if flow.response is not None:
+                return
+        if self.gw.broker is not None:
+            await self.gw.broker_hooks.on_request(self, flow, st)
+
+    def responseheaders(self, flow: http.HTTPFlow) -> None:
+        st = self.fstate(flow)
+        if st is None or flow.response is None or flow.metadata.get("sandgate_denied"):
+            return
+        scrub = self.gw.broker_hooks.response_filter(flow, st) if self.gw.broker is not None else None
+
+        def count(chunk: bytes) -> bytes:
+            st.bytes_in += len(chunk)
+            return scrub(chunk) if scrub else chunk
+        flow.response.stream = count
+
+    def response(self, flow: http.HTTPFlow) -> None:
+        st = self.fstate(flow)
+        if st is None or st.audited or flow.response is None:
+            return
+        st.audited = True
+        d = st.decision
+        if self.gw.broker is not None:
+            self.gw.broker_hooks.scrub_response_headers(flow, st)
+        self.gw.metrics.latency.observe(time.perf_counter() - st.started)
+        self.audit(flow, st, action=d.action if d else "allow", codes=list(d.codes) if d else [],
+                   reasons=list(d.reasons) if d else [], status=flow.response.status_code,
+                   detail=st.extra.get("audit", {}))
+
+    def error(self, flow: http.HTTPFlow) -> None:
+        st = self.fstate(flow)
+        if st is None or st.audited:
+            return
+        st.audited = True
+        d = st.decision
+        self.audit(flow, st, action=d.action if d else "error", codes=list(d.codes) if d else [],
+                   reasons=list(d.reasons) if d else [], status=None,
+                   detail={"error": (flow.error.msg if flow.error else "")[:200], **st.extra.get("audit", {})})
+        if st.extra.get("approval_id") and self.gw.approvals is not None:
+            self.gw.approvals.client_gone(st.extra["approval_id"])
+
+    async def server_connect(self, data: server_hooks.ServerConnectionHookData) -> None:
+        try:
+            address = data.server.address
+            if address is None:
+                return
+            literal = parse_ip_literal(str(address[0]))
+            if literal is not None:
+                verdict = self.vet([str(literal)], int(address[1]))
+                if not verdict.allowed:
+                    data.server.error = f"sandgate refused the destination: {verdict.code}"
+                    return
+            UPSTREAM_DIAL.set(DialGuard(vet=self.vet, resolver=self.gw.resolver))
+        except Exception:  # noqa: BLE001
+            log.exception("internal_error in server_connect")
+            data.server.error = "sandgate internal error"
+
+
+def _strip_port(hostport: str) -> str:
+    if hostport.startswith("["):
+        return hostport[1:].split("]", 1)[0]
+    if hostport.count(":") == 1:
+        return hostport.split(":", 1)[0]
+    return hostport
+
+
+def _norm_or_empty(host: str) -> str:
+    try:
+        return normalise_host(host)
+    except ValueError:
+        return ""

@@ -1,0 +1,21 @@
+"""Prometheus metrics (own registry, so tests and several apps in one process do not collide)."""
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.decisions = Counter("sandgate_decisions", "Policy decisions", ["kind", "action"],
+                                 registry=self.registry)
+        self.latency = Histogram("sandgate_proxy_request_seconds", "Proxy request latency (decision to response)",
+                                 buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+                                 registry=self.registry)
+        self.sessions_live = Gauge("sandgate_sessions_live", "Live sessions", registry=self.registry)
+        self.approvals_pending = Gauge("sandgate_approvals_pending", "Pending approvals", registry=self.registry)
+        self.exfiltration = Counter("sandgate_exfiltration_blocked", "Placeholders sent to unbound hosts",
+                                    registry=self.registry)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

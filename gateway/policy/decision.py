@@ -1,0 +1,54 @@
+"""Policy decisions: the one shape both engines return, parsed strictly (anything odd is a deny)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+ACTIONS = ("allow", "deny", "ask")
+
+
+@dataclass(frozen=True)
+class Decision:
+    action: str
+    reasons: tuple[str, ...] = ()
+    codes: tuple[str, ...] = ()
+    approval_ttl_s: float | None = None
+    rev: str = ""
+    extra: dict = field(default_factory=dict, compare=False)
+
+    @property
+    def reason(self) -> str:
+        return "; ".join(self.reasons) or self.action
+
+    @property
+    def code(self) -> str:
+        return self.codes[0] if self.codes else f"policy.{self.action}"
+
+    def to_json(self) -> dict:
+        return {"action": self.action, "reasons": list(self.reasons), "codes": list(self.codes)}
+
+
+def deny(code: str, reason: str, rev: str = "") -> Decision:
+    return Decision("deny", (reason,), (code,), rev=rev)
+
+
+def parse_decision(raw: Any, rev: str = "") -> Decision:
+    """Turn an engine's `decision` value into a Decision. Undefined, wrong types, unknown actions -> deny."""
+    if raw is None:
+        return deny("policy.undefined", "the policy returned no decision", rev)
+    if not isinstance(raw, dict):
+        return deny("policy.malformed", "the policy decision is not an object", rev)
+    action = raw.get("action")
+    if action not in ACTIONS:
+        return deny("policy.malformed", f"the policy decision has no valid action", rev)
+    reasons = raw.get("reasons", [])
+    codes = raw.get("codes", [])
+    if not isinstance(reasons, list) or not all(isinstance(r, str) for r in reasons):
+        return deny("policy.malformed", "decision.reasons must be a list of strings", rev)
+    if not isinstance(codes, list) or not all(isinstance(c, str) for c in codes):
+        return deny("policy.malformed", "decision.codes must be a list of strings", rev)
+    ttl = None
+    approval = raw.get("approval")
+    if isinstance(approval, dict) and isinstance(approval.get("ttl_s"), (int, float)) and approval["ttl_s"] > 0:
+        ttl = float(approval["ttl_s"])
+    return Decision(action, tuple(reasons), tuple(codes), approval_ttl_s=ttl, rev=rev)

@@ -1,0 +1,64 @@
+"""Policy inputs: pure builders for `input` documents (egress and tool calls). No I/O, `now` passed in."""
+from __future__ import annotations
+
+from typing import Any, Iterable, Mapping
+from urllib.parse import parse_qsl
+
+REDACTED = "[redacted]"
+SENSITIVE_HEADERS = frozenset({"authorization", "proxy-authorization", "cookie", "set-cookie", "x-api-key",
+                               "x-auth-token", "private-token"})
+
+
+def build_session_input(session: Mapping[str, Any], now: float, stats: Mapping[str, Any] | None = None) -> dict:
+    return {
+        "id": session["id"],
+        "workload": session["workload"],
+        "labels": dict(session.get("labels") or {}),
+        "frozen": bool(session.get("frozen")),
+        "age_s": max(0.0, now - float(session["created_at"])),
+        "allow": list(session.get("allow") or []),
+        "workspace": session.get("workspace") or "/workspace",
+        "secrets": list(session.get("secrets") or []),
+        "stats": dict(stats or {}),
+    }
+
+
+def parse_query(query: str) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for name, value in parse_qsl(query, keep_blank_values=True):
+        out.setdefault(name, []).append(value)
+    return out
+
+
+def redact_headers(headers: Iterable[tuple[str, str]], secret_markers: Iterable[str] = ()) -> dict[str, str]:
+    """Lower-case name -> value; credentials and anything carrying a placeholder are redacted."""
+    markers = [m for m in secret_markers if m]
+    out: dict[str, str] = {}
+    for name, value in headers:
+        key = name.lower()
+        if key in SENSITIVE_HEADERS or any(m in value for m in markers):
+            value = REDACTED
+        out[key] = value if key not in out else f"{out[key]}, {value}"
+    return out
+
+
+def build_egress_input(*, session: Mapping[str, Any], now: float, method: str, scheme: str, host: str,
+                       port: int, path: str, query: str = "", headers: Iterable[tuple[str, str]] = (),
+                       ip: str = "", ip_class: str = "", secrets: Iterable[str] = (),
+                       stats: Mapping[str, Any] | None = None, markers: Iterable[str] = ()) -> dict:
+    return {
+        "kind": "egress",
+        "session": build_session_input(session, now, stats),
+        "request": {
+            "method": method.upper(),
+            "scheme": scheme,
+            "host": host,
+            "port": int(port),
+            "path": path,
+            "query": parse_query(query),
+            "headers": redact_headers(headers, markers),
+            "ip": ip,
+            "ip_class": ip_class,
+            "secrets": sorted(set(secrets)),
+        },
+    }

@@ -1,0 +1,117 @@
+"""Sessions: creation (validated), the live-session view the proxy checks on every request."""
+from __future__ import annotations
+
+import secrets as pysecrets
+import time
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from gateway.egress.hosts import parse_allow_entry
+
+WORKLOADS = {"ephemeral": 3600, "persistent": 7 * 24 * 3600}
+MAX_TTL_S = 30 * 24 * 3600
+
+
+class BadRequest(ValueError):
+    """A request body that does not fit the contract (-> 400)."""
+
+
+@dataclass(frozen=True)
+class SessionSpec:
+    workload: str
+    labels: dict
+    allow: list[str]
+    secrets: list[str]
+    ttl_s: int
+    workspace: str
+    ca_path: str
+
+
+def parse_session_spec(body: Any, known_secrets: Mapping[str, Any]) -> SessionSpec:
+    if not isinstance(body, dict):
+        raise BadRequest("body must be a JSON object")
+    workload = body.get("workload", "ephemeral")
+    if workload not in WORKLOADS:
+        raise BadRequest("workload must be 'ephemeral' or 'persistent'")
+    labels = body.get("labels", {}) or {}
+    if not isinstance(labels, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in labels.items()):
+        raise BadRequest("labels must be an object of strings")
+    allow_raw = body.get("allow", []) or []
+    if not isinstance(allow_raw, list) or not all(isinstance(a, str) for a in allow_raw):
+        raise BadRequest("allow must be a list of host patterns")
+    try:
+        allow = list(dict.fromkeys(str(parse_allow_entry(a)) for a in allow_raw))
+    except ValueError as exc:
+        raise BadRequest(f"allow: {exc}") from None
+    names = body.get("secrets", []) or []
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        raise BadRequest("secrets must be a list of names")
+    unknown = [n for n in names if n not in known_secrets]
+    if unknown:
+        raise BadRequest(f"unknown secrets: {', '.join(sorted(unknown))}")
+    ttl = body.get("ttl_s", WORKLOADS[workload])
+    if not isinstance(ttl, int) or isinstance(ttl, bool) or not 0 < ttl <= MAX_TTL_S:
+        raise BadRequest(f"ttl_s must be an integer between 1 and {MAX_TTL_S}")
+    workspace = body.get("workspace", "/workspace")
+    ca_path = body.get("ca_path", "/etc/sandgate/ca.pem")
+    for key, val in (("workspace", workspace), ("ca_path", ca_path)):
+        if not isinstance(val, str) or not val.startswith("/") or "\0" in val:
+            raise BadRequest(f"{key} must be an absolute path")
+    return SessionSpec(workload, labels, allow, list(dict.fromkeys(names)), ttl, workspace.rstrip("/") or "/", ca_path)
+
+
+def new_session_id() -> str:
+    return "s_" + pysecrets.token_hex(8)
+
+
+def session_status(row: Mapping[str, Any], now: float) -> str:
+    if row.get("deleted_at"):
+        return "deleted"
+    if now >= float(row["expires_at"]):
+        return "expired"
+    return "active"
+
+
+def build_env(proxy_url: str, ca_path: str, placeholder_env: Mapping[str, str]) -> dict[str, str]:
+    env = {
+        "HTTP_PROXY": proxy_url, "HTTPS_PROXY": proxy_url, "http_proxy": proxy_url, "https_proxy": proxy_url,
+        "NO_PROXY": "", "no_proxy": "",
+    }
+    for var in ("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "PIP_CERT", "GIT_SSL_CAINFO",
+                "NODE_EXTRA_CA_CERTS"):
+        env[var] = ca_path
+    env.update(placeholder_env)
+    return env
+
+
+class SessionCache:
+    """The proxy's view of sessions: the store is the truth; this mirror makes per-request checks cheap.
+
+    Local changes (create, patch, delete) update it at once; `refresh()` re-reads the store (another replica).
+    """
+
+    def __init__(self) -> None:
+        self._rows: dict[str, dict] = {}
+        self.steps: dict[str, int] = {}
+
+    def put(self, row: Mapping[str, Any]) -> None:
+        self._rows[row["id"]] = dict(row)
+
+    def get(self, sid: str) -> dict | None:
+        return self._rows.get(sid)
+
+    def live(self, sid: str, now: float | None = None) -> dict | None:
+        row = self._rows.get(sid)
+        if row is None or session_status(row, time.time() if now is None else now) != "active":
+            return None
+        return row
+
+    def replace_all(self, rows: list[Mapping[str, Any]]) -> None:
+        self._rows = {r["id"]: dict(r) for r in rows}
+
+    def count_live(self, now: float | None = None) -> int:
+        now = time.time() if now is None else now
+        return sum(1 for r in self._rows.values() if session_status(r, now) == "active")
+
+    def all(self) -> list[dict]:
+        return list(self._rows.values())

@@ -1,0 +1,3 @@
+from gateway.store.store import Store, StoreError
+
+__all__ = ["Store", "StoreError"]

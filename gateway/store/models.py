@@ -1,0 +1,75 @@
+"""Tables: sessions, approvals, audit events. Plain SQL types so SQLite and PostgreSQL both work."""
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from sqlalchemy import JSON, Column, Index
+from sqlmodel import Field, SQLModel
+
+
+class SessionRow(SQLModel, table=True):
+    __tablename__ = "sessions"
+    id: str = Field(primary_key=True)
+    workload: str
+    labels: dict = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
+    allow: list = Field(default_factory=list, sa_column=Column(JSON, nullable=False))
+    secrets: list = Field(default_factory=list, sa_column=Column(JSON, nullable=False))
+    placeholders: dict = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
+    workspace: str = "/workspace"
+    ca_path: str = "/etc/sandgate/ca.pem"
+    frozen: bool = False
+    created_at: float
+    expires_at: float
+    deleted_at: Optional[float] = None
+    created_by: str = ""
+
+
+class ApprovalRow(SQLModel, table=True):
+    __tablename__ = "approvals"
+    __table_args__ = (Index("ix_approvals_binding", "binding"), Index("ix_approvals_session", "session"),
+                      Index("ix_approvals_status", "status"))
+    id: str = Field(primary_key=True)
+    session: str
+    kind: str
+    status: str = "pending"
+    binding: str
+    summary: str = ""
+    action: dict = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
+    reasons: list = Field(default_factory=list, sa_column=Column(JSON, nullable=False))
+    created_at: float
+    expires_at: float
+    decided_at: Optional[float] = None
+    decided_by: Optional[str] = None
+    reason: Optional[str] = None
+    votes: list = Field(default_factory=list, sa_column=Column(JSON, nullable=False))
+    quorum: int = 1
+    used_at: Optional[float] = None
+    requested_by: str = ""
+    version: int = 0
+
+
+class EventRow(SQLModel, table=True):
+    __tablename__ = "events"
+    __table_args__ = (Index("ix_events_session_seq", "session", "seq"),)
+    id: Optional[int] = Field(default=None, primary_key=True)
+    seq: int = 0
+    ts: float
+    session: Optional[str] = None
+    step: Optional[int] = None
+    kind: str
+    action: str = ""
+    reasons: list = Field(default_factory=list, sa_column=Column(JSON, nullable=False))
+    codes: list = Field(default_factory=list, sa_column=Column(JSON, nullable=False))
+    request_id: Optional[str] = None
+    method: Optional[str] = None
+    host: Optional[str] = None
+    path: Optional[str] = None
+    http_status: Optional[int] = None
+    bytes_in: Optional[int] = None
+    bytes_out: Optional[int] = None
+    policy_rev: Optional[str] = None
+    detail: dict = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
+
+
+def row_dict(row: Any) -> dict:
+    return {k: getattr(row, k) for k in row.__class__.model_fields}

@@ -1,0 +1,209 @@
+"""The store: sessions, approvals and audit in SQL (SQLite by default, PostgreSQL for several replicas).
+
+SQLAlchemy is synchronous, so every call runs on a small thread pool and is awaited: the event loop never
+blocks on the database. SQLite gets one thread (one writer); PostgreSQL a few.
+"""
+from __future__ import annotations
+
+import asyncio
+import functools
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Callable, Optional, TypeVar
+
+from sqlalchemy import event, func, select, update
+from sqlalchemy.engine import Engine
+from sqlmodel import Session, SQLModel, create_engine
+
+from gateway.store.models import ApprovalRow, EventRow, SessionRow, row_dict
+
+T = TypeVar("T")
+
+
+class StoreError(Exception):
+    """The database is unreachable or refused the operation (callers fail closed)."""
+
+
+def _make_engine(url: str) -> Engine:
+    if url.startswith("sqlite"):
+        engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
+
+        @event.listens_for(engine, "connect")
+        def _pragmas(dbapi_conn, _record):  # pragma: no cover - trivial
+            cur = dbapi_conn.cursor()
+            cur.execute("PRAGMA journal_mode=WAL")
+            cur.execute("PRAGMA synchronous=NORMAL")
+            cur.close()
+        return engine
+    return create_engine(url, pool_pre_ping=True, pool_size=5, max_overflow=5)
+
+
+class Store:
+    def __init__(self, url: str):
+        self.url = url
+        self.engine = _make_engine(url)
+        workers = 1 if url.startswith("sqlite") else 4
+        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="sandgate-store")
+
+    # -- plumbing -------------------------------------------------------------------------------
+    async def run(self, fn: Callable[..., T], *args: Any) -> T:
+        loop = asyncio.get_running_loop()
+        try:
+            return await loop.run_in_executor(self._pool, functools.partial(fn, *args))
+        except StoreError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - any DB failure is a StoreError for callers
+            if exc.__class__.__module__.startswith("sqlalchemy"):
+                raise StoreError(f"store unavailable: {exc.__class__.__name__}") from exc
+            raise
+
+    def create_all(self) -> None:
+        SQLModel.metadata.create_all(self.engine)
+
+    async def open(self) -> None:
+        await self.run(self.create_all)
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True)
+        self.engine.dispose()
+
+    # -- sessions -------------------------------------------------------------------------------
+    def _put_session(self, row: SessionRow) -> dict:
+        with Session(self.engine) as db:
+            db.add(row)
+            db.commit()
+            db.refresh(row)
+            return row_dict(row)
+
+    async def put_session(self, row: SessionRow) -> dict:
+        return await self.run(self._put_session, row)
+
+    def _get_session(self, sid: str) -> Optional[dict]:
+        with Session(self.engine) as db:
+            row = db.get(SessionRow, sid)
+            return row_dict(row) if row else None
+
+    async def get_session(self, sid: str) -> Optional[dict]:
+        return await self.run(self._get_session, sid)
+
+    def _list_sessions(self) -> list[dict]:
+        with Session(self.engine) as db:
+            rows = db.execute(select(SessionRow).order_by(SessionRow.created_at)).scalars().all()
+            return [row_dict(r) for r in rows]
+
+    async def list_sessions(self) -> list[dict]:
+        return await self.run(self._list_sessions)
+
+    def _update_session(self, sid: str, values: dict) -> Optional[dict]:
+        with Session(self.engine) as db:
+            db.execute(update(SessionRow).where(SessionRow.id == sid).values(**values))
+            db.commit()
+            row = db.get(SessionRow, sid)
+            return row_dict(row) if row else None
+
+    async def update_session(self, sid: str, **values: Any) -> Optional[dict]:
+        return await self.run(self._update_session, sid, values)
+
+    # -- approvals ------------------------------------------------------------------------------
+    def _put_approval(self, row: ApprovalRow) -> dict:
+        with Session(self.engine) as db:
+            db.add(row)
+            db.commit()
+            db.refresh(row)
+            return row_dict(row)
+
+    async def put_approval(self, row: ApprovalRow) -> dict:
+        return await self.run(self._put_approval, row)
+
+    def _get_approval(self, aid: str) -> Optional[dict]:
+        with Session(self.engine) as db:
+            row = db.get(ApprovalRow, aid)
+            return row_dict(row) if row else None
+
+    async def get_approval(self, aid: str) -> Optional[dict]:
+        return await self.run(self._get_approval, aid)
+
+    def _list_approvals(self, status: Optional[str], session: Optional[str], kind: Optional[str],
+                        binding: Optional[str], limit: int) -> list[dict]:
+        q = select(ApprovalRow)
+        if status:
+            q = q.where(ApprovalRow.status == status)
+        if session:
+            q = q.where(ApprovalRow.session == session)
+        if kind:
+            q = q.where(ApprovalRow.kind == kind)
+        if binding:
+            q = q.where(ApprovalRow.binding == binding)
+        q = q.order_by(ApprovalRow.created_at, ApprovalRow.id).limit(limit)
+        with Session(self.engine) as db:
+            return [row_dict(r) for r in db.execute(q).scalars().all()]
+
+    async def list_approvals(self, status: Optional[str] = None, session: Optional[str] = None,
+                             kind: Optional[str] = None, binding: Optional[str] = None,
+                             limit: int = 1000) -> list[dict]:
+        return await self.run(self._list_approvals, status, session, kind, binding, limit)
+
+    def _cas_approval(self, aid: str, expect_status: str, expect_version: Optional[int], values: dict) -> bool:
+        q = update(ApprovalRow).where(ApprovalRow.id == aid, ApprovalRow.status == expect_status)
+        if expect_version is not None:
+            q = q.where(ApprovalRow.version == expect_version)
+        q = q.values(version=ApprovalRow.version + 1, **values)
+        with Session(self.engine) as db:
+            result = db.execute(q)
+            db.commit()
+            return result.rowcount == 1
+
+    async def cas_approval(self, aid: str, expect_status: str, values: dict,
+                           expect_version: Optional[int] = None) -> bool:
+        """Compare-and-set: change the row only if it is still in `expect_status` (and version)."""
+        return await self.run(self._cas_approval, aid, expect_status, expect_version, values)
+
+    def _mark_used(self, aid: str, now: float) -> bool:
+        q = (update(ApprovalRow)
+             .where(ApprovalRow.id == aid, ApprovalRow.status == "approved", ApprovalRow.used_at.is_(None))
+             .values(used_at=now, version=ApprovalRow.version + 1))
+        with Session(self.engine) as db:
+            result = db.execute(q)
+            db.commit()
+            return result.rowcount == 1
+
+    async def mark_used(self, aid: str, now: Optional[float] = None) -> bool:
+        return await self.run(self._mark_used, aid, time.time() if now is None else now)
+
+    # -- audit ----------------------------------------------------------------------------------
+    def _next_seqs(self, db: Session, sessions: set) -> dict:
+        out = {}
+        for sid in sessions:
+            cur = db.execute(select(func.max(EventRow.seq)).where(EventRow.session == sid)).scalar()
+            out[sid] = int(cur or 0)
+        return out
+
+    def _append_events(self, rows: list[dict]) -> None:
+        with Session(self.engine) as db:
+            seqs = self._next_seqs(db, {r.get("session") for r in rows})
+            for r in rows:
+                sid = r.get("session")
+                seqs[sid] += 1
+                db.add(EventRow(seq=seqs[sid], **r))
+            db.commit()
+
+    async def append_events(self, rows: list[dict]) -> None:
+        if rows:
+            await self.run(self._append_events, rows)
+
+    def _list_events(self, session: Optional[str], kind: Optional[str], limit: int,
+                     newest: bool) -> list[dict]:
+        q = select(EventRow)
+        if session:
+            q = q.where(EventRow.session == session)
+        if kind:
+            q = q.where(EventRow.kind == kind)
+        q = q.order_by(EventRow.id.desc() if newest else EventRow.id).limit(limit)
+        with Session(self.engine) as db:
+            rows = [row_dict(r) for r in db.execute(q).scalars().all()]
+        return list(reversed(rows)) if newest else rows
+
+    async def list_events(self, session: Optional[str] = None, kind: Optional[str] = None,
+                          limit: int = 10000, newest: bool = False) -> list[dict]:
+        return await self.run(self._list_events, session, kind, limit, newest)
+

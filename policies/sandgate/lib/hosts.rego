@@ -1,0 +1,85 @@
+# Allowlist matching for egress policies: the Rego twin of gateway/egress/hosts.py.
+#
+# An entry is the canonical text of gateway.egress.hosts.AllowEntry: "pypi.org" (any port),
+# "example.com:8443" (one port), "*.github.com" (subdomains, not the apex), "[::1]:443" or "[::1]"
+# (a bare "::1" is read as IPv6 on any port). host is the normalised request host (lower-case,
+# no trailing dot, IPv6 without brackets) and port an integer. No net.* builtins (regopy lacks them).
+package sandgate.lib.hosts
+
+import rego.v1
+
+default allowlisted(_, _, _) := false
+
+# allowlisted is true when any entry matches host and port.
+allowlisted(entries, host, port) if {
+	some entry in entries
+	entry_matches(entry, host, port)
+}
+
+default entry_matches(_, _, _) := false
+
+# entry_matches is true when the one entry matches host and port.
+entry_matches(entry, host, port) if {
+	is_string(entry)
+	is_string(host)
+	parsed := parse_entry(lower(entry))
+	port_matches(parsed.port, port)
+	pattern_matches(parsed.host, host)
+}
+
+# parse_entry splits entry text into {"host": string, "port": number or "any"};
+# undefined (so no match) when the text is malformed.
+parse_entry(entry) := {"host": h, "port": p} if {
+	startswith(entry, "[")
+	close := indexof(entry, "]")
+	close > 1
+	h := substring(entry, 1, close - 1)
+	p := bracket_port(substring(entry, close + 1, -1))
+}
+
+parse_entry(entry) := {"host": entry, "port": "any"} if {
+	not startswith(entry, "[")
+	count(split(entry, ":")) > 2
+}
+
+parse_entry(entry) := {"host": parts[0], "port": port_number(parts[1])} if {
+	not startswith(entry, "[")
+	parts := split(entry, ":")
+	count(parts) == 2
+}
+
+parse_entry(entry) := {"host": entry, "port": "any"} if {
+	not startswith(entry, "[")
+	not contains(entry, ":")
+}
+
+bracket_port(rest) := "any" if rest == ""
+
+bracket_port(rest) := port_number(trim_prefix(rest, ":")) if startswith(rest, ":")
+
+port_number(text) := n if {
+	regex.match(`^[0-9]{1,5}$`, text)
+	n := to_number(text)
+	n >= 1
+	n <= 65535
+}
+
+port_matches("any", port) if is_number(port)
+
+port_matches(want, port) if {
+	is_number(want)
+	want == port
+}
+
+# pattern_matches: "*.suffix" matches strict subdomains of suffix; anything else matches exactly.
+pattern_matches(pattern, host) if {
+	startswith(pattern, "*.")
+	suffix := trim_prefix(pattern, "*")
+	endswith(host, suffix)
+	count(host) > count(suffix)
+}
+
+pattern_matches(pattern, host) if {
+	not startswith(pattern, "*.")
+	pattern == host
+}

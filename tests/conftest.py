@@ -1,0 +1,64 @@
+"""Shared fixtures: a recording upstream and a real sandgate process, both on loopback."""
+from __future__ import annotations
+
+import os
+import shutil
+
+import pytest
+
+from tests.support.gateway import Sandgate
+from tests.support.upstream import Upstream, make_cert
+
+IN_CI = os.environ.get("CI") == "true"
+
+
+def need(condition: bool, what: str) -> None:
+    """Skip for a missing part on a user's machine; in CI a missing part fails the run."""
+    if condition:
+        return
+    if IN_CI:
+        pytest.fail(f"required in CI: {what}")
+    pytest.skip(f"missing: {what}")
+
+
+def need_binary(name: str) -> str:
+    path = shutil.which(name)
+    need(path is not None, f"the {name} binary")
+    return path
+
+
+@pytest.fixture(scope="module")
+def _upstream_server():
+    with Upstream() as up:
+        yield up
+
+
+@pytest.fixture
+def upstream(_upstream_server):
+    """A module-wide recording upstream, its record cleared for each test."""
+    _upstream_server.recorder.requests.clear()
+    _upstream_server.recorder.connections = 0
+    return _upstream_server
+
+
+@pytest.fixture
+def tls_cert(tmp_path):
+    return make_cert(tmp_path / "certs", ["secure.test", "localhost"])
+
+
+@pytest.fixture
+def tls_upstream(tls_cert):
+    with Upstream(tls=tls_cert) as up:
+        yield up
+
+
+LOOPBACK_CONFIG = {"egress": {"private_allow": ["127.0.0.0/8"],
+                              "resolve": {"allowed.test": ["127.0.0.1"], "other.test": ["127.0.0.1"],
+                                          "secure.test": ["127.0.0.1"]}}}
+
+
+@pytest.fixture(scope="module")
+def loopback_gateway(tmp_path_factory):
+    """sandgate (one per test module) whose *.test names resolve to loopback, with loopback allowed."""
+    with Sandgate(tmp_path_factory.mktemp("sandgate"), LOOPBACK_CONFIG) as sg:
+        yield sg

@@ -1,0 +1,156 @@
+"""Run a real `sandgate serve` process for tests and talk to it through its real interfaces."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import requests
+
+from tests.support.upstream import free_port
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, str):
+        return json.dumps(value)
+    if isinstance(value, list):
+        return "[" + ", ".join(toml_value(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{json.dumps(k)} = {toml_value(v)}" for k, v in value.items()) + "}"
+    raise TypeError(type(value))
+
+
+def write_toml(path: Path, config: dict) -> None:
+    lines = []
+
+    def section(prefix: str, table: dict) -> None:
+        scalars = {k: v for k, v in table.items() if not (isinstance(v, dict) and k != "resolve")}
+        if prefix:
+            lines.append(f"[{prefix}]")
+        for k, v in scalars.items():
+            lines.append(f"{k} = {toml_value(v)}")
+        for k, v in table.items():
+            if isinstance(v, dict) and k != "resolve":
+                section(f"{prefix}.{k}" if prefix else k, v)
+
+    section("", config)
+    path.write_text("\n".join(lines) + "\n")
+
+
+class Sandgate:
+    """A sandgate process. `config` is merged into a loopback-friendly test configuration."""
+
+    def __init__(self, tmp: Path, config: dict | None = None, env: dict | None = None,
+                 proxy_host: str = "127.0.0.1"):
+        self.tmp = tmp
+        self.data_dir = tmp / "data"
+        self.proxy_port = free_port(proxy_host)
+        self.api_port = free_port()
+        self.proxy_host = proxy_host
+        base = {
+            "proxy": {"listen": f"{proxy_host}:{self.proxy_port}"},
+            "api": {"listen": f"127.0.0.1:{self.api_port}"},
+        }
+        for key, val in (config or {}).items():
+            base[key] = {**base.get(key, {}), **val} if isinstance(val, dict) else val
+        self.config_path = tmp / "sandgate.toml"
+        write_toml(self.config_path, base)
+        self.env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
+        self.log_path = tmp / "sandgate.log"
+        self.proc: subprocess.Popen | None = None
+
+    @property
+    def api(self) -> str:
+        return f"http://127.0.0.1:{self.api_port}"
+
+    def start(self, timeout: float = 40.0) -> "Sandgate":
+        listen = self.data_dir / "listen.json"
+        if listen.exists():
+            listen.unlink()
+        self._log = open(self.log_path, "ab")
+        self.proc = subprocess.Popen([sys.executable, "-m", "gateway", "serve", "--config", str(self.config_path),
+                                      "--data-dir", str(self.data_dir)], stdout=self._log, stderr=self._log,
+                                     env=self.env, cwd=str(self.tmp))
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"sandgate exited: {self.log()}")
+            if listen.exists():
+                try:
+                    if requests.get(self.api + "/healthz", timeout=2).ok:
+                        break
+                except requests.RequestException:
+                    pass
+            time.sleep(0.1)
+        else:
+            self.stop()
+            raise RuntimeError(f"sandgate did not start: {self.log()}")
+        self.harness_token = (self.data_dir / "harness.token").read_text().strip()
+        return self
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def stop(self, timeout: float = 10.0) -> int | None:
+        if self.proc is None or self.proc.poll() is not None:
+            return self.proc.returncode if self.proc else None
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            raise
+        finally:
+            self._log.close()
+
+    def __enter__(self) -> "Sandgate":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    # -- API helpers -----------------------------------------------------------------------------
+    def token(self, role: str, name: str, ttl_s: int | None = None) -> str:
+        cmd = [sys.executable, "-m", "gateway", "token", "--role", role, "--name", name,
+               "--data-dir", str(self.data_dir), "--config", str(self.config_path)]
+        if ttl_s is not None:
+            cmd += ["--ttl-s", str(ttl_s)]
+        return subprocess.run(cmd, check=True, capture_output=True, text=True, env=self.env).stdout.strip()
+
+    def call(self, method: str, path: str, token: str | None = None, **kw) -> requests.Response:
+        headers = kw.pop("headers", {})
+        headers["Authorization"] = f"Bearer {token or self.harness_token}"
+        return requests.request(method, self.api + path, headers=headers, timeout=kw.pop("timeout", 30), **kw)
+
+    def session(self, **body) -> dict:
+        resp = self.call("POST", "/v1/sessions", json=body)
+        assert resp.status_code == 201, resp.text
+        sess = resp.json()
+        ca = self.tmp / f"ca-{sess['id']}.pem"
+        ca.write_text(sess["ca_pem"])
+        sess["ca_file"] = str(ca)
+        sess["proxies"] = {"http": sess["proxy_url"], "https": sess["proxy_url"]}
+        return sess
+
+    def events(self, session_id: str) -> list[dict]:
+        resp = self.call("GET", f"/v1/events?session={session_id}")
+        assert resp.status_code == 200, resp.text
+        return resp.json()
+
+    def rss_kb(self, field: str = "VmRSS") -> int:
+        for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+        raise RuntimeError(field)

@@ -1,0 +1,167 @@
+"""A recording upstream: a real threaded HTTP(S) server on loopback that remembers what it received."""
+from __future__ import annotations
+
+import datetime
+import ipaddress
+import json
+import socket
+import ssl
+import threading
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+
+
+@dataclass
+class Seen:
+    method: str
+    path: str
+    headers: dict
+    body: bytes
+
+
+@dataclass
+class Recorder:
+    requests: list = field(default_factory=list)
+    connections: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def add(self, seen: Seen) -> None:
+        with self.lock:
+            self.requests.append(seen)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: "_Server"
+
+    def log_message(self, *args) -> None:  # quiet
+        pass
+
+    def _body(self) -> bytes:
+        if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
+            out = b""
+            while True:
+                line = self.rfile.readline()
+                size = int(line.split(b";")[0].strip() or b"0", 16)
+                if size == 0:
+                    self.rfile.readline()
+                    return out
+                out += self.rfile.read(size)
+                self.rfile.readline()
+        n = int(self.headers.get("Content-Length") or 0)
+        if n > 64 * 1024 * 1024:
+            remaining = n
+            while remaining:
+                remaining -= len(self.rfile.read(min(remaining, 1 << 20)))
+            return b"<discarded %d>" % n
+        return self.rfile.read(n) if n else b""
+
+    def _handle(self) -> None:
+        body = self._body()
+        self.server.recorder.add(Seen(self.command, self.path, {k.lower(): v for k, v in self.headers.items()}, body))
+        path = self.path.split("?", 1)[0]
+        if path.startswith("/big/"):
+            return self._big(int(path.split("/")[2]))
+        if path.startswith("/echo"):
+            payload = json.dumps({"method": self.command, "path": self.path,
+                                  "headers": {k: v for k, v in self.headers.items()},
+                                  "body": body.decode("latin-1")}).encode()
+            return self._send(200, payload, "application/json")
+        if path.startswith("/status/"):
+            return self._send(int(path.split("/")[2]), b"status\n", "text/plain")
+        self._send(200, b"hello from upstream\n", "text/plain")
+
+    def _send(self, status: int, payload: bytes, ctype: str) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(payload)
+
+    def _big(self, size: int) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "application/octet-stream")
+        self.send_header("Content-Length", str(size))
+        self.end_headers()
+        chunk = b"x" * (1 << 20)
+        left = size
+        while left > 0:
+            n = min(left, len(chunk))
+            self.wfile.write(chunk[:n])
+            left -= n
+
+    do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = do_HEAD = do_OPTIONS = _handle
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+    recorder: Recorder
+
+    def get_request(self):
+        conn, addr = super().get_request()
+        with self.recorder.lock:
+            self.recorder.connections += 1
+        return conn, addr
+
+
+class Upstream:
+    """`with Upstream() as up:` -> up.port, up.recorder; `Upstream(tls=CertPair)` for HTTPS."""
+
+    def __init__(self, host: str = "127.0.0.1", tls: "CertPair | None" = None):
+        self.recorder = Recorder()
+        self.server = _Server((host, 0), _Handler)
+        self.server.recorder = self.recorder
+        if tls is not None:
+            ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            ctx.load_cert_chain(tls.cert, tls.key)
+            self.server.socket = ctx.wrap_socket(self.server.socket, server_side=True)
+        self.host, self.port = self.server.server_address[:2]
+        self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def __enter__(self) -> "Upstream":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@dataclass
+class CertPair:
+    cert: str
+    key: str
+
+
+def make_cert(directory: Path, names: list[str], ips: list[str] = ("127.0.0.1",)) -> CertPair:
+    """A self-signed server certificate (its own CA) for the given names."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, names[0])])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    sans = [x509.DNSName(n) for n in names] + [x509.IPAddress(ipaddress.ip_address(i)) for i in ips]
+    cert = (x509.CertificateBuilder().subject_name(subject).issuer_name(subject).public_key(key.public_key())
+            .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(days=1))
+            .not_valid_after(now + datetime.timedelta(days=30))
+            .add_extension(x509.SubjectAlternativeName(sans), critical=False)
+            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+            .sign(key, hashes.SHA256()))
+    directory.mkdir(parents=True, exist_ok=True)
+    cert_path, key_path = directory / "upstream.pem", directory / "upstream.key"
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                           serialization.NoEncryption()))
+    return CertPair(str(cert_path), str(key_path))
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
