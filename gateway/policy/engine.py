@@ -79,6 +79,13 @@ def node_to_python(impl: Any) -> Any:
         return [node_to_python(_rs.rego_node_get(impl, i)) for i in range(size)]
     value = _rs.rego_node_value(impl)
     if kind == NodeKind.String:
+        # Strings made by builtins come back JSON-quoted; strings from input come back raw.
+        if len(value) >= 2 and value[0] == value[-1] == '"':
+            try:
+                decoded = json.loads(value)
+            except ValueError:
+                return value
+            return decoded if isinstance(decoded, str) else value
         return value
     if kind == NodeKind.Int:
         return int(value)

@@ -31,7 +31,8 @@ req(inp) := object.get(inp, "request", {})
 
 sess(inp) := object.get(inp, "session", {})
 
-method(inp) := upper(object.get(req(inp), "method", ""))
+# sandgate hands the method in upper case; no upper() here: regopy quotes builtin results inside sprintf.
+method(inp) := object.get(req(inp), "method", "")
 
 host(inp) := object.get(req(inp), "host", "")
 

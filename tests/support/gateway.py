@@ -54,6 +54,7 @@ class Sandgate:
     def __init__(self, tmp: Path, config: dict | None = None, env: dict | None = None,
                  proxy_host: str = "127.0.0.1"):
         self.tmp = tmp
+        tmp.mkdir(parents=True, exist_ok=True)
         self.data_dir = tmp / "data"
         self.proxy_port = free_port(proxy_host)
         self.api_port = free_port()

@@ -1,0 +1,116 @@
+"""Hot reload, request smuggling, streaming memory, restart durability and clean shutdown."""
+from __future__ import annotations
+
+import base64
+import json
+import shutil
+import socket
+import time
+
+import h11
+import pytest
+import requests
+
+from tests.conftest import LOOPBACK_CONFIG
+from tests.support.gateway import ROOT, Sandgate
+
+
+def get(sess, url, **kw):
+    return requests.get(url, proxies=sess["proxies"], timeout=30, **kw)
+
+
+def wait_for(predicate, timeout=15.0, interval=0.1):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError("condition not reached in time")
+
+
+def test_h11_is_patched():
+    """mitmproxy 11.0.x pins h11<=0.14 (CVE-2025-43859); the install puts h11>=0.16 over the pin."""
+    assert tuple(int(x) for x in h11.__version__.split(".")[:2]) >= (0, 16)
+
+
+def test_policy_hot_reload_and_bad_edit_keeps_last_good(tmp_path, upstream):
+    pol = tmp_path / "policies"
+    shutil.copytree(ROOT / "policies", pol, ignore=shutil.ignore_patterns("__pycache__", "*.py"))
+    cfg = {**LOOPBACK_CONFIG, "policy": {"dir": str(pol)}}
+    with Sandgate(tmp_path / "gw", cfg) as sg:
+        sess = sg.session(workload="persistent", allow=["allowed.test"])
+        url = f"http://other.test:{upstream.port}/"
+        assert get(sess, url).status_code == 403
+        rev0 = sg.call("GET", "/healthz").json()["policy_rev"]
+        data_file = pol / "sandgate" / "config" / "data.json"
+        data = json.loads(data_file.read_text())
+        data["egress"]["base_allow"].append("other.test")
+        data_file.write_text(json.dumps(data))
+        rev1 = wait_for(lambda: (r := sg.call("GET", "/healthz").json()["policy_rev"]) != rev0 and r)
+        assert get(sess, url).status_code == 200
+        # A broken edit: logged, rejected, and the last good policy keeps deciding.
+        (pol / "sandgate" / "egress.rego").write_text("package sandgate.egress\nimport rego.v1\ndecision := {\n")
+        wait_for(lambda: "policy reload rejected" in sg.log(), timeout=20)
+        health = sg.call("GET", "/healthz").json()
+        assert health["policy_rev"] == rev1 and health["policy_error"] is True
+        assert get(sess, url).status_code == 200
+        assert get(sess, f"http://evil.test:{upstream.port}/").status_code == 403
+
+
+def test_malformed_chunk_never_reaches_upstream(loopback_gateway, upstream):
+    sess = loopback_gateway.session(allow=["allowed.test"])
+    cred = base64.b64encode(f"sandbox:{sess['token']}".encode()).decode()
+    raw = (f"POST http://allowed.test:{upstream.port}/smuggle HTTP/1.1\r\n"
+           f"Host: allowed.test:{upstream.port}\r\nProxy-Authorization: Basic {cred}\r\n"
+           "Transfer-Encoding: chunked\r\n\r\n5\r\nhelloXX0\r\n\r\n"
+           f"GET http://allowed.test:{upstream.port}/second HTTP/1.1\r\n"
+           f"Host: allowed.test:{upstream.port}\r\nProxy-Authorization: Basic {cred}\r\n\r\n").encode()
+    with socket.create_connection(("127.0.0.1", loopback_gateway.proxy_port), timeout=10) as sock:
+        sock.sendall(raw)
+        sock.settimeout(3)
+        reply = b""
+        try:
+            while chunk := sock.recv(65536):
+                reply += chunk
+        except (socket.timeout, ConnectionResetError):
+            pass
+    time.sleep(0.3)
+    assert not any(r.path.startswith("/smuggle") for r in upstream.recorder.requests)
+    assert not any(r.body.startswith(b"hello") for r in upstream.recorder.requests)
+    assert b" 200 " not in reply.split(b"\r\n", 1)[0]
+
+
+def test_large_download_streams_with_bounded_memory(loopback_gateway, upstream):
+    size = 512 * 1024 * 1024
+    sess = loopback_gateway.session(allow=["allowed.test"])
+    get(sess, f"http://allowed.test:{upstream.port}/big/{1024 * 1024}")   # warm up
+    before = loopback_gateway.rss_kb()
+    got = 0
+    peak = before
+    with get(sess, f"http://allowed.test:{upstream.port}/big/{size}", stream=True) as resp:
+        assert resp.status_code == 200
+        for i, chunk in enumerate(resp.iter_content(1 << 20)):
+            got += len(chunk)
+            if i % 16 == 0:
+                peak = max(peak, loopback_gateway.rss_kb())
+    peak = max(peak, loopback_gateway.rss_kb())
+    assert got == size
+    grew_mb = (peak - before) / 1024
+    assert grew_mb < 100, f"RSS grew by {grew_mb:.0f} MB while streaming {size >> 20} MiB"
+
+
+def test_sessions_survive_restart_and_sigterm_is_prompt(tmp_path, upstream):
+    with Sandgate(tmp_path, LOOPBACK_CONFIG) as sg:
+        sess = sg.session(allow=["allowed.test"])
+        assert get(sess, f"http://allowed.test:{upstream.port}/one").status_code == 200
+        denied = get(sess, f"http://other.test:{upstream.port}/")
+        t0 = time.time()
+        assert sg.stop() == 0
+        assert time.time() - t0 < 5
+        sg.start()
+        assert get(sess, f"http://allowed.test:{upstream.port}/two").status_code == 200
+        events = sg.events(sess["id"])
+        assert any(e["request_id"] == denied.json()["request_id"] for e in events), "audit flushed on SIGTERM"
+        seqs = [e["seq"] for e in events]
+        assert seqs == sorted(seqs) and len(set(seqs)) == len(seqs)

@@ -1,0 +1,75 @@
+"""HTTPS through the intercepting proxy: curl trusts the session's CA; sandgate trusts the upstream via upstream_ca."""
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+import requests
+
+from tests.conftest import LOOPBACK_CONFIG, need_binary
+from tests.support.gateway import Sandgate
+from tests.support.upstream import Upstream, make_cert
+
+
+@pytest.fixture(scope="module")
+def tls_env(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("tls")
+    cert = make_cert(tmp / "certs", ["secure.test", "fronted.test"])
+    with Upstream(tls=cert) as up:
+        cfg = {"egress": {**LOOPBACK_CONFIG["egress"], "upstream_ca": cert.cert, "hold_timeout_s": 1,
+                          "resolve": {"secure.test": ["127.0.0.1"], "fronted.test": ["127.0.0.1"]}}}
+        with Sandgate(tmp / "gw", cfg) as sg:
+            yield sg, up
+
+
+def curl(sess, *args):
+    return subprocess.run([need_binary("curl"), "-s", "--cacert", sess["ca_file"], "-x", sess["proxy_url"], *args],
+                          capture_output=True, text=True, timeout=30)
+
+
+def test_https_allowed_200(tls_env):
+    sg, up = tls_env
+    sess = sg.session(allow=["secure.test"])
+    out = curl(sess, "-o", "-", "-w", "\n%{http_code}", f"https://secure.test:{up.port}/ok")
+    assert out.stdout.endswith("\n200"), out.stdout + out.stderr
+    assert "hello from upstream" in out.stdout
+    assert up.recorder.requests[-1].path == "/ok"
+
+
+def test_https_delete_asks_and_is_refused(tls_env):
+    sg, up = tls_env
+    sess = sg.session(allow=["secure.test"])
+    before = len(up.recorder.requests)
+    out = curl(sess, "-i", "-X", "DELETE", f"https://secure.test:{up.port}/thing")
+    status_lines = [line for line in out.stdout.splitlines() if line.startswith("HTTP/")]
+    assert status_lines[-1].split()[1] == "403", out.stdout
+    assert "approval required" in out.stdout
+    assert len(up.recorder.requests) == before
+
+
+def test_https_denied_connect_reason_in_status_line(tls_env):
+    sg, up = tls_env
+    sess = sg.session(allow=["secure.test"])
+    out = subprocess.run([need_binary("curl"), "-sv", "--cacert", sess["ca_file"], "-x", sess["proxy_url"],
+                          f"https://other.test:{up.port}/"], capture_output=True, text=True, timeout=30)
+    assert "403 Forbidden by sandgate: other.test is not on this session's allow list" in out.stderr
+
+
+def test_requests_library_https(tls_env):
+    sg, up = tls_env
+    sess = sg.session(allow=["secure.test"])
+    resp = requests.get(f"https://secure.test:{up.port}/x", proxies=sess["proxies"], verify=sess["ca_file"],
+                        timeout=20)
+    assert resp.status_code == 200
+
+
+def test_host_header_fronting_refused(tls_env):
+    """A request inside a tunnel to an allowed host must not name another host (domain fronting)."""
+    sg, up = tls_env
+    sess = sg.session(allow=["secure.test"])
+    before = len(up.recorder.requests)
+    out = curl(sess, "-i", "-H", "Host: fronted.test", f"https://secure.test:{up.port}/front")
+    status_lines = [line for line in out.stdout.splitlines() if line.startswith("HTTP/")]
+    assert status_lines[-1].split()[1] == "403", out.stdout
+    assert "egress.host_mismatch" in out.stdout
+    assert len(up.recorder.requests) == before
