@@ -162,6 +162,11 @@ class Gateway:
             await self.broker.close()
         self.store.close()
 
+    def keep(self, task: asyncio.Task) -> None:
+        """Keep a reference to a background task until it finishes."""
+        self._tasks.append(task)
+        task.add_done_callback(lambda t: self._tasks.remove(t) if t in self._tasks else None)
+
     # -- session helpers used by API and proxy ---------------------------------------------------
     @property
     def proxy_advertise(self) -> str:

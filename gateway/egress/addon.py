@@ -280,6 +280,10 @@ class EgressAddon:
         if st.extra.get("approval_id") and self.gw.approvals is not None:
             self.gw.approvals.client_gone(st.extra["approval_id"])
 
+    def client_disconnected(self, client: connection.Client) -> None:
+        if self.gw.approvals is not None:
+            self.gw.approvals.connection_closed(client)
+
     async def server_connect(self, data: server_hooks.ServerConnectionHookData) -> None:
         try:
             address = data.server.address

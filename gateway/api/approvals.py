@@ -1,0 +1,95 @@
+"""Approval endpoints: list, read (with ?wait), approve, deny."""
+from __future__ import annotations
+
+from aiohttp import web
+
+from gateway.api.auth import GW, require
+from gateway.api.errors import ApiError
+from gateway.api.sessions import read_json
+from gateway.api.timefmt import rfc3339
+from gateway.approvals import ApprovalError
+
+routes = web.RouteTableDef()
+
+MAX_WAIT_S = 300.0
+
+
+def approval_view(row: dict) -> dict:
+    return {
+        "id": row["id"], "status": row["status"], "kind": row["kind"], "session": row["session"],
+        "summary": row["summary"], "action": row["action"], "reasons": row["reasons"],
+        "created_at": rfc3339(row["created_at"]), "expires_at": rfc3339(row["expires_at"]),
+        "decided_by": row["decided_by"], "decided_at": rfc3339(row["decided_at"]), "reason": row["reason"],
+        "votes": [{"by": v["by"], "verdict": v["verdict"], "at": rfc3339(v["at"]), "reason": v.get("reason", "")}
+                  for v in row["votes"]],
+        "quorum": row["quorum"], "used_at": rfc3339(row["used_at"]),
+    }
+
+
+async def _visible(request: web.Request, row: dict | None, principal) -> dict:
+    """Harness tokens see only approvals of the sessions they created."""
+    if row is None:
+        raise ApiError(404, "not_found", "no such approval")
+    if principal.role == "harness":
+        sess = await request.app[GW].store.get_session(row["session"])
+        if sess is None or sess.get("created_by") != principal.ident:
+            raise ApiError(404, "not_found", "no such approval")
+    return row
+
+
+@routes.get("/v1/approvals")
+async def list_approvals(request: web.Request) -> web.Response:
+    principal = require(request, "harness", "approver")
+    gw = request.app[GW]
+    rows = await gw.store.list_approvals(status=request.query.get("status") or None,
+                                         session=request.query.get("session") or None,
+                                         kind=request.query.get("kind") or None)
+    if principal.role == "harness":
+        mine = {s["id"] for s in await gw.store.list_sessions() if s.get("created_by") == principal.ident}
+        rows = [r for r in rows if r["session"] in mine]
+    return web.json_response([approval_view(r) for r in rows])
+
+
+@routes.get("/v1/approvals/{aid}")
+async def get_approval(request: web.Request) -> web.Response:
+    principal = require(request, "harness", "approver")
+    queue = request.app[GW].approvals
+    aid = request.match_info["aid"]
+    row = await _visible(request, await queue.get(aid), principal)
+    wait = request.query.get("wait")
+    if wait is not None:
+        try:
+            seconds = min(max(float(wait), 0.0), MAX_WAIT_S)
+        except ValueError:
+            raise ApiError(400, "bad_request", "wait must be a number of seconds") from None
+        row = await queue.wait(aid, seconds) or row
+    if principal.role == "harness" and row["status"] == "approved" and row["used_at"] is None:
+        # The harness proceeds on `approved`: this read uses the approval (once).
+        await queue.consume(row, principal.ident)
+        row = await queue.get(aid)
+    return web.json_response(approval_view(row))
+
+
+async def _decide(request: web.Request, verdict: str) -> web.Response:
+    principal = require(request, "approver")
+    body = await read_json(request)
+    if not isinstance(body, dict):
+        raise ApiError(400, "bad_request", "body must be a JSON object")
+    reason = body.get("reason")
+    if reason is not None and not isinstance(reason, str):
+        raise ApiError(400, "bad_request", "reason must be a string")
+    try:
+        row = await request.app[GW].approvals.decide(request.match_info["aid"], principal.ident, verdict, reason)
+    except ApprovalError as exc:
+        raise ApiError(exc.status, exc.code, exc.detail) from None
+    return web.json_response(approval_view(row))
+
+
+@routes.post("/v1/approvals/{aid}/approve")
+async def approve(request: web.Request) -> web.Response:
+    return await _decide(request, "approve")
+
+
+@routes.post("/v1/approvals/{aid}/deny")
+async def deny(request: web.Request) -> web.Response:
+    return await _decide(request, "deny")

@@ -1,0 +1,87 @@
+"""POST /v1/toolcalls: the harness asks before it runs a tool call."""
+from __future__ import annotations
+
+import secrets
+import time
+
+from aiohttp import web
+
+from gateway.api.auth import GW, require
+from gateway.api.errors import ApiError
+from gateway.api.sessions import read_json
+from gateway.approvals import binding_hash, canonical_json
+
+routes = web.RouteTableDef()
+
+MAX_ARGS_BYTES = 256 * 1024
+
+
+def toolcall_summary(tool: str, args: dict) -> str:
+    if tool in ("shell", "bash", "sh", "exec", "terminal") and isinstance(args.get("command"), str):
+        return f"{tool}: {args['command']}"[:300]
+    if isinstance(args.get("path"), str):
+        return f"{tool} {args['path']}"[:300]
+    if tool == "http_request":
+        return f"http_request {args.get('method', 'GET')} {args.get('url', '')}"[:300]
+    if tool == "sql":
+        return f"sql: {args.get('query', '')}"[:300]
+    if tool == "deploy":
+        return f"deploy {args.get('target', '')}"[:300]
+    return f"{tool} {canonical_json(args)}"[:300]
+
+
+@routes.post("/v1/toolcalls")
+async def post_toolcall(request: web.Request) -> web.Response:
+    principal = require(request, "harness")
+    gw = request.app[GW]
+    body = await read_json(request)
+    if not isinstance(body, dict):
+        raise ApiError(400, "bad_request", "body must be a JSON object")
+    sid, tool, args, step = body.get("session"), body.get("tool"), body.get("args", {}), body.get("step")
+    if not isinstance(sid, str) or not isinstance(tool, str) or not tool:
+        raise ApiError(400, "bad_request", "session and tool are required strings")
+    if not isinstance(args, dict):
+        raise ApiError(400, "bad_request", "args must be an object")
+    if step is not None and (not isinstance(step, int) or isinstance(step, bool)):
+        raise ApiError(400, "bad_request", "step must be an integer")
+    if len(canonical_json(args)) > MAX_ARGS_BYTES:
+        raise ApiError(413, "too_large", "args are too large")
+    row = await gw.store.get_session(sid)
+    if row is None:
+        raise ApiError(404, "not_found", "no such session")
+    session = gw.sessions.live(sid) or None
+    if session is None:
+        raise ApiError(409, "session_ended", "the session has ended")
+    if step is not None:
+        gw.sessions.steps[sid] = step
+    from gateway.toolcalls.enrich import build_toolcall_input
+
+    try:
+        doc = build_toolcall_input(session=session, tool=tool, args=args, step=step, now=time.time())
+    except Exception:  # noqa: BLE001 - enrichment failure must not allow: ask the policy with a bare input
+        doc = {"kind": "toolcall", "session": {"id": sid}, "tool": {"name": tool, "args": args}, "step": step,
+               "unparsed": True}
+    decision = await gw.engine.decide("toolcall", doc)
+    gw.metrics.decisions.labels("toolcall", decision.action).inc()
+    tcid = "t_" + secrets.token_hex(8)
+    out = {"id": tcid, "decision": decision.action, "reasons": list(decision.reasons),
+           "codes": list(decision.codes)}
+    detail = {"toolcall_id": tcid, "tool": tool, "summary": toolcall_summary(tool, args)}
+    if decision.action == "ask":
+        queue = gw.approvals
+        binding = binding_hash(sid, "toolcall", tool, canonical_json(args))
+        used = await queue.find_unused(binding)
+        if used is not None and await queue.consume(used, principal.ident):
+            out.update(decision="allow", approval_id=used["id"],
+                       reasons=out["reasons"] + [f"approved by {used['decided_by']}"],
+                       codes=out["codes"] + ["approval.approved"])
+        else:
+            item = await queue.file(session=sid, kind="toolcall", binding=binding,
+                                    summary=toolcall_summary(tool, args), action={"tool": tool, "args": args},
+                                    reasons=list(decision.reasons), requested_by=principal.ident,
+                                    ttl_s=decision.approval_ttl_s)
+            out["approval_id"] = item["id"]
+        detail["approval_id"] = out["approval_id"]
+    gw.audit.record("toolcall", session=sid, step=step, action=out["decision"], reasons=out["reasons"],
+                    codes=out["codes"], request_id=tcid, policy_rev=decision.rev, detail=detail)
+    return web.json_response(out)

@@ -1,0 +1,105 @@
+"""Held egress requests: released by an approval through the API, denied with a reason, cancelled on disconnect."""
+from __future__ import annotations
+
+import socket
+import base64
+import threading
+import time
+
+import pytest
+import requests
+
+from tests.conftest import LOOPBACK_CONFIG
+from tests.support.gateway import Sandgate
+
+
+@pytest.fixture(scope="module")
+def gw(tmp_path_factory):
+    cfg = {**LOOPBACK_CONFIG, "egress": {**LOOPBACK_CONFIG["egress"], "hold_timeout_s": 20}}
+    with Sandgate(tmp_path_factory.mktemp("hold"), cfg) as sg:
+        sg.approver = sg.token("approver", "alice")
+        yield sg
+
+
+def pending_for(sg, sid, timeout=10.0):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        items = sg.call("GET", f"/v1/approvals?status=pending&session={sid}", sg.approver).json()
+        if items:
+            return items
+        time.sleep(0.05)
+    raise AssertionError("no pending approval appeared")
+
+
+def background(fn):
+    out = {}
+
+    def run():
+        try:
+            out["value"] = fn()
+        except Exception as exc:  # noqa: BLE001
+            out["error"] = exc
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    return t, out
+
+
+def test_held_delete_released_by_approval_exactly_once(gw, upstream):
+    sess = gw.session(allow=["allowed.test"])
+    url = f"http://allowed.test:{upstream.port}/items/7"
+    t, out = background(lambda: requests.delete(url, proxies=sess["proxies"], timeout=30))
+    item = pending_for(gw, sess["id"])[0]
+    assert item["kind"] == "egress" and item["summary"] == f"DELETE {url}"
+    assert item["action"]["method"] == "DELETE" and "proxy-authorization" not in str(item["action"]).lower()
+    assert not any(r.method == "DELETE" for r in upstream.recorder.requests), "held, not forwarded"
+    # The session's own token and the harness token cannot decide.
+    assert gw.call("POST", f"/v1/approvals/{item['id']}/approve", sess["token"], json={}).status_code in (401, 403)
+    assert gw.call("POST", f"/v1/approvals/{item['id']}/approve", json={}).status_code == 403
+    resp = gw.call("POST", f"/v1/approvals/{item['id']}/approve", gw.approver, json={"reason": "ok"})
+    assert resp.status_code == 200 and resp.json()["status"] == "approved"
+    t.join(10)
+    assert out["value"].status_code == 200
+    deletes = [r for r in upstream.recorder.requests if r.method == "DELETE"]
+    assert len(deletes) == 1 and deletes[0].path == "/items/7"
+    final = gw.call("GET", f"/v1/approvals/{item['id']}", gw.approver).json()
+    assert final["used_at"] is not None and final["decided_by"] == "approver:alice"
+    # Used once: the same DELETE again asks again.
+    t2, out2 = background(lambda: requests.delete(url, proxies=sess["proxies"], timeout=30))
+    again = pending_for(gw, sess["id"])[0]
+    assert again["id"] != item["id"]
+    gw.call("POST", f"/v1/approvals/{again['id']}/deny", gw.approver, json={"reason": "not twice"})
+    t2.join(10)
+    assert out2["value"].status_code == 403
+    assert "not twice" in out2["value"].json()["reason"]
+    assert len([r for r in upstream.recorder.requests if r.method == "DELETE"]) == 1
+
+
+def test_deny_needs_reason_and_second_decision_409(gw, upstream):
+    sess = gw.session(allow=["allowed.test"])
+    t, out = background(lambda: requests.delete(f"http://allowed.test:{upstream.port}/x", proxies=sess["proxies"],
+                                                 timeout=30))
+    item = pending_for(gw, sess["id"])[0]
+    assert gw.call("POST", f"/v1/approvals/{item['id']}/deny", gw.approver, json={}).status_code == 400
+    assert gw.call("POST", f"/v1/approvals/{item['id']}/deny", gw.approver,
+                   json={"reason": "no deletes today"}).status_code == 200
+    assert gw.call("POST", f"/v1/approvals/{item['id']}/approve", gw.approver, json={}).status_code == 409
+    t.join(10)
+    assert out["value"].status_code == 403 and "no deletes today" in out["value"].json()["reason"]
+
+
+def test_client_disconnect_cancels_item(gw, upstream):
+    sess = gw.session(allow=["allowed.test"])
+    cred = base64.b64encode(f"x:{sess['token']}".encode()).decode()
+    sock = socket.create_connection(("127.0.0.1", gw.proxy_port), timeout=10)
+    sock.sendall((f"DELETE http://allowed.test:{upstream.port}/gone HTTP/1.1\r\nHost: allowed.test:{upstream.port}"
+                  f"\r\nProxy-Authorization: Basic {cred}\r\nContent-Length: 0\r\n\r\n").encode())
+    item = pending_for(gw, sess["id"])[0]
+    sock.close()
+    deadline = time.time() + 10
+    while time.time() < deadline:
+        status = gw.call("GET", f"/v1/approvals/{item['id']}", gw.approver).json()["status"]
+        if status != "pending":
+            break
+        time.sleep(0.05)
+    assert status == "cancelled"
+    assert not any(r.path == "/gone" for r in upstream.recorder.requests)
