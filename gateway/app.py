@@ -66,6 +66,8 @@ class Gateway:
         overrides = cfg.raw["egress"].get("resolve") or {}
         self.resolver = StaticResolver(overrides, system) if overrides else system
         self._setup_optional()
+        if self.broker_hooks is not None:
+            await self.broker_hooks.load_local_specs()
         await self._start_proxy()
         await self._start_api()
         self.own_listeners[:] = [self.proxy_addr, self.api_addr]

@@ -42,6 +42,7 @@ class ConnState:
 @dataclass
 class FlowState:
     session: dict
+    path: str = ""                                 # as the sandbox sent it (audit never sees injected values)
     decision: Decision | None = None
     started: float = 0.0
     bytes_out: int = 0
@@ -91,7 +92,7 @@ class EgressAddon:
         self.gw.audit.record(
             kind, session=sid, step=self.gw.sessions.steps.get(sid), action=action, reasons=reasons, codes=codes,
             request_id=flow.id, method=flow.request.method, host=flow.request.host,
-            path="" if flow.request.method == "CONNECT" else flow.request.path, http_status=status,
+            path="" if flow.request.method == "CONNECT" else (st.path or flow.request.path), http_status=status,
             bytes_in=st.bytes_in, bytes_out=st.bytes_out,
             policy_rev=st.decision.rev if st.decision else self.gw.engine.rev, detail=detail or {})
 
@@ -152,7 +153,7 @@ class EgressAddon:
             flow.response = auth_required(flow.id, "session ended or expired")
             self.gw.metrics.decisions.labels("egress", "auth").inc()
             return
-        st = FlowState(session=session, started=started)
+        st = FlowState(session=session, started=started, path=flow.request.path)
         flow.metadata["sandgate"] = st
         req = flow.request
         try:
@@ -169,6 +170,12 @@ class EgressAddon:
         sni = flow.client_conn.sni
         if req.method != "CONNECT" and sni and _norm_or_empty(sni) != host:
             return self.deny(flow, "egress.sni_mismatch", "the TLS server name does not match the destination")
+        found: set = set()
+        if self.gw.broker_hooks is not None:
+            found = self.gw.broker_hooks.scan_head(flow)
+            st.extra["head_secrets"] = found
+            if found and self.gw.broker_hooks.exfiltration(self, flow, st, found):
+                return
         literal = parse_ip_literal(host)
         ip, ip_class = "", ""
         if literal is not None:
@@ -180,7 +187,8 @@ class EgressAddon:
             session=session, now=time.time(), method=req.method, scheme=req.scheme if not is_connect else "",
             host=host, port=req.port, path="" if is_connect else req.path.split("?", 1)[0],
             query="" if is_connect else req.url.partition("?")[2], headers=req.headers.items(multi=True),
-            ip=ip, ip_class=ip_class)
+            ip=ip, ip_class=ip_class, secrets=[name for owner, name in found if owner == session["id"]],
+            markers=[session["placeholders"][n] for o, n in found if o == session["id"] and n in session["placeholders"]])
         decision = await self.gw.engine.decide("egress", doc)
         st.decision = decision
         if decision.action == "deny":
@@ -212,7 +220,7 @@ class EgressAddon:
             return
         if size is not None and size.isdigit() and int(size) <= cap:
             return
-        scanner = self.gw.request_stream_filter(flow, st) if self.gw.broker else None
+        scanner = self.gw.broker_hooks.request_stream_filter(flow, st) if self.gw.broker_hooks else None
 
         def count(chunk: bytes) -> bytes:
             st.bytes_out += len(chunk)
@@ -261,8 +269,6 @@ class EgressAddon:
             return
         st.audited = True
         d = st.decision
-        if self.gw.broker is not None:
-            self.gw.broker_hooks.scrub_response_headers(flow, st)
         self.gw.metrics.latency.observe(time.perf_counter() - st.started)
         self.audit(flow, st, action=d.action if d else "allow", codes=list(d.codes) if d else [],
                    reasons=list(d.reasons) if d else [], status=flow.response.status_code,

@@ -66,6 +66,14 @@ class _Handler(BaseHTTPRequestHandler):
         body = self._body()
         self.server.recorder.add(Seen(self.command, self.path, {k.lower(): v for k, v in self.headers.items()}, body))
         path = self.path.split("?", 1)[0]
+        if path.startswith("/auth/") and "Authorization" not in self.headers:
+            self.send_response(401)
+            self.send_header("WWW-Authenticate", 'Basic realm="test"')
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
+        if path.startswith("/split"):
+            return self._split(self.path.split("value=", 1)[-1].split("&", 1)[0].encode())
         if path.startswith("/big/"):
             return self._big(int(path.split("/")[2]))
         if path.startswith("/echo"):
@@ -84,6 +92,21 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         if self.command != "HEAD":
             self.wfile.write(payload)
+
+    def _split(self, value: bytes) -> None:
+        """Send `value` split across two chunks of a chunked response, with a pause between them."""
+        import time as _time
+
+        half = len(value) // 2
+        self.send_response(200)
+        self.send_header("Content-Type", "text/plain")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        for part in (b"token: " + value[:half], value[half:] + b" end\n"):
+            self.wfile.write(b"%x\r\n%s\r\n" % (len(part), part))
+            self.wfile.flush()
+            _time.sleep(0.3)
+        self.wfile.write(b"0\r\n\r\n")
 
     def _big(self, size: int) -> None:
         self.send_response(200)

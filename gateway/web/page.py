@@ -1,0 +1,282 @@
+"""The approval page: server-rendered Jinja2 (autoescaped) on the API listener, live via Server-Sent Events.
+
+Routes: `/` (queue), `/fragments/queue`, `/events` (SSE), `/approvals/{id}` (+ `/approve`, `/deny`), `/history`,
+`/login`, `/logout`, `/static/...`. Decisions go through `gw.approvals.decide`, the API's code path.
+"""
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import quote
+
+import aiohttp_jinja2
+import jinja2
+from aiohttp import web
+
+from gateway.api.auth import GW
+from gateway.approvals import ApprovalError
+from gateway.sessions import session_status
+from gateway.web import views
+from gateway.web.csrf import FIELD, check_request_origin, safe_next, token_matches
+from gateway.web.login import LoginError, PageSessions, PageUser, clear_cookie, set_cookie
+from gateway.web.oidc import OidcSettings, OidcVerifier
+
+log = logging.getLogger("sandgate.web")
+
+HERE = Path(__file__).resolve().parent
+HEARTBEAT_S = 15.0
+MAX_REASON = 2000
+SECURITY_HEADERS = {
+    "Content-Security-Policy": "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
+                               "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
+    "X-Content-Type-Options": "nosniff", "X-Frame-Options": "DENY", "Referrer-Policy": "no-referrer",
+    "Cache-Control": "no-store",
+}
+DECIDE_MESSAGES = {
+    "reason_required": "A deny needs a reason: say why in the Reason field.",
+    "already_voted": "You already voted on this approval.",
+    "forbidden": "You filed this approval, so you cannot decide it: someone else must.",
+    "conflict": "The approval changed while you were deciding; look again and retry.",
+}
+DONE_MESSAGES = {"approved": "Approved.", "denied": "Denied.", "voted": "Your approval was recorded."}
+
+
+@dataclass
+class PageState:
+    sessions: PageSessions
+    streams: set = field(default_factory=set)
+
+
+PAGE: web.AppKey = web.AppKey("sandgate_page", PageState)
+JINJA: web.AppKey = web.AppKey("sandgate_jinja", jinja2.Environment)
+
+
+def harden(resp: web.StreamResponse) -> web.StreamResponse:
+    for name, value in SECURITY_HEADERS.items():
+        resp.headers.setdefault(name, value)
+    return resp
+
+
+def redirect(location: str) -> web.Response:
+    return harden(web.Response(status=303, headers={"Location": location}))
+
+
+def render(request: web.Request, name: str, ctx: dict, status: int = 200) -> web.Response:
+    ctx.setdefault("user", None)
+    return harden(aiohttp_jinja2.render_template(name, request, ctx, status=status, app_key=JINJA))
+
+
+def error_page(request: web.Request, status: int, message: str, user: PageUser | None = None) -> web.Response:
+    return render(request, "error.html", {"status": status, "message": message, "user": user}, status=status)
+
+
+def page(*, login: bool = True, post: bool = False):
+    """Wrap a handler: origin check and CSRF token for POSTs, login, and no stack trace ever."""
+    def wrap(handler):
+        @functools.wraps(handler)
+        async def run(request: web.Request) -> web.StreamResponse:
+            try:
+                user = request.app[PAGE].sessions.user(request)
+                if post:
+                    refused = check_request_origin(request.method, request.headers, request.host)
+                    if refused:
+                        return error_page(request, 403, refused, user)
+                if login and user is None:
+                    return redirect("/login?next=" + web_quote(request.path_qs if not post else "/"))
+                if post and login:
+                    form = await request.post()
+                    if not token_matches(user.csrf, form.get(FIELD)):
+                        return error_page(request, 403, "The form's CSRF token is missing or wrong: "
+                                                        "reload the page and try again.", user)
+                    request["form"] = form
+                return await handler(request, user)
+            except Exception:  # noqa: BLE001 - never a stack trace on the page
+                log.exception("page error on %s %s", request.method, request.path)
+                return error_page(request, 500, "Something went wrong. The error was logged.")
+        return run
+    return wrap
+
+
+def web_quote(path: str) -> str:
+    return quote(path, safe="/")
+
+
+# -- login -----------------------------------------------------------------------------------------
+@page(login=False)
+async def login_form(request: web.Request, user: PageUser | None) -> web.StreamResponse:
+    nxt = safe_next(request.query.get("next"))
+    if user is not None:
+        return redirect(nxt)
+    return render(request, "login.html", {"next": nxt, "error": "", "oidc": request.app[PAGE].sessions.oidc})
+
+
+@page(login=False, post=True)
+async def login_submit(request: web.Request, user: PageUser | None) -> web.StreamResponse:
+    form = await request.post()
+    nxt = safe_next(str(form.get("next") or "/"))
+    token = form.get("token")
+    try:
+        value, ttl = await request.app[PAGE].sessions.login(token if isinstance(token, str) else "", time.time())
+    except LoginError as exc:
+        ctx = {"next": nxt, "error": str(exc), "oidc": request.app[PAGE].sessions.oidc}
+        return render(request, "login.html", ctx, status=401)
+    resp = redirect(nxt)
+    set_cookie(resp, request, value, ttl)
+    return resp
+
+
+@page(post=True)
+async def logout(request: web.Request, user: PageUser) -> web.StreamResponse:
+    request.app[PAGE].sessions.logout(user)
+    resp = redirect("/login")
+    clear_cookie(resp, request)
+    return resp
+
+
+# -- queue -----------------------------------------------------------------------------------------
+async def pending(request: web.Request) -> list[dict]:
+    rows = await request.app[GW].store.list_approvals(status="pending")
+    return views.pending_items(rows, time.time())
+
+
+@page()
+async def queue_page(request: web.Request, user: PageUser) -> web.StreamResponse:
+    return render(request, "queue.html", {"user": user, "items": await pending(request)})
+
+
+async def queue_fragment(request: web.Request) -> web.StreamResponse:
+    if request.app[PAGE].sessions.user(request) is None:
+        return harden(web.Response(status=401, text="log in first"))
+    return render(request, "_queue.html", {"items": await pending(request)})
+
+
+async def events(request: web.Request) -> web.StreamResponse:
+    """SSE: one `approval` event per change; a comment every HEARTBEAT_S; ends on logout or shutdown."""
+    state, gw = request.app[PAGE], request.app[GW]
+    if state.sessions.user(request) is None:
+        return harden(web.Response(status=401, text="log in first"))
+    resp = harden(web.StreamResponse(headers={"Content-Type": "text/event-stream", "X-Accel-Buffering": "no"}))
+    await resp.prepare(request)
+    q = gw.approvals.subscribe()
+    state.streams.add(q)
+    try:
+        await resp.write(b"retry: 3000\n\n")
+        while True:
+            try:
+                item = await asyncio.wait_for(q.get(), HEARTBEAT_S)
+            except asyncio.TimeoutError:
+                if state.sessions.user(request) is None:
+                    await resp.write(b"event: logout\ndata: {}\n\n")
+                    break
+                await resp.write(b": heartbeat\n\n")
+                continue
+            if item is None:
+                break
+            await resp.write(f"event: approval\ndata: {json.dumps(item)}\n\n".encode())
+    except ConnectionResetError:
+        pass
+    finally:
+        state.streams.discard(q)
+        gw.approvals.unsubscribe(q)
+    return resp
+
+
+async def close_streams(app: web.Application) -> None:
+    for q in list(app[PAGE].streams):
+        while True:
+            try:
+                q.put_nowait(None)
+                break
+            except asyncio.QueueFull:
+                q.get_nowait()
+
+
+# -- detail and decisions --------------------------------------------------------------------------
+async def detail_ctx(request: web.Request, row: dict) -> dict:
+    gw, now = request.app[GW], time.time()
+    sess = await gw.store.get_session(row["session"])
+    await gw.audit.flush()
+    evs = await gw.store.list_events(session=row["session"], limit=20, newest=True)
+    status = session_status(sess, now) if sess else "unknown"
+    return {"a": views.detail_view(row, sess, status, evs, now), "message": "", "error": "", "reason_text": ""}
+
+
+@page()
+async def detail_page(request: web.Request, user: PageUser) -> web.StreamResponse:
+    row = await request.app[GW].approvals.get(request.match_info["aid"])
+    if row is None:
+        return error_page(request, 404, "There is no such approval.", user)
+    ctx = await detail_ctx(request, row)
+    ctx.update(user=user, message=DONE_MESSAGES.get(request.query.get("done", ""), ""))
+    return render(request, "detail.html", ctx)
+
+
+async def decide(request: web.Request, user: PageUser, verdict: str) -> web.StreamResponse:
+    aid, gw = request.match_info["aid"], request.app[GW]
+    reason = request["form"].get("reason")
+    reason = reason.strip()[:MAX_REASON] if isinstance(reason, str) else ""
+    try:
+        row = await gw.approvals.decide(aid, user.ident, verdict, reason or None)
+    except ApprovalError as exc:
+        row = await gw.approvals.get(aid)
+        if row is None:
+            return error_page(request, 404, "There is no such approval.", user)
+        ctx = await detail_ctx(request, row)
+        msg = DECIDE_MESSAGES.get(exc.code) or f"This approval was already decided: it is {row['status']}."
+        ctx.update(user=user, error=msg, reason_text=reason)
+        return render(request, "detail.html", ctx, status=exc.status)
+    done = row["status"] if row["status"] in ("approved", "denied") else "voted"
+    return redirect(f"/approvals/{web_quote(aid)}?done={done}")
+
+
+@page(post=True)
+async def approve(request: web.Request, user: PageUser) -> web.StreamResponse:
+    return await decide(request, user, "approve")
+
+
+@page(post=True)
+async def deny(request: web.Request, user: PageUser) -> web.StreamResponse:
+    return await decide(request, user, "deny")
+
+
+# -- history ---------------------------------------------------------------------------------------
+@page()
+async def history_page(request: web.Request, user: PageUser) -> web.StreamResponse:
+    q = request.query
+    session = q.get("session", "").strip()[:100]
+    kind = q.get("kind", "") if q.get("kind", "") in views.KINDS else ""
+    state = q.get("state", "") if q.get("state", "") in views.FINAL_STATES else ""
+    rows: list[dict] = []
+    for status in [state] if state else views.FINAL_STATES:
+        rows += await request.app[GW].store.list_approvals(status=status, session=session or None,
+                                                           kind=kind or None, limit=5000)
+    ctx = {"user": user, "items": views.history_items(rows), "f": {"session": session, "kind": kind,
+                                                                     "state": state},
+           "kinds": views.KINDS, "states": views.FINAL_STATES}
+    return render(request, "history.html", ctx)
+
+
+def setup_page(app: web.Application, gw) -> None:
+    env = aiohttp_jinja2.setup(app, app_key=JINJA, loader=jinja2.FileSystemLoader(str(HERE / "templates")),
+                               autoescape=True, undefined=jinja2.StrictUndefined)
+    env.filters["reveal"] = views.reveal
+    settings = OidcSettings.from_config(gw.cfg.raw.get("web", {}).get("oidc", {}))
+    app[PAGE] = PageState(PageSessions(gw, OidcVerifier(settings) if settings else None))
+    r = app.router
+    r.add_get("/", queue_page)
+    r.add_get("/login", login_form)
+    r.add_post("/login", login_submit)
+    r.add_post("/logout", logout)
+    r.add_get("/fragments/queue", queue_fragment)
+    r.add_get("/events", events)
+    r.add_get("/history", history_page)
+    r.add_get("/approvals/{aid}", detail_page)
+    r.add_post("/approvals/{aid}/approve", approve)
+    r.add_post("/approvals/{aid}/deny", deny)
+    r.add_static("/static/", HERE / "static", name="static", append_version=False)
+    app.on_shutdown.append(close_streams)
