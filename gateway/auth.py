@@ -27,6 +27,7 @@ class Principal:
     workload: str | None = None
     jti: str | None = None
     exp: float | None = None
+    purpose: str | None = None          # "page" for approval-page cookies (never accepted by the API)
 
     @property
     def ident(self) -> str:
@@ -61,13 +62,15 @@ class TokenSigner:
         self._key = key
 
     def mint(self, role: str, name: str, ttl_s: float | None = None, *, session_id: str | None = None,
-             workload: str | None = None, now: float | None = None) -> str:
+             workload: str | None = None, now: float | None = None, purpose: str | None = None) -> str:
         if role not in ROLES:
             raise ValueError(f"unknown role {role!r}")
         now = time.time() if now is None else now
         claims = {"iss": ISSUER, "role": role, "sub": name, "iat": int(now), "jti": uuid.uuid4().hex}
         if ttl_s is not None:
             claims["exp"] = int(now + ttl_s)
+        if purpose is not None:
+            claims["pur"] = purpose
         if session_id is not None:
             claims["sid"] = session_id
             claims["wl"] = workload
@@ -83,4 +86,5 @@ class TokenSigner:
         if role not in ROLES or (role == "session" and not claims.get("sid")):
             raise AuthError("bad role claim")
         return Principal(role=role, name=str(claims["sub"]), session_id=claims.get("sid"),
-                         workload=claims.get("wl"), jti=claims.get("jti"), exp=claims.get("exp"))
+                         workload=claims.get("wl"), jti=claims.get("jti"), exp=claims.get("exp"),
+                         purpose=claims.get("pur"))

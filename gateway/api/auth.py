@@ -27,6 +27,8 @@ def require(request: web.Request, *roles: str) -> Principal:
         principal = gw.signer.verify(token)
     except AuthError:
         raise ApiError(401, "unauthorized", "the token is invalid or expired") from None
+    if principal.purpose is not None:
+        raise ApiError(401, "unauthorized", "this token is not an API token")
     if principal.role == "admin" or principal.role in roles:
         return principal
     raise ApiError(403, "forbidden", f"a {principal.role} token may not do this")

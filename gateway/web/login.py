@@ -57,7 +57,7 @@ class PageSessions:
         except AuthError:
             p = None
         if p is not None:
-            if p.role not in PAGE_ROLES:
+            if p.role not in PAGE_ROLES or p.purpose is not None:
                 raise LoginError("This token may not log in here: use an approver or admin token.")
             role, name, exp = p.role, p.name, p.exp
         elif self.oidc is not None:
@@ -72,7 +72,7 @@ class PageSessions:
         if ttl <= 0:
             raise LoginError("The token is invalid or expired.")
         # exp is a whole second: the small pad keeps int(now + ttl) from landing a second early.
-        return self.gw.signer.mint(role, name, ttl + 1e-3, now=now), ttl
+        return self.gw.signer.mint(role, name, ttl + 1e-3, now=now, purpose="page"), ttl
 
     def user(self, request: web.Request) -> PageUser | None:
         value = request.cookies.get(SECURE_COOKIE) or request.cookies.get(COOKIE)
@@ -82,7 +82,8 @@ class PageSessions:
             p = self.gw.signer.verify(value)
         except AuthError:
             return None
-        if p.role not in PAGE_ROLES or p.exp is None or not p.jti or p.jti in self._revoked:
+        if (p.role not in PAGE_ROLES or p.purpose != "page" or p.exp is None or not p.jti
+                or p.jti in self._revoked):
             return None
         return PageUser(p, p.jti)
 

@@ -5,14 +5,8 @@ Routes: `/` (queue), `/fragments/queue`, `/events` (SSE), `/approvals/{id}` (+ `
 """
 from __future__ import annotations
 
-import asyncio
-import functools
-import json
-import logging
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
-from urllib.parse import quote
 
 import aiohttp_jinja2
 import jinja2
@@ -22,21 +16,14 @@ from gateway.api.auth import GW
 from gateway.approvals import ApprovalError
 from gateway.sessions import session_status
 from gateway.web import views
-from gateway.web.csrf import FIELD, check_request_origin, safe_next, token_matches
+from gateway.web.csrf import safe_next
 from gateway.web.login import LoginError, PageSessions, PageUser, clear_cookie, set_cookie
 from gateway.web.oidc import OidcSettings, OidcVerifier
-
-log = logging.getLogger("sandgate.web")
+from gateway.web.respond import JINJA, PAGE, PageState, error_page, harden, page, redirect, render, web_quote
+from gateway.web.sse import close_streams, events
 
 HERE = Path(__file__).resolve().parent
-HEARTBEAT_S = 15.0
 MAX_REASON = 2000
-SECURITY_HEADERS = {
-    "Content-Security-Policy": "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
-                               "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
-    "X-Content-Type-Options": "nosniff", "X-Frame-Options": "DENY", "Referrer-Policy": "no-referrer",
-    "Cache-Control": "no-store",
-}
 DECIDE_MESSAGES = {
     "reason_required": "A deny needs a reason: say why in the Reason field.",
     "already_voted": "You already voted on this approval.",
@@ -44,66 +31,6 @@ DECIDE_MESSAGES = {
     "conflict": "The approval changed while you were deciding; look again and retry.",
 }
 DONE_MESSAGES = {"approved": "Approved.", "denied": "Denied.", "voted": "Your approval was recorded."}
-
-
-@dataclass
-class PageState:
-    sessions: PageSessions
-    streams: set = field(default_factory=set)
-
-
-PAGE: web.AppKey = web.AppKey("sandgate_page", PageState)
-JINJA: web.AppKey = web.AppKey("sandgate_jinja", jinja2.Environment)
-
-
-def harden(resp: web.StreamResponse) -> web.StreamResponse:
-    for name, value in SECURITY_HEADERS.items():
-        resp.headers.setdefault(name, value)
-    return resp
-
-
-def redirect(location: str) -> web.Response:
-    return harden(web.Response(status=303, headers={"Location": location}))
-
-
-def render(request: web.Request, name: str, ctx: dict, status: int = 200) -> web.Response:
-    ctx.setdefault("user", None)
-    return harden(aiohttp_jinja2.render_template(name, request, ctx, status=status, app_key=JINJA))
-
-
-def error_page(request: web.Request, status: int, message: str, user: PageUser | None = None) -> web.Response:
-    return render(request, "error.html", {"status": status, "message": message, "user": user}, status=status)
-
-
-def page(*, login: bool = True, post: bool = False):
-    """Wrap a handler: origin check and CSRF token for POSTs, login, and no stack trace ever."""
-    def wrap(handler):
-        @functools.wraps(handler)
-        async def run(request: web.Request) -> web.StreamResponse:
-            try:
-                user = request.app[PAGE].sessions.user(request)
-                if post:
-                    refused = check_request_origin(request.method, request.headers, request.host)
-                    if refused:
-                        return error_page(request, 403, refused, user)
-                if login and user is None:
-                    return redirect("/login?next=" + web_quote(request.path_qs if not post else "/"))
-                if post and login:
-                    form = await request.post()
-                    if not token_matches(user.csrf, form.get(FIELD)):
-                        return error_page(request, 403, "The form's CSRF token is missing or wrong: "
-                                                        "reload the page and try again.", user)
-                    request["form"] = form
-                return await handler(request, user)
-            except Exception:  # noqa: BLE001 - never a stack trace on the page
-                log.exception("page error on %s %s", request.method, request.path)
-                return error_page(request, 500, "Something went wrong. The error was logged.")
-        return run
-    return wrap
-
-
-def web_quote(path: str) -> str:
-    return quote(path, safe="/")
 
 
 # -- login -----------------------------------------------------------------------------------------
@@ -155,47 +82,6 @@ async def queue_fragment(request: web.Request) -> web.StreamResponse:
     return render(request, "_queue.html", {"items": await pending(request)})
 
 
-async def events(request: web.Request) -> web.StreamResponse:
-    """SSE: one `approval` event per change; a comment every HEARTBEAT_S; ends on logout or shutdown."""
-    state, gw = request.app[PAGE], request.app[GW]
-    if state.sessions.user(request) is None:
-        return harden(web.Response(status=401, text="log in first"))
-    resp = harden(web.StreamResponse(headers={"Content-Type": "text/event-stream", "X-Accel-Buffering": "no"}))
-    await resp.prepare(request)
-    q = gw.approvals.subscribe()
-    state.streams.add(q)
-    try:
-        await resp.write(b"retry: 3000\n\n")
-        while True:
-            try:
-                item = await asyncio.wait_for(q.get(), HEARTBEAT_S)
-            except asyncio.TimeoutError:
-                if state.sessions.user(request) is None:
-                    await resp.write(b"event: logout\ndata: {}\n\n")
-                    break
-                await resp.write(b": heartbeat\n\n")
-                continue
-            if item is None:
-                break
-            await resp.write(f"event: approval\ndata: {json.dumps(item)}\n\n".encode())
-    except ConnectionResetError:
-        pass
-    finally:
-        state.streams.discard(q)
-        gw.approvals.unsubscribe(q)
-    return resp
-
-
-async def close_streams(app: web.Application) -> None:
-    for q in list(app[PAGE].streams):
-        while True:
-            try:
-                q.put_nowait(None)
-                break
-            except asyncio.QueueFull:
-                q.get_nowait()
-
-
 # -- detail and decisions --------------------------------------------------------------------------
 async def detail_ctx(request: web.Request, row: dict) -> dict:
     gw, now = request.app[GW], time.time()
@@ -203,7 +89,8 @@ async def detail_ctx(request: web.Request, row: dict) -> dict:
     await gw.audit.flush()
     evs = await gw.store.list_events(session=row["session"], limit=20, newest=True)
     status = session_status(sess, now) if sess else "unknown"
-    return {"a": views.detail_view(row, sess, status, evs, now), "message": "", "error": "", "reason_text": ""}
+    view = views.detail_view(row, sess, status, evs, now, hold_s=gw.approvals.hold_timeout_s)
+    return {"a": view, "message": "", "error": "", "reason_text": ""}
 
 
 @page()

@@ -105,9 +105,21 @@ def step_view(ev: Mapping[str, Any]) -> dict:
             "reasons": "; ".join(str(r) for r in ev.get("reasons") or [])}
 
 
+def hold_note(row: Mapping[str, Any], hold_s: float | None, now: float) -> str:
+    """For a pending held egress request: how long its client still waits, or that it stopped waiting."""
+    if row["kind"] != "egress" or row["status"] != "pending" or not hold_s:
+        return ""
+    left = row["created_at"] + hold_s - now
+    if left > 0:
+        return f"The request is held open for {duration(left)} more."
+    return ("The held request already timed out (its client got 403); approving lets an identical retry "
+            "through once.")
+
+
 def detail_view(row: Mapping[str, Any], session: Mapping[str, Any] | None, session_status: str,
-                events: Iterable[Mapping[str, Any]], now: float) -> dict:
+                events: Iterable[Mapping[str, Any]], now: float, hold_s: float | None = None) -> dict:
     return {
+        "hold_note": hold_note(row, hold_s, now),
         "id": row["id"], "status": row["status"], "kind": row["kind"], "summary": row["summary"],
         "session_id": row["session"], "session": session_view(session, now, session_status),
         "action": action_view(row["kind"], row.get("action") or {}), "reasons": list(row.get("reasons") or []),

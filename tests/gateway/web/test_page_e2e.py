@@ -1,0 +1,235 @@
+"""The approval page end to end: a real sandgate, real held requests (curl through the proxy), real tool calls,
+and Debian's Chromium driven by Playwright through accessible names (the contract)."""
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import threading
+import time
+
+import pytest
+import requests
+from playwright.sync_api import expect
+
+from tests.gateway.web.conftest import file_toolcall, login, need_curl, parse_html
+
+pytestmark = pytest.mark.e2e
+
+
+def background(fn):
+    out: dict = {}
+
+    def run():
+        try:
+            out["value"] = fn()
+        except Exception as exc:  # noqa: BLE001
+            out["error"] = exc
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    return t, out
+
+
+def held_curl(sess: dict, url: str) -> subprocess.Popen:
+    return subprocess.Popen([need_curl(), "-sS", "-x", sess["proxy_url"], "-X", "DELETE", "-w", "\n%{http_code}",
+                             "--max-time", "60", url], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def curl_result(proc: subprocess.Popen) -> tuple[int, str]:
+    out, err = proc.communicate(timeout=30)
+    body, _, code = out.rpartition("\n")
+    return int(code), body
+
+
+def test_queue_updates_live_and_decisions_release_callers(sg, upstream, page, artifacts):
+    login(page, sg, sg.approver)
+    expect(page.get_by_role("heading", name="Pending approvals")).to_be_visible()
+    page.evaluate("window.__notReloaded = true")
+    sess = sg.session(allow=["allowed.test"], labels={"team": "payments"})
+
+    # A tool call filed through the API shows up without a reload.
+    aid = file_toolcall(sg, sess["id"], {"target": "prod", "version": "1.4.2"})
+    expect(page.get_by_role("link", name=re.compile("deploy prod"))).to_be_visible()
+    # A held egress DELETE (curl through the proxy) shows up too.
+    url = f"http://allowed.test:{upstream.port}/items/42"
+    curl = held_curl(sess, url)
+    expect(page.get_by_role("link", name=f"DELETE {url}")).to_be_visible()
+    assert page.evaluate("window.__notReloaded") is True, "the queue must update without a reload"
+    page.screenshot(path=str(artifacts / "approval-queue.png"))
+    assert not any(r.method == "DELETE" for r in upstream.recorder.requests), "held, not forwarded"
+
+    # Approving the tool call on the page releases a waiting long-poll at once.
+    poll, polled = background(lambda: sg.call("GET", f"/v1/approvals/{aid}?wait=30", timeout=40))
+    time.sleep(0.3)
+    page.get_by_role("link", name=re.compile("deploy prod")).click()
+    expect(page.get_by_label("Reason")).to_be_visible()
+    expect(page.get_by_text('"target": "prod"')).to_be_visible()
+    page.screenshot(path=str(artifacts / "approval-detail.png"), full_page=True)
+    page.get_by_label("Reason").fill("release window, change CHG-1234")
+    page.get_by_role("button", name="Approve").click()
+    expect(page.locator("#status")).to_have_text("approved")
+    expect(page.get_by_role("definition").filter(has_text="release window, change CHG-1234")).to_be_visible()
+    poll.join(15)
+    assert polled["value"].status_code == 200
+    assert polled["value"].json()["status"] == "approved"
+    assert polled["value"].json()["decided_by"] == "approver:alice"
+
+    # Approving the held DELETE lets curl through (200 from the upstream).
+    page.get_by_role("link", name="Queue").click()
+    page.get_by_role("link", name=f"DELETE {url}").click()
+    page.get_by_role("button", name="Approve").click()
+    expect(page.locator("#status")).to_have_text("approved")
+    code, _ = curl_result(curl)
+    assert code == 200
+    assert [r.path for r in upstream.recorder.requests if r.method == "DELETE"] == ["/items/42"]
+
+    # Denying needs a reason; the reason reaches the held client.
+    url2 = f"http://allowed.test:{upstream.port}/items/43"
+    curl2 = held_curl(sess, url2)
+    page.get_by_role("link", name="Queue").click()
+    page.get_by_role("link", name=f"DELETE {url2}").click()
+    page.get_by_role("button", name="Deny").click()
+    expect(page.get_by_role("alert")).to_contain_text("needs a reason")
+    expect(page.locator("#status")).to_have_text("pending")
+    page.get_by_label("Reason").fill("no deletes during the freeze")
+    page.get_by_role("button", name="Deny").click()
+    expect(page.locator("#status")).to_have_text("denied")
+    code, body = curl_result(curl2)
+    assert code == 403
+    assert "no deletes during the freeze" in json.loads(body)["reason"]
+    assert not any(r.path == "/items/43" for r in upstream.recorder.requests)
+
+    # History lists both decisions with who and why, and filters by state.
+    page.get_by_role("link", name="History").click()
+    expect(page.get_by_role("link", name=f"DELETE {url2}")).to_be_visible()
+    page.get_by_label("State").select_option("denied")
+    page.get_by_role("button", name="Filter").click()
+    expect(page.get_by_role("link", name=f"DELETE {url2}")).to_be_visible()
+    expect(page.get_by_role("link", name=f"DELETE {url}")).to_have_count(0)
+    expect(page.get_by_role("cell", name="no deletes during the freeze")).to_be_visible()
+    assert page.dialogs == []
+
+
+def test_a_decided_item_answers_a_second_decision_kindly(sg, page):
+    sess = sg.session(allow=[])
+    aid = file_toolcall(sg, sess["id"], {"target": "staging"})
+    login(page, sg, sg.approver, f"/approvals/{aid}")
+    expect(page.get_by_role("button", name="Approve")).to_be_visible()
+    # Somebody else denies it through the API while the page is open.
+    other = sg.token("approver", "carol")
+    assert sg.call("POST", f"/v1/approvals/{aid}/deny", other, json={"reason": "carol says no"}).status_code == 200
+    expect(page.get_by_role("status").filter(has_text="changed elsewhere")).to_be_visible()
+    page.get_by_role("button", name="Approve").click()
+    expect(page.get_by_role("alert")).to_contain_text("already decided")
+    expect(page.locator("#status")).to_have_text("denied")
+    expect(page.get_by_role("definition").filter(has_text="carol says no")).to_be_visible()
+    expect(page.get_by_role("button", name="Approve")).to_have_count(0)
+
+
+def test_attacker_controlled_arguments_render_as_inert_text(sg, page):
+    script, img = "<script>alert(1)</script>", "<img src=x onerror=alert(2)>"
+    sess = sg.session(allow=[], labels={"team": "<img src=y onerror=alert(3)>"})
+    aid = file_toolcall(sg, sess["id"], {"target": script, "notes": img, "file": "invoice\u202etxt.exe"})
+    login(page, sg, sg.approver)
+    link = page.get_by_role("link", name=f"deploy {script}")
+    expect(link).to_be_visible()
+    link.click()
+    expect(page).to_have_url(re.compile(f"/approvals/{aid}$"))
+    expect(page.get_by_role("heading", name=f"deploy {script}")).to_be_visible()
+    args = page.get_by_label("Arguments (JSON)")
+    expect(args).to_contain_text(script)
+    expect(args).to_contain_text(img)
+    expect(args).to_contain_text("invoice\\u{202E}txt.exe")  # bidi override shown, not obeyed
+    expect(page.get_by_text("team=<img src=y onerror=alert(3)>")).to_be_visible()
+    assert page.locator("main img, main script").count() == 0
+    page.wait_for_timeout(500)
+    assert page.dialogs == [], f"a dialog fired: {page.dialogs}"
+
+
+def test_keyboard_only_decision(sg, page):
+    sess = sg.session(allow=[])
+    file_toolcall(sg, sess["id"], {"target": "keyboard"})
+    page.goto(sg.api + "/")
+    page.get_by_label("Token").focus()
+    page.keyboard.type(sg.approver)
+    page.keyboard.press("Enter")
+    link = page.get_by_role("link", name="deploy keyboard")
+    link.focus()
+    page.keyboard.press("Enter")
+    reason = page.get_by_label("Reason")
+    reason.focus()
+    page.keyboard.type("checked by keyboard")
+    page.keyboard.press("Tab")
+    expect(page.get_by_role("button", name="Approve")).to_be_focused()
+    page.keyboard.press("Enter")
+    expect(page.locator("#status")).to_have_text("approved")
+
+
+def test_session_token_cannot_log_in(sg, page, context):
+    sess = sg.session(allow=[])
+    login(page, sg, sess["token"])
+    expect(page.get_by_role("alert")).to_contain_text("may not log in")
+    expect(page.get_by_role("button", name="Log in")).to_be_visible()
+    login(page, sg, sg.harness_token)
+    expect(page.get_by_role("alert")).to_contain_text("may not log in")
+    login(page, sg, "not-a-token")
+    expect(page.get_by_role("alert")).to_contain_text("invalid or expired")
+    assert context.cookies() == []
+
+
+def test_expired_approver_token_is_sent_back_to_login(sg, page):
+    # ttl 2 s (not 1): minting in a subprocess can eat most of a one-second token before the click.
+    token = sg.token("approver", "bob", ttl_s=2)
+    login(page, sg, token)
+    expect(page.get_by_role("heading", name="Pending approvals")).to_be_visible()
+    expect(page.get_by_text("approver:bob")).to_be_visible()
+    time.sleep(3)
+    page.goto(sg.api + "/history")
+    expect(page).to_have_url(re.compile(r"/login\?next=/history$"))
+    expect(page.get_by_label("Token")).to_be_visible()
+
+
+def test_cookie_flags_and_csrf(sg, page, context):
+    sess = sg.session(allow=[])
+    aid = file_toolcall(sg, sess["id"], {"target": "csrf-check"})
+    login(page, sg, sg.approver, f"/approvals/{aid}")
+    expect(page.get_by_role("button", name="Approve")).to_be_visible()
+    cookies = context.cookies()
+    assert len(cookies) == 1
+    c = cookies[0]
+    assert c["httpOnly"] is True and c["sameSite"] == "Strict" and c["path"] == "/"
+    assert c["secure"] is False  # plain http on loopback; Secure (and the __Host- name) when served over TLS
+    assert page.evaluate("document.cookie") == "", "the page's script cannot read the session cookie"
+
+    # The rendered form carries the per-login token (parsed, not grepped).
+    doc = parse_html(page.content())
+    form = next(f for f in doc.find_all("form") if f.find("textarea", name="reason") is not None)
+    token = form.find("input", name="csrf_token").attrs["value"]
+    assert form.find("input", name="csrf_token").attrs["type"] == "hidden" and len(token) >= 32
+    assert {b.text().strip() for b in form.find_all("button")} == {"Approve", "Deny"}
+
+    jar = {c["name"]: c["value"]}
+    # The page cookie is not an API token.
+    assert sg.call("POST", f"/v1/approvals/{aid}/approve", c["value"], json={}).status_code == 401
+    url = f"{sg.api}/approvals/{aid}/approve"
+    assert requests.post(url, cookies=jar, data={"reason": "x"}, allow_redirects=False).status_code == 403
+    assert requests.post(url, cookies=jar, data={"reason": "x", "csrf_token": "0" * 32},
+                         allow_redirects=False).status_code == 403
+    assert requests.post(url, cookies=jar, data={"csrf_token": token}, headers={"Sec-Fetch-Site": "cross-site"},
+                         allow_redirects=False).status_code == 403
+    assert requests.post(url, cookies=jar, data={"csrf_token": token}, headers={"Origin": "http://evil.test"},
+                         allow_redirects=False).status_code == 403
+    assert requests.post(f"{sg.api}/logout", cookies=jar, allow_redirects=False).status_code == 403
+    assert sg.call("GET", f"/v1/approvals/{aid}", sg.approver).json()["status"] == "pending"
+    # With the token (and same-origin headers) the same request works.
+    ok = requests.post(url, cookies=jar, data={"csrf_token": token},
+                       headers={"Origin": sg.api, "Sec-Fetch-Site": "same-origin"}, allow_redirects=False)
+    assert ok.status_code == 303
+    assert sg.call("GET", f"/v1/approvals/{aid}", sg.approver).json()["status"] == "approved"
+
+    # Logging out (the button, with its token) ends the login, and the old cookie is refused afterwards.
+    page.get_by_role("button", name="Log out").click()
+    expect(page.get_by_label("Token")).to_be_visible()
+    assert context.cookies() == []
+    assert requests.get(sg.api + "/", cookies=jar, allow_redirects=False).status_code == 303
