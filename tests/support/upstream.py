@@ -7,6 +7,7 @@ import json
 import socket
 import ssl
 import threading
+import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -23,6 +24,7 @@ class Seen:
     path: str
     headers: dict
     body: bytes
+    at: float = field(default_factory=time.time)
 
 
 @dataclass
