@@ -14,8 +14,16 @@ class Metrics:
                                  registry=self.registry)
         self.sessions_live = Gauge("sandgate_sessions_live", "Live sessions", registry=self.registry)
         self.approvals_pending = Gauge("sandgate_approvals_pending", "Pending approvals", registry=self.registry)
+        self._children: dict = {}
         self.exfiltration = Counter("sandgate_exfiltration_blocked", "Placeholders sent to unbound hosts",
                                     registry=self.registry)
+
+    def decision(self, kind: str, action: str) -> None:
+        """Count a decision (labelled children cached: this runs on every request)."""
+        child = self._children.get((kind, action))
+        if child is None:
+            child = self._children[(kind, action)] = self.decisions.labels(kind, action)
+        child.inc()
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

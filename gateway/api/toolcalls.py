@@ -74,7 +74,7 @@ async def post_toolcall(request: web.Request) -> web.Response:
                "tool": {"name": tool, "args": args}, "step": step,
                "shell": {"parsed": False, "commands": []}, "sql": {"parsed": False, "kinds": []}}
     decision = await gw.engine.decide("toolcall", doc)
-    gw.metrics.decisions.labels("toolcall", decision.action).inc()
+    gw.metrics.decision("toolcall", decision.action)
     tcid = "t_" + secrets.token_hex(8)
     out = {"id": tcid, "decision": decision.action, "reasons": list(decision.reasons),
            "codes": list(decision.codes)}

@@ -31,6 +31,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("sandgate.egress")
 
 READ_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+STREAM_ABOVE_BYTES = 256 * 1024      # responses larger (or of unknown size) stream through
 
 
 @dataclass
@@ -66,6 +67,7 @@ class EgressAddon:
     def __init__(self, gw: "Gateway"):
         self.gw = gw
         self.conns: "weakref.WeakKeyDictionary[connection.Client, ConnState]" = weakref.WeakKeyDictionary()
+        self._tokens: dict[str, Principal] = {}       # verified session tokens (signature checked once)
 
     # -- helpers ---------------------------------------------------------------------------------
     def fstate(self, flow: http.HTTPFlow) -> FlowState | None:
@@ -76,7 +78,7 @@ class EgressAddon:
         flow.request.stream = False
         flow.response = denial(code, reason, flow.id, status=status)
         flow.metadata["sandgate_denied"] = (code, reason)
-        self.gw.metrics.decisions.labels("egress", "deny").inc()
+        self.gw.metrics.decision("egress", "deny")
         st = self.fstate(flow)
         if audit and st is not None and not st.audited:
             st.audited = True
@@ -106,10 +108,18 @@ class EgressAddon:
             if state is not None:
                 return state.principal, ""
             return None, "proxy authentication required"
-        try:
-            principal = self.gw.signer.verify(token)
-        except AuthError:
-            return None, "invalid session token"
+        principal = self._tokens.get(token)
+        if principal is None:
+            try:
+                principal = self.gw.signer.verify(token)
+            except AuthError:
+                return None, "invalid session token"
+            if len(self._tokens) >= 4096:
+                self._tokens.clear()
+            self._tokens[token] = principal
+        if principal.exp is not None and principal.exp <= time.time():
+            self._tokens.pop(token, None)
+            return None, "session token expired"
         if principal.role != "session":
             return None, "not a session token"
         self.conns[flow.client_conn] = ConnState(principal)
@@ -145,13 +155,13 @@ class EgressAddon:
         principal, why = self.authenticate(flow)
         if principal is None:
             flow.response = auth_required(flow.id, why)
-            self.gw.metrics.decisions.labels("egress", "auth").inc()
+            self.gw.metrics.decision("egress", "auth")
             return
         session = self.gw.sessions.live(principal.session_id)
         if session is None:
             self.conns.pop(flow.client_conn, None)
             flow.response = auth_required(flow.id, "session ended or expired")
-            self.gw.metrics.decisions.labels("egress", "auth").inc()
+            self.gw.metrics.decision("egress", "auth")
             return
         st = FlowState(session=session, started=started, path=flow.request.path)
         flow.metadata["sandgate"] = st
@@ -203,7 +213,7 @@ class EgressAddon:
                 return self.deny(flow, "approval.required", f"approval required: {decision.reason}")
             st.extra["ask"] = True
             return
-        self.gw.metrics.decisions.labels("egress", "allow").inc()
+        self.gw.metrics.decision("egress", "allow")
         if is_connect:
             st.audited = True
             self.audit(flow, st, action="allow", codes=list(decision.codes), reasons=list(decision.reasons),
@@ -256,8 +266,11 @@ class EgressAddon:
         st = self.fstate(flow)
         if st is None or flow.response is None or flow.metadata.get("sandgate_denied"):
             return
-        scrub = self.gw.broker_hooks.response_filter(flow, st) if self.gw.broker is not None else None
-
+        scrub = self.gw.broker_hooks.response_filter(flow, st) if self.gw.broker_hooks is not None else None
+        if scrub is None:
+            size = flow.response.headers.get("content-length", "")
+            if size.isdigit() and int(size) <= STREAM_ABOVE_BYTES:
+                return          # small: buffered by mitmproxy, counted in `response`
         def count(chunk: bytes) -> bytes:
             st.bytes_in += len(chunk)
             return scrub(chunk) if scrub else chunk
@@ -269,6 +282,8 @@ class EgressAddon:
             return
         st.audited = True
         d = st.decision
+        if not flow.response.stream:
+            st.bytes_in = len(flow.response.raw_content or b"")
         self.gw.metrics.latency.observe(time.perf_counter() - st.started)
         self.audit(flow, st, action=d.action if d else "allow", codes=list(d.codes) if d else [],
                    reasons=list(d.reasons) if d else [], status=flow.response.status_code,

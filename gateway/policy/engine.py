@@ -11,7 +11,9 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import re
 import threading
+from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Protocol
@@ -128,6 +130,57 @@ def _error_message(text: str) -> str:
     return "; ".join(found)[:500] or text[:200]
 
 
+# Builtins whose result changes between two evaluations of the same input: a policy using any of them is
+# never served from the decision cache.
+_IMPURE = re.compile(r"\b(time\.now_ns|rand\.|uuid\.|http\.send|opa\.runtime)")
+
+
+class DecisionCache:
+    """Decisions are a pure function of (policy revision, input): identical inputs reuse the decision.
+
+    `age_s` is dropped from the key unless the policy mentions it; a policy that calls an impure builtin
+    is never cached. Cleared on every reload.
+    """
+
+    def __init__(self, size: int = 4096):
+        self.size = size
+        self.enabled = False
+        self.drop_age = False
+        self._items: "OrderedDict[str, Decision]" = OrderedDict()
+
+    def configure(self, source: PolicySource) -> None:
+        text = "\n".join(t for _, t in source.modules)
+        self.enabled = _IMPURE.search(text) is None
+        self.drop_age = "age_s" not in text
+        self._items.clear()
+
+    def key(self, kind: str, doc: dict) -> str | None:
+        if not self.enabled:
+            return None
+        session = doc.get("session")
+        if self.drop_age and isinstance(session, dict) and "age_s" in session:
+            doc = {**doc, "session": {k: v for k, v in session.items() if k != "age_s"}}
+        try:
+            return kind + json.dumps(doc, sort_keys=True, separators=(",", ":"))
+        except (TypeError, ValueError):
+            return None
+
+    def get(self, key: str | None) -> "Decision | None":
+        if key is None:
+            return None
+        hit = self._items.get(key)
+        if hit is not None:
+            self._items.move_to_end(key)
+        return hit
+
+    def put(self, key: str | None, decision: "Decision") -> None:
+        if key is None:
+            return
+        self._items[key] = decision
+        if len(self._items) > self.size:
+            self._items.popitem(last=False)
+
+
 class EmbeddedEngine:
     def __init__(self, policy_dir: str | Path, timeout_s: float = 2.0, workers: int = 2):
         self.policy_dir = Path(policy_dir)
@@ -140,6 +193,7 @@ class EmbeddedEngine:
         self._stamp: tuple = ()
         self._watch_task: asyncio.Task | None = None
         self.last_error: str | None = None
+        self.cache = DecisionCache()
 
     # -- loading ---------------------------------------------------------------------------------
     def _stamp_now(self) -> tuple:
@@ -148,7 +202,7 @@ class EmbeddedEngine:
         except OSError:
             return ()
 
-    def _compile(self) -> tuple[Any, str, tuple]:
+    def _compile(self) -> tuple[Any, str, tuple, PolicySource]:
         from gateway.policy.compilecheck import check_in_subprocess
 
         stamp = self._stamp_now()
@@ -159,24 +213,26 @@ class EmbeddedEngine:
             source = load_policy_dir(self.policy_dir)
         except ValueError as exc:
             raise PolicyError(str(exc)) from None
-        return build_bundle(source), source.rev, stamp
+        return build_bundle(source), source.rev, stamp, source
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
-        self._bundle, self.rev, self._stamp = await loop.run_in_executor(self._build_pool, self._compile)
+        self._bundle, self.rev, self._stamp, source = await loop.run_in_executor(self._build_pool, self._compile)
+        self.cache.configure(source)
         log.info("policy loaded rev=%s dir=%s", self.rev, self.policy_dir)
 
     async def reload(self) -> bool:
         """Recompile; swap in only a good bundle. Returns True when a new revision is active."""
         loop = asyncio.get_running_loop()
         try:
-            bundle, rev, stamp = await loop.run_in_executor(self._build_pool, self._compile)
+            bundle, rev, stamp, source = await loop.run_in_executor(self._build_pool, self._compile)
         except PolicyError as exc:
             self._stamp = self._stamp_now()
             self.last_error = str(exc)
             log.error("policy reload rejected; keeping rev=%s: %s", self.rev, exc)
             return False
         self._bundle, self._stamp, self.last_error = bundle, stamp, None
+        self.cache.configure(source)
         changed = rev != self.rev
         self.rev = rev
         if changed:
@@ -203,6 +259,10 @@ class EmbeddedEngine:
         entrypoint = ENTRYPOINTS.get(kind)
         if entrypoint is None or bundle is None:
             return deny("policy.unavailable", "no policy is loaded for this kind", rev)
+        key = self.cache.key(kind, input_doc)
+        cached = self.cache.get(key)
+        if cached is not None and cached.rev == rev:
+            return cached
         fut = asyncio.get_running_loop().run_in_executor(self._pool, self._eval, bundle, entrypoint, input_doc)
         try:
             raw = await asyncio.wait_for(asyncio.shield(fut), self.timeout_s)
@@ -212,7 +272,10 @@ class EmbeddedEngine:
         except Exception as exc:  # noqa: BLE001 - an engine error is a deny
             log.error("policy evaluation failed (kind=%s): %s", kind, exc)
             return deny("policy.error", "the policy engine failed", rev)
-        return parse_decision(raw, rev)
+        decision = parse_decision(raw, rev)
+        if rev == self.rev:
+            self.cache.put(key, decision)
+        return decision
 
     async def close(self) -> None:
         if self._watch_task:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import json
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Optional, TypeVar
@@ -44,6 +45,7 @@ class Store:
         self.engine = _make_engine(url)
         workers = 1 if url.startswith("sqlite") else 4
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="sandgate-store")
+        self._seqs: dict = {}
 
     # -- plumbing -------------------------------------------------------------------------------
     async def run(self, fn: Callable[..., T], *args: Any) -> T:
@@ -171,21 +173,38 @@ class Store:
         return await self.run(self._mark_used, aid, time.time() if now is None else now)
 
     # -- audit ----------------------------------------------------------------------------------
-    def _next_seqs(self, db: Session, sessions: set) -> dict:
-        out = {}
-        for sid in sessions:
-            cur = db.execute(select(func.max(EventRow.seq)).where(EventRow.session == sid)).scalar()
-            out[sid] = int(cur or 0)
-        return out
+    _EVENT_COLS = ("seq", "ts", "session", "step", "kind", "action", "reasons", "codes", "request_id", "method",
+                   "host", "path", "http_status", "bytes_in", "bytes_out", "policy_rev", "detail")
+    _JSON_COLS = frozenset({"reasons", "codes", "detail"})
+
+    def _events_sql(self) -> str:
+        style = self.engine.dialect.paramstyle
+        mark = "?" if style == "qmark" else "%s"
+        cols = ", ".join(self._EVENT_COLS)
+        return f"INSERT INTO events ({cols}) VALUES ({', '.join([mark] * len(self._EVENT_COLS))})"
 
     def _append_events(self, rows: list[dict]) -> None:
-        with Session(self.engine) as db:
-            seqs = self._next_seqs(db, {r.get("session") for r in rows})
+        """One bulk INSERT per batch (driver-level executemany: this runs for every request).
+
+        Per-session sequence numbers continue from the stored maximum (read once per session, then counted
+        here: this writer is the only one for its sessions)."""
+        with self.engine.begin() as conn:
+            for sid in {r.get("session") for r in rows} - self._seqs.keys():
+                cur = conn.execute(select(func.max(EventRow.seq)).where(EventRow.session == sid)).scalar()
+                self._seqs[sid] = int(cur or 0)
+            values = []
             for r in rows:
                 sid = r.get("session")
-                seqs[sid] += 1
-                db.add(EventRow(seq=seqs[sid], **r))
-            db.commit()
+                self._seqs[sid] += 1
+                r = {**r, "seq": self._seqs[sid]}
+                values.append(tuple(json.dumps(r.get(c)) if c in self._JSON_COLS else r.get(c)
+                                    for c in self._EVENT_COLS))
+            try:
+                conn.exec_driver_sql(self._events_sql(), values)
+            except Exception:
+                for sid in {r.get("session") for r in rows}:
+                    self._seqs.pop(sid, None)
+                raise
 
     async def append_events(self, rows: list[dict]) -> None:
         if rows:

@@ -6,7 +6,8 @@
 # in Python (regopy has no net.* builtins) and handed in as input.request.ip_class.
 #
 # Written as functions of the input document (`decide(inp)`), so tests call them with plain values:
-# the embedded engine (regopy) does not support `with input as` reliably.
+# the embedded engine (regopy) does not support `with input as` reliably. Each fact is computed once
+# (`facts`), because regopy does not memoise function calls and this rule runs on every request.
 package sandgate.egress
 
 import rego.v1
@@ -23,70 +24,66 @@ ask_methods := object.get(cfg, "ask_methods", ["DELETE"])
 
 ok_ip_classes := object.get(cfg, "ok_ip_classes", ["", "public", "allowed_private"])
 
+base_allow := object.get(cfg, "base_allow", [])
+
 decision := decide(input)
-
-# -- accessors (missing fields become empty values, which never allow) --------------------------
-
-req(inp) := object.get(inp, "request", {})
-
-sess(inp) := object.get(inp, "session", {})
-
-# sandgate hands the method in upper case; no upper() here: regopy quotes builtin results inside sprintf.
-method(inp) := object.get(req(inp), "method", "")
-
-host(inp) := object.get(req(inp), "host", "")
-
-path(inp) := object.get(req(inp), "path", "")
-
-allowlist(inp) := array.concat(object.get(sess(inp), "allow", []), object.get(cfg, "base_allow", [])) if {
-	object.get(sess(inp), "workload", "") == "persistent"
-} else := object.get(sess(inp), "allow", [])
-
-host_allowed(inp) if hosts.allowlisted(allowlist(inp), host(inp), object.get(req(inp), "port", 0))
-
-frozen(inp) if object.get(sess(inp), "frozen", false) == true
-
-# -- deny reasons ------------------------------------------------------------------------------
-
-not_listed(inp) := [{"code": "egress.not_allowlisted", "reason": sprintf("%s is not on this session's allow list", [host(inp)])}] if {
-	not host_allowed(inp)
-} else := []
-
-bad_address(inp) := [{"code": sprintf("address.%s", [cls]), "reason": sprintf("destination address class %s is not allowed", [cls])}] if {
-	cls := object.get(req(inp), "ip_class", "")
-	not cls in ok_ip_classes
-} else := []
-
-denies(inp) := array.concat(not_listed(inp), bad_address(inp))
-
-# -- ask reasons -------------------------------------------------------------------------------
-
-method_ask(inp) := [{"code": "egress.method_ask", "reason": sprintf("%s requests need approval", [method(inp)])}] if {
-	method(inp) in ask_methods
-} else := []
-
-git_push(inp) := [{"code": "egress.git_push", "reason": "git push needs approval"}] if {
-	endswith(path(inp), "/git-receive-pack")
-} else := []
-
-frozen_write(inp) := [{"code": "egress.frozen", "reason": sprintf("session is frozen: %s needs approval", [method(inp)])}] if {
-	frozen(inp)
-	not method(inp) in read_methods
-	not endswith(path(inp), "/git-upload-pack")
-} else := []
-
-asks(inp) := array.concat(array.concat(method_ask(inp), git_push(inp)), frozen_write(inp))
 
 # -- the decision ------------------------------------------------------------------------------
 
-decide(inp) := {"action": "deny", "reasons": reasons(denies(inp)), "codes": codes(denies(inp))} if {
-	count(denies(inp)) > 0
-} else := {"action": "ask", "reasons": reasons(asks(inp)), "codes": codes(asks(inp))} if {
-	count(asks(inp)) > 0
-} else := {"action": "allow", "reasons": [sprintf("%s is allowed for this session", [host(inp)])], "codes": ["egress.allowed"]} if {
-	host_allowed(inp)
+decide(inp) := d if {
+	r := object.get(inp, "request", {})
+	s := object.get(inp, "session", {})
+	f := facts(r, s)
+	ds := denies(f)
+	ks := asks(f)
+	d := choose(f, ds, ks)
+}
+
+# sandgate hands the method in upper case and the host normalised; no upper() here: regopy keeps
+# quotes around builtin results inside sprintf.
+facts(r, s) := {
+	"method": object.get(r, "method", ""),
+	"host": object.get(r, "host", ""),
+	"path": object.get(r, "path", ""),
+	"ip_class": object.get(r, "ip_class", ""),
+	"frozen": object.get(s, "frozen", false) == true,
+	"allowed": hosts.allowlisted(allowlist(s), object.get(r, "host", ""), object.get(r, "port", 0)),
+}
+
+allowlist(s) := array.concat(object.get(s, "allow", []), base_allow) if {
+	object.get(s, "workload", "") == "persistent"
+} else := object.get(s, "allow", [])
+
+# -- deny reasons ------------------------------------------------------------------------------
+
+denies(f) := array.concat(not_listed(f), bad_address(f))
+
+not_listed(f) := [] if f.allowed else := [{"code": "egress.not_allowlisted", "reason": sprintf("%s is not on this session's allow list", [f.host])}]
+
+bad_address(f) := [] if f.ip_class in ok_ip_classes else := [{"code": sprintf("address.%s", [f.ip_class]), "reason": sprintf("destination address class %s is not allowed", [f.ip_class])}]
+
+# -- ask reasons -------------------------------------------------------------------------------
+
+asks(f) := array.concat(array.concat(method_ask(f), git_push(f)), frozen_write(f))
+
+method_ask(f) := [{"code": "egress.method_ask", "reason": sprintf("%s requests need approval", [f.method])}] if {
+	f.method in ask_methods
+} else := []
+
+git_push(f) := [{"code": "egress.git_push", "reason": "git push needs approval"}] if {
+	endswith(f.path, "/git-receive-pack")
+} else := []
+
+frozen_write(f) := [{"code": "egress.frozen", "reason": sprintf("session is frozen: %s needs approval", [f.method])}] if {
+	f.frozen
+	not f.method in read_methods
+	not endswith(f.path, "/git-upload-pack")
+} else := []
+
+choose(f, ds, ks) := {"action": "deny", "reasons": [i.reason | some i in ds], "codes": [i.code | some i in ds]} if {
+	count(ds) > 0
+} else := {"action": "ask", "reasons": [i.reason | some i in ks], "codes": [i.code | some i in ks]} if {
+	count(ks) > 0
+} else := {"action": "allow", "reasons": [sprintf("%s is allowed for this session", [f.host])], "codes": ["egress.allowed"]} if {
+	f.allowed
 } else := {"action": "deny", "reasons": ["no rule allows this request"], "codes": ["egress.default_deny"]}
-
-reasons(items) := [i.reason | some i in items]
-
-codes(items) := [i.code | some i in items]
