@@ -164,7 +164,7 @@ class _UpstreamProtocol(asyncio.Protocol):
             target = parts[1]
             if target.startswith(b"http://") or target.startswith(b"https://"):
                 target = b"/" + target.split(b"/", 3)[3] if target.count(b"/") >= 3 else b"/"
-            if target == b"/small":
+            if target == b"/small" or target.startswith(b"/small?"):
                 self.transport.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: %d\r\n\r\n%s"
                                      % (len(SMALL_BODY), SMALL_BODY))
             elif target.startswith(b"/big/") and target[5:].isdigit():

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import base64
 import json
 import os
@@ -128,9 +129,13 @@ class LoadResult:
 
 
 # -- load ----------------------------------------------------------------------------------------
-async def small_load(target: Target, concurrency: int, warmup_s: float, window_s: float) -> LoadResult:
-    """`concurrency` keep-alive connections hammer GET /small; measure a window after a warm-up."""
+async def small_load(target: Target, concurrency: int, warmup_s: float, window_s: float,
+                     distinct: bool = False) -> LoadResult:
+    """`concurrency` keep-alive connections hammer GET /small; measure a window after a warm-up.
+
+    distinct=True gives every request its own URL (`/small?n=N`), so no two policy inputs are alike."""
     raw = target.request("/small")
+    counter = itertools.count()
     state = {"measuring": False, "stop": False}
     result = LoadResult()
     errors: list[str] = []
@@ -140,7 +145,7 @@ async def small_load(target: Target, concurrency: int, warmup_s: float, window_s
         try:
             while not state["stop"]:
                 t0 = time.perf_counter()
-                resp = await conn.request(raw)
+                resp = await conn.request(target.request(f"/small?n={next(counter)}") if distinct else raw)
                 dt = time.perf_counter() - t0
                 if resp.status != 200 or resp.size != 100:
                     errors.append(f"{target.name}: HTTP {resp.status}, {resp.size} bytes: {resp.body[:300]!r}")
@@ -382,6 +387,11 @@ async def run(mode: Mode, procs: Procs, label: str) -> None:
                 print(f"  round {r + 1} {t.name:8} c={c}: {res.rps:8,.0f} req/s  p50 {res.p(50):6.2f} ms  "
                       f"p99 {res.p(99):6.2f} ms", flush=True)
 
+    unique = {}
+    for t in (sg, base):
+        unique[t.name] = await small_load(t, 8, mode.warmup_s, mode.window_s, distinct=True)
+        print(f"  distinct URLs {t.name:8} c=8: {unique[t.name].rps:8,.0f} req/s", flush=True)
+
     growth = {}
     for t in (sg, base):
         done = small[(t.name, 1)].total + small[(t.name, 8)].total
@@ -410,6 +420,8 @@ async def run(mode: Mode, procs: Procs, label: str) -> None:
         rows += [(f"small GET c={c}: throughput (req/s)", s.rps, b.rps, 0),
                  (f"small GET c={c}: p50 latency (ms)", s.p(50), b.p(50), 2),
                  (f"small GET c={c}: p99 latency (ms)", s.p(99), b.p(99), 2)]
+    rows.append(("small GET c=8, every URL distinct: throughput (req/s)", unique["sandgate"].rps,
+                 unique["mitmdump"].rps, 0))
     s8, b8 = small[("sandgate", 8)], small[("mitmdump", 8)]
     rows.append(("small GET c=8: proxy CPU per request (ms)", s8.cpu_ms_per_req, b8.cpu_ms_per_req, 3))
     rows.append(("proxy RSS growth during the small GETs (bytes per request)", growth["sandgate"],
