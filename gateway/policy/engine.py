@@ -243,7 +243,8 @@ class EmbeddedEngine:
         async def _loop() -> None:
             while True:
                 await asyncio.sleep(interval_s)
-                if self._stamp_now() != self._stamp:
+                stamp = await asyncio.to_thread(self._stamp_now)      # a directory walk: off the loop
+                if stamp != self._stamp:
                     await self.reload()
         self._watch_task = asyncio.create_task(_loop(), name="sandgate-policy-watch")
 

@@ -21,3 +21,18 @@ def test_policy_check_rejects_broken_policy(tmp_path):
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 1
     assert "Traceback" not in proc.stderr
+
+
+def test_policy_eval_cli(tmp_path):
+    doc = {"kind": "egress", "session": {"id": "s", "workload": "ephemeral", "allow": ["pypi.org"]},
+           "request": {"method": "DELETE", "host": "pypi.org", "port": 443, "path": "/x", "ip_class": ""}}
+    path = tmp_path / "input.json"
+    import json
+
+    path.write_text(json.dumps(doc))
+    proc = subprocess.run([sys.executable, "-m", "gateway", "policy", "eval", "--kind", "egress", "--input",
+                           str(path), "--policies", str(ROOT / "policies")], capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout) == {"action": "ask", "reasons": ["DELETE requests need approval"],
+                                       "codes": ["egress.method_ask"]}

@@ -115,3 +115,20 @@ def test_loopback_destinations_refused_without_contact(strict_gateway, upstream,
     assert resp.json()["code"].startswith("address."), resp.text
     time.sleep(0.1)
     assert upstream.recorder.connections == 0
+
+
+def test_keep_alive_connection_reused_for_many_requests(loopback_gateway, upstream):
+    """The dial guard must not break mitmproxy's upstream connection reuse (no stall after a few requests)."""
+    sess = loopback_gateway.session(allow=["allowed.test"])
+    with requests.Session() as client:
+        client.proxies = sess["proxies"]
+        for i in range(40):
+            assert client.get(f"http://allowed.test:{upstream.port}/k{i}", timeout=10).status_code == 200
+    assert len(upstream.recorder.requests) == 40
+    assert upstream.recorder.connections <= 3
+
+
+def test_onboarding_app_is_off(loopback_gateway):
+    sess = loopback_gateway.session(allow=["allowed.test"])
+    resp = get(sess, "http://mitm.it/")
+    assert resp.status_code == 403 and resp.headers["X-Sandgate-Decision"] == "deny"
