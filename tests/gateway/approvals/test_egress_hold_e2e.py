@@ -11,6 +11,7 @@ import requests
 
 from tests.conftest import LOOPBACK_CONFIG
 from tests.support.gateway import Sandgate
+from tests.support.threads import background
 
 
 @pytest.fixture(scope="module")
@@ -31,17 +32,6 @@ def pending_for(sg, sid, timeout=10.0):
     raise AssertionError("no pending approval appeared")
 
 
-def background(fn):
-    out = {}
-
-    def run():
-        try:
-            out["value"] = fn()
-        except Exception as exc:  # noqa: BLE001
-            out["error"] = exc
-    t = threading.Thread(target=run, daemon=True)
-    t.start()
-    return t, out
 
 
 def test_held_delete_released_by_approval_exactly_once(gw, upstream):

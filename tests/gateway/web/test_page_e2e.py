@@ -14,21 +14,11 @@ import requests
 from playwright.sync_api import expect
 
 from tests.gateway.web.conftest import file_toolcall, login, need_curl, parse_html
+from tests.support.threads import background
 
 pytestmark = pytest.mark.e2e
 
 
-def background(fn):
-    out: dict = {}
-
-    def run():
-        try:
-            out["value"] = fn()
-        except Exception as exc:  # noqa: BLE001
-            out["error"] = exc
-    t = threading.Thread(target=run, daemon=True)
-    t.start()
-    return t, out
 
 
 def held_curl(sess: dict, url: str) -> subprocess.Popen:
