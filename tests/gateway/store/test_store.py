@@ -1,0 +1,79 @@
+"""The store layer on real SQLite and real PostgreSQL (127.0.0.1:5432, database `test`)."""
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+
+import pytest
+
+from gateway.store import Store
+from gateway.store.models import ApprovalRow, SessionRow
+from tests.conftest import need
+
+PG_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+
+
+def pg_available() -> bool:
+    try:
+        import psycopg
+
+        with psycopg.connect("host=127.0.0.1 port=5432 dbname=test user=postgres", connect_timeout=3):
+            return True
+    except Exception:  # noqa: BLE001
+        return False
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+async def store(request, tmp_path):
+    if request.param == "sqlite":
+        url = f"sqlite:///{tmp_path / 'sandgate.db'}"
+    else:
+        need(pg_available(), "PostgreSQL at 127.0.0.1:5432 (database test)")
+        url = PG_URL
+    s = Store(url)
+    await s.open()
+    yield s
+    s.close()
+
+
+def session_row(sid: str) -> SessionRow:
+    now = time.time()
+    return SessionRow(id=sid, workload="ephemeral", labels={"a": "b"}, allow=["x.test"], secrets=[],
+                      placeholders={}, created_at=now, expires_at=now + 60)
+
+
+async def test_sessions_roundtrip(store):
+    sid = "s_" + uuid.uuid4().hex[:12]
+    await store.put_session(session_row(sid))
+    got = await store.get_session(sid)
+    assert got["labels"] == {"a": "b"} and got["allow"] == ["x.test"]
+    updated = await store.update_session(sid, frozen=True)
+    assert updated["frozen"] is True
+
+
+async def test_approval_compare_and_set_has_one_winner(store):
+    aid = "a_" + uuid.uuid4().hex[:12]
+    now = time.time()
+    await store.put_approval(ApprovalRow(id=aid, session="s_x", kind="toolcall", binding=uuid.uuid4().hex,
+                                         created_at=now, expires_at=now + 60))
+    results = await asyncio.gather(*(store.cas_approval(aid, "pending", {"status": st})
+                                     for st in ("approved", "denied", "approved", "denied")))
+    assert sorted(results) == [False, False, False, True]
+    row = await store.get_approval(aid)
+    assert row["status"] in ("approved", "denied")
+    assert await store.mark_used(aid) is (row["status"] == "approved")
+    assert await store.mark_used(aid) is False
+
+
+async def test_events_are_ordered_per_session(store):
+    sid = "s_" + uuid.uuid4().hex[:12]
+    rows = [{"session": sid, "step": i, "kind": "egress", "action": "allow", "reasons": ['quote " ok'],
+             "codes": ["c"], "request_id": f"r{i}", "method": "GET", "host": "x.test", "path": "/", "http_status": 200,
+             "bytes_in": 1, "bytes_out": 0, "policy_rev": "r", "detail": {"k": [1, 2]}, "ts": time.time()}
+            for i in range(5)]
+    await store.append_events(rows[:2])
+    await store.append_events(rows[2:])
+    got = await store.list_events(session=sid)
+    assert [e["seq"] for e in got] == [1, 2, 3, 4, 5]
+    assert got[0]["reasons"] == ['quote " ok'] and got[0]["detail"] == {"k": [1, 2]}
