@@ -159,6 +159,13 @@ class BrokerHooks:
             return scrubber(chunk)
         return scan
 
+    # -- websocket frames ------------------------------------------------------------------------
+    def message_carries_placeholder(self, content: bytes) -> bool:
+        return bool(find_placeholders(content, self.owners))
+
+    def scrub_message(self, content: bytes, replacements: dict) -> bytes:
+        return Scrubber(replacements).sub(content)
+
     # -- response --------------------------------------------------------------------------------
     def response_filter(self, flow: http.HTTPFlow, st: "FlowState"):
         replacements = st.extra.get("scrub")

@@ -301,6 +301,29 @@ class EgressAddon:
         if st.extra.get("approval_id") and self.gw.approvals is not None:
             self.gw.approvals.client_gone(st.extra["approval_id"])
 
+    def websocket_message(self, flow: http.HTTPFlow) -> None:
+        """WebSocket frames after an allowed upgrade: no placeholder leaves, no injected value comes back."""
+        st = self.fstate(flow)
+        if st is None or flow.websocket is None or not flow.websocket.messages:
+            return
+        try:
+            message = flow.websocket.messages[-1]
+            hooks = self.gw.broker_hooks
+            if hooks is None:
+                return
+            if message.from_client:
+                if hooks.owners and hooks.message_carries_placeholder(message.content):
+                    message.drop()
+                    self.gw.audit.record("exfiltration", session=st.session["id"], action="deny",
+                                         codes=["secret.exfiltration"], request_id=flow.id,
+                                         reasons=["a placeholder was sent in a WebSocket message"],
+                                         host=flow.request.host, path=st.path)
+            elif st.extra.get("scrub"):
+                message.content = hooks.scrub_message(message.content, st.extra["scrub"])
+        except Exception:  # noqa: BLE001 - fail closed: drop the frame
+            log.exception("internal_error in websocket_message")
+            flow.websocket.messages[-1].drop()
+
     def client_disconnected(self, client: connection.Client) -> None:
         if self.gw.approvals is not None:
             self.gw.approvals.connection_closed(client)
