@@ -53,7 +53,8 @@ class Gateway:
     # -- lifecycle -------------------------------------------------------------------------------
     async def start(self) -> None:
         cfg = self.cfg
-        cfg.data_dir.mkdir(parents=True, exist_ok=True)
+        if not cfg.data_dir.exists():
+            cfg.data_dir.mkdir(parents=True, mode=0o700)
         self.signer = TokenSigner(load_or_create_key(cfg.data_dir))
         await self.store.open()
         self.sessions.replace_all(await self.store.list_sessions())

@@ -25,6 +25,8 @@ def test_harness_token_file_is_private(gw):
     mode = stat.S_IMODE(os.stat(gw.data_dir / "harness.token").st_mode)
     assert mode == 0o600
     assert stat.S_IMODE(os.stat(gw.data_dir / "signing.key").st_mode) == 0o600
+    assert stat.S_IMODE(os.stat(gw.data_dir / "mitmproxy-ca.pem").st_mode) == 0o600
+    assert stat.S_IMODE(os.stat(gw.data_dir).st_mode) == 0o700
 
 
 def test_session_create_contract(gw):

@@ -17,8 +17,11 @@ def tls_env(tmp_path_factory):
     cert = make_cert(tmp / "certs", ["secure.test", "fronted.test"])
     with Upstream(tls=cert) as up:
         cfg = {"egress": {**LOOPBACK_CONFIG["egress"], "upstream_ca": cert.cert, "hold_timeout_s": 1,
-                          "resolve": {"secure.test": ["127.0.0.1"], "fronted.test": ["127.0.0.1"]}}}
+                          "passthrough": ["pinned.test"],
+                          "resolve": {"secure.test": ["127.0.0.1"], "fronted.test": ["127.0.0.1"],
+                                      "pinned.test": ["127.0.0.1"], "rogue.test": ["127.0.0.1"]}}}
         with Sandgate(tmp / "gw", cfg) as sg:
+            sg.upstream_cert = cert.cert
             yield sg, up
 
 
@@ -73,3 +76,31 @@ def test_host_header_fronting_refused(tls_env):
     assert status_lines[-1].split()[1] == "403", out.stdout
     assert "egress.host_mismatch" in out.stdout
     assert len(up.recorder.requests) == before
+
+
+def test_passthrough_host_is_not_intercepted(tls_env, tmp_path):
+    sg, up = tls_env
+    cert = make_cert(tmp_path / "pinned", ["pinned.test"])
+    with Upstream(tls=cert) as pinned:
+        sess = sg.session(allow=["pinned.test"])
+        # The client trusts only the upstream's own certificate: this works only if sandgate does not intercept.
+        out = subprocess.run([need_binary("curl"), "-s", "-o", "/dev/null", "-w", "%{http_code}", "--cacert",
+                              cert.cert, "-x", sess["proxy_url"], f"https://pinned.test:{pinned.port}/pin"],
+                             capture_output=True, text=True, timeout=30)
+        assert out.stdout == "200", out.stderr
+        assert pinned.recorder.requests[-1].path == "/pin"
+        other = sg.session(allow=["secure.test"])
+        denied = subprocess.run([need_binary("curl"), "-s", "-o", "/dev/null", "-w", "%{http_code}", "--cacert",
+                                 cert.cert, "-x", other["proxy_url"], f"https://pinned.test:{pinned.port}/pin"],
+                                capture_output=True, text=True, timeout=30)
+        assert denied.stdout != "200"
+
+
+def test_untrusted_upstream_certificate_refused(tls_env, tmp_path):
+    sg, _ = tls_env
+    rogue_cert = make_cert(tmp_path / "rogue", ["rogue.test"])
+    with Upstream(tls=rogue_cert) as rogue:
+        sess = sg.session(allow=["rogue.test"])
+        out = curl(sess, "-o", "/dev/null", "-w", "%{http_code}", f"https://rogue.test:{rogue.port}/")
+        assert out.stdout != "200"
+        assert rogue.recorder.requests == []
