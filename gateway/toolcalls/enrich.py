@@ -26,73 +26,25 @@ import shlex
 from typing import Any, Mapping
 from urllib.parse import urlsplit
 
-import sqlglot
-from sqlglot import exp
-from sqlglot.errors import ErrorLevel
-
 from gateway.egress.hosts import normalise_host
 from gateway.policy.inputs import build_session_input, parse_query
-from gateway.toolcalls.shell import find_exec_groups, parse_shell, strip_wrappers
+from gateway.toolcalls.options import parse_options
+from gateway.toolcalls.paths import _clean_dir, _resolve_dir, describe_path
+from gateway.toolcalls.shell import parse_shell
+from gateway.toolcalls.sql import MAX_SQL_LENGTH, describe_sql
+from gateway.toolcalls.wrappers import find_exec_groups, strip_wrappers
+
+__all__ = ["MAX_SQL_LENGTH", "SHELL_TOOLS", "build_toolcall_input", "describe_path", "describe_shell",
+           "describe_sql", "describe_url", "parse_options"]
 
 SHELL_TOOLS = frozenset({"shell", "bash", "sh", "exec", "terminal"})
-MAX_SQL_LENGTH = 100_000
 _SAFE_WRITE_TARGETS = frozenset({"/dev/null", "/dev/stdout", "/dev/stderr", "/dev/tty", "/dev/fd/1", "/dev/fd/2"})
 _WRITE_OPS = frozenset({">", ">>", "&>", "&>>", ">|", "<>", ">&"})
-_HOME = re.compile(r"(~[A-Za-z0-9._-]*|\$HOME|\$\{HOME\})(?=/|$)")
-_CWD = re.compile(r"(\$PWD|\$\{PWD\})(?=/|$)")
-_HOME_DIR = re.compile(r"/(root|home/[^/]+|Users/[^/]+)(?=/|$)")
 _DEFAULT_PORTS = {"http": 80, "https": 443, "ws": 80, "wss": 443, "ftp": 21}
 _METHODS = frozenset({"GET", "HEAD", "OPTIONS", "POST", "PUT", "PATCH", "DELETE"})
-
-# command -> options that take a separate argument (for telling operands from option values)
-_ARG_OPTIONS: dict[str, frozenset[str]] = {name: frozenset(text.split()) for name, text in {
-    "git": "-C -c --git-dir --work-tree --namespace --exec-path -o --push-option --repo --receive-pack --exec "
-           "-m -F --message --file -b -B --branch --author --date --reference --depth",
-    "kubectl": "-n --namespace --context --cluster --kubeconfig -s --server --user --token -f --filename "
-               "-l --selector -o --output -c --container --field-selector --type -p --patch --replicas",
-    "helm": "-n --namespace --kube-context --kubeconfig -f --values --set --set-string --set-file --version "
-            "--repo -o --output --timeout",
-    "docker": "-H --host --context --config -f --file -t --tag -e --env -v --volume -p --publish -w --workdir "
-              "--name --network -u --user --entrypoint --platform -l --label",
-    "curl": "-X --request -d --data --data-raw --data-binary --data-urlencode --data-ascii --json -F --form "
-            "--form-string -H --header -o --output -u --user -A --user-agent -e --referer -b --cookie -c "
-            "--cookie-jar -T --upload-file -x --proxy -U --proxy-user -m --max-time --connect-timeout -w "
-            "--write-out -K --config -E --cert --key --cacert --capath -r --range -C --continue-at --resolve "
-            "--connect-to --retry --retry-delay --retry-max-time -y -Y --limit-rate --interface --url -z "
-            "--time-cond --max-filesize -P --ftp-port --oauth2-bearer --proto --proto-redir -Q --quote "
-            "--unix-socket --dns-servers --local-port -t --telnet-option --variable --output-dir",
-    "wget": "-O -o -a -P -U -e -t -T -i -B --output-document --output-file --post-data --post-file --method "
-            "--body-data --body-file --header --user-agent --directory-prefix --tries --timeout --user "
-            "--password --input-file",
-    "psql": "-c --command -d --dbname -h --host -p --port -U --username -f --file -v --set --variable -o "
-            "--output -L --log-file -P --pset -F -R",
-    "mysql": "-e --execute -u --user -h --host -P --port -D --database -S --socket --default-character-set",
-    "truncate": "-s --size -r --reference",
-    "shred": "-n --iterations -s --size --random-source",
-    "gcloud": "--project --region --zone --account --configuration --format --filter --flags-file",
-    "aws": "--region --profile --output --endpoint-url --query --cli-input-json",
-    "sed": "-e -f --expression --file -l --line-length",
-    "cp": "-t --target-directory -S --suffix",
-    "mv": "-t --target-directory -S --suffix",
-    "tee": "",
-}.items()}
-_ARG_OPTIONS["mariadb"] = _ARG_OPTIONS["mysql"]
-_ARG_OPTIONS["podman"] = _ARG_OPTIONS["docker"]
 _SQL_CLIENTS = {"psql": ("-c", "--command"), "mysql": ("-e", "--execute"), "mariadb": ("-e", "--execute")}
 _SQLITE = frozenset({"sqlite3", "sqlite", "duckdb"})
 _HTTP_CLIENTS = frozenset({"curl", "wget", "http", "https", "xh", "xhs"})
-
-_SQL_KINDS = {
-    "Select": "SELECT", "Union": "SELECT", "Intersect": "SELECT", "Except": "SELECT", "Values": "SELECT",
-    "Subquery": "SELECT", "Insert": "INSERT", "Update": "UPDATE", "Delete": "DELETE", "Drop": "DROP",
-    "TruncateTable": "TRUNCATE", "Alter": "ALTER", "AlterTable": "ALTER", "Create": "CREATE", "Grant": "GRANT",
-    "Revoke": "REVOKE", "Merge": "MERGE", "Copy": "COPY", "Set": "SET", "Use": "USE", "Describe": "DESCRIBE",
-    "Transaction": "BEGIN", "Commit": "COMMIT", "Rollback": "ROLLBACK", "Pragma": "PRAGMA", "LoadData": "LOAD",
-    "Analyze": "ANALYZE", "Comment": "COMMENT", "Show": "SHOW",
-}
-_SQL_WRITE_NODES = ("Insert", "Update", "Delete", "Drop", "TruncateTable", "Alter", "Create", "Grant", "Revoke",
-                    "Merge", "Copy", "Command")
-_SQL_DIALECTS = (None, "postgres", "mysql", "sqlite")
 
 
 def build_toolcall_input(*, session: Mapping[str, Any], tool: str, args: Mapping[str, Any] | None,
@@ -159,45 +111,6 @@ def _describe_command(cmd: dict, cwd: str | None, workspace: str) -> str | None:
     if name == "popd":
         return None
     return cwd
-
-
-def parse_options(name: str, words: list[str]) -> tuple[list[str], list[str], dict[str, list[str]]]:
-    """(flags, operands, option values) of a command's arguments, getopt style, per-command option table."""
-    takes = _ARG_OPTIONS.get(name, frozenset())
-    flags: list[str] = []
-    operands: list[str] = []
-    values: dict[str, list[str]] = {}
-    i = 0
-    while i < len(words):
-        word = words[i]
-        i += 1
-        if word == "--":
-            operands.extend(words[i:])
-            break
-        if not word.startswith("-") or word == "-":
-            operands.append(word)
-            continue
-        if word.startswith("--"):
-            key, eq, value = word.partition("=")
-            flags.append(key)
-            if eq:
-                values.setdefault(key, []).append(value)
-            elif key in takes and i < len(words):
-                values.setdefault(key, []).append(words[i])
-                i += 1
-            continue
-        flags.append(word.split("=", 1)[0])
-        for pos in range(1, len(word)):
-            short = "-" + word[pos]
-            flags.append(short)
-            if short in takes:
-                if pos + 1 < len(word):
-                    values.setdefault(short, []).append(word[pos + 1:])
-                elif i < len(words):
-                    values.setdefault(short, []).append(words[i])
-                    i += 1
-                break
-    return list(dict.fromkeys(flags)), operands, values
 
 
 def _path_words(name: str, eff: list[str], operands: list[str]) -> list[str]:
@@ -279,69 +192,7 @@ def _shell_http(name: str, flags: list[str], operands: list[str], values: dict) 
     return {"method": method, "urls": [describe_url(u if "://" in u else "http://" + u) for u in urls]}
 
 
-# -- paths ------------------------------------------------------------------------------------------------
-def _clean_dir(path: str) -> str:
-    path = posixpath.normpath(path or "/")
-    return "/" + path.lstrip("/") if path.startswith("/") else path
-
-
-def _resolve(raw: str, cwd: str | None) -> str | None:
-    """raw as an anchored path ("/..." or "~..."), or None when it cannot be known before it runs."""
-    match = _HOME.match(raw)
-    if match:
-        marker = match.group(1)
-        raw = ("~" if marker.startswith("$") else marker) + raw[match.end():]
-    else:
-        cwd_match = _CWD.match(raw)
-        if cwd_match:
-            if cwd is None:
-                return None
-            raw = cwd + raw[cwd_match.end():]
-    if not raw or "$" in raw or "`" in raw:
-        return None
-    if raw.startswith(("/", "~")):
-        return raw
-    return None if cwd is None else cwd.rstrip("/") + "/" + raw
-
-
-def _normalize(anchored: str) -> str:
-    if anchored.startswith("~"):
-        head, _, rest = anchored.partition("/")
-        rest = posixpath.normpath(rest) if rest else "."
-        return head if rest == "." else f"{head}/{rest}"
-    return _clean_dir(anchored)
-
-
-def _resolve_dir(raw: str, cwd: str | None) -> str | None:
-    anchored = _resolve(raw, cwd)
-    return None if anchored is None else _normalize(anchored)
-
-
-def describe_path(raw: str, cwd: str | None, workspace: str) -> dict:
-    """Facts about one path word: {"raw", "normalized", "in_workspace", "is_root", "is_home",
-    "is_workspace_parent", "dynamic", "glob"}. `~`, `$HOME`, `${HOME}` stay a home marker ("~/x");
-    home is never assumed to be inside the workspace. A path with other expansions is "dynamic" (unknown)."""
-    workspace = _clean_dir(workspace)
-    anchored = _resolve(raw, cwd)
-    info = {"raw": raw, "normalized": "", "in_workspace": False, "is_root": False, "is_home": False,
-            "is_workspace_parent": False, "dynamic": anchored is None, "glob": bool(re.search(r"[*?\[]", raw))}
-    if anchored is None:
-        return info
-    norm = _normalize(anchored)
-    info["normalized"] = norm
-    if norm.startswith("~"):
-        info["is_home"] = "/" not in norm
-        # home is unknown: if the workspace lies in a home directory, ~/x may be inside it -> unknown
-        info["dynamic"] = not info["is_home"] and bool(_HOME_DIR.match(workspace))
-        return info
-    info["is_root"] = norm == "/"
-    info["is_home"] = bool(_HOME_DIR.fullmatch(norm))
-    info["in_workspace"] = norm == workspace or norm.startswith(workspace.rstrip("/") + "/")
-    info["is_workspace_parent"] = norm != workspace and (norm == "/" or workspace.startswith(norm + "/"))
-    return info
-
-
-# -- urls and sql -----------------------------------------------------------------------------------------
+# -- urls ------------------------------------------------------------------------------------------------
 def describe_url(url: str) -> dict:
     """{"parsed", "scheme", "host", "port", "path", "query"}; host canonical (lower-case, IDNA, no brackets)."""
     out = {"parsed": False, "scheme": "", "host": "", "port": 0, "path": "", "query": {}}
@@ -356,51 +207,3 @@ def describe_url(url: str) -> dict:
         return out
     return {"parsed": True, "scheme": scheme, "host": host, "port": port, "path": parts.path or "/",
             "query": parse_query(parts.query)}
-
-
-def describe_sql(query: str, dialect: str | None = None) -> dict:
-    """{"parsed": bool, "kinds": [...]}: statement kinds (SELECT, INSERT, DROP, ...) plus write kinds nested
-    anywhere (a DELETE in a CTE, a DROP COLUMN in an ALTER). Unparseable or empty SQL -> parsed false."""
-    if not isinstance(query, str) or len(query) > MAX_SQL_LENGTH:
-        return {"parsed": False, "kinds": []}
-    for read in ((dialect,) if dialect else ()) + _SQL_DIALECTS:
-        try:
-            statements = [s for s in sqlglot.parse(query, read=read, error_level=ErrorLevel.RAISE) if s is not None]
-            kinds = _sql_kinds(statements)
-        except Exception:  # noqa: BLE001 - sqlglot raises several error types (and ValueError for dialects)
-            continue
-        if statements and kinds is not None:
-            return {"parsed": True, "kinds": kinds}
-    return {"parsed": False, "kinds": []}
-
-
-def _sql_kinds(statements: list) -> list[str] | None:
-    kinds: list[str] = []
-    for stmt in statements:
-        root = _sql_kind(stmt)
-        if root is None:
-            return None
-        kinds.append(root)
-        if root == "EXPLAIN":
-            inner = re.sub(r"^\s*((ANALY[SZ]E|VERBOSE|QUERY\s+PLAN(\s+FOR)?|\([^)]*\))\s+)*", "",
-                           _command_rest(stmt), flags=re.I)
-            nested = describe_sql(inner) if inner.strip() else {"parsed": True, "kinds": []}
-            if not nested["parsed"]:
-                return None
-            kinds += nested["kinds"]
-        for node in stmt.walk():
-            if node is not stmt and type(node).__name__ in _SQL_WRITE_NODES:
-                kinds.append(_sql_kind(node) or "UNKNOWN")
-    return list(dict.fromkeys(kinds))
-
-
-def _sql_kind(node: Any) -> str | None:
-    name = type(node).__name__
-    if name == "Command":
-        return str(node.this).upper().split()[0] if str(node.this).strip() else None
-    return _SQL_KINDS.get(name)
-
-
-def _command_rest(node: exp.Expression) -> str:
-    rest = node.args.get("expression")
-    return rest.name if isinstance(rest, exp.Literal) else (str(rest) if rest is not None else "")

@@ -1,0 +1,71 @@
+"""SQL text -> the statement kinds it runs (`describe_sql`), for the tool-call policy. Pure; parsed with sqlglot."""
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import sqlglot
+from sqlglot import exp
+from sqlglot.errors import ErrorLevel
+
+MAX_SQL_LENGTH = 100_000
+
+_SQL_KINDS = {
+    "Select": "SELECT", "Union": "SELECT", "Intersect": "SELECT", "Except": "SELECT", "Values": "SELECT",
+    "Subquery": "SELECT", "Insert": "INSERT", "Update": "UPDATE", "Delete": "DELETE", "Drop": "DROP",
+    "TruncateTable": "TRUNCATE", "Alter": "ALTER", "AlterTable": "ALTER", "Create": "CREATE", "Grant": "GRANT",
+    "Revoke": "REVOKE", "Merge": "MERGE", "Copy": "COPY", "Set": "SET", "Use": "USE", "Describe": "DESCRIBE",
+    "Transaction": "BEGIN", "Commit": "COMMIT", "Rollback": "ROLLBACK", "Pragma": "PRAGMA", "LoadData": "LOAD",
+    "Analyze": "ANALYZE", "Comment": "COMMENT", "Show": "SHOW",
+}
+_SQL_WRITE_NODES = ("Insert", "Update", "Delete", "Drop", "TruncateTable", "Alter", "Create", "Grant", "Revoke",
+                    "Merge", "Copy", "Command")
+_SQL_DIALECTS = (None, "postgres", "mysql", "sqlite")
+
+
+def describe_sql(query: str, dialect: str | None = None) -> dict:
+    """{"parsed": bool, "kinds": [...]}: statement kinds (SELECT, INSERT, DROP, ...) plus write kinds nested
+    anywhere (a DELETE in a CTE, a DROP COLUMN in an ALTER). Unparseable or empty SQL -> parsed false."""
+    if not isinstance(query, str) or len(query) > MAX_SQL_LENGTH:
+        return {"parsed": False, "kinds": []}
+    for read in ((dialect,) if dialect else ()) + _SQL_DIALECTS:
+        try:
+            statements = [s for s in sqlglot.parse(query, read=read, error_level=ErrorLevel.RAISE) if s is not None]
+            kinds = _sql_kinds(statements)
+        except Exception:  # noqa: BLE001 - sqlglot raises several error types (and ValueError for dialects)
+            continue
+        if statements and kinds is not None:
+            return {"parsed": True, "kinds": kinds}
+    return {"parsed": False, "kinds": []}
+
+
+def _sql_kinds(statements: list) -> list[str] | None:
+    kinds: list[str] = []
+    for stmt in statements:
+        root = _sql_kind(stmt)
+        if root is None:
+            return None
+        kinds.append(root)
+        if root == "EXPLAIN":
+            inner = re.sub(r"^\s*((ANALY[SZ]E|VERBOSE|QUERY\s+PLAN(\s+FOR)?|\([^)]*\))\s+)*", "",
+                           _command_rest(stmt), flags=re.I)
+            nested = describe_sql(inner) if inner.strip() else {"parsed": True, "kinds": []}
+            if not nested["parsed"]:
+                return None
+            kinds += nested["kinds"]
+        for node in stmt.walk():
+            if node is not stmt and type(node).__name__ in _SQL_WRITE_NODES:
+                kinds.append(_sql_kind(node) or "UNKNOWN")
+    return list(dict.fromkeys(kinds))
+
+
+def _sql_kind(node: Any) -> str | None:
+    name = type(node).__name__
+    if name == "Command":
+        return str(node.this).upper().split()[0] if str(node.this).strip() else None
+    return _SQL_KINDS.get(name)
+
+
+def _command_rest(node: exp.Expression) -> str:
+    rest = node.args.get("expression")
+    return rest.name if isinstance(rest, exp.Literal) else (str(rest) if rest is not None else "")

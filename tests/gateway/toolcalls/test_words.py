@@ -1,0 +1,67 @@
+"""Shell word helpers: unquoting bare, double-quoted and $'...' text, and the forgiving shlex split."""
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gateway.toolcalls.words import _ansi_c, _split_words, _unescape_dq, _unescape_word
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("plain", "plain"),
+    ("a\\ b", "a b"),
+    ("\\$HOME", "$HOME"),
+    ("\\\\", "\\"),
+    ("\\n", "n"),
+    ("a\\\nb", "a\nb"),
+    ("~/x", "~/x"),
+])
+def test_unescape_word(text, expected):
+    assert _unescape_word(text) == expected
+
+
+@pytest.mark.parametrize("text, expected", [
+    ('\\"x\\"', '"x"'),
+    ("\\$HOME", "$HOME"),
+    ("\\`id\\`", "`id`"),
+    ("\\\\", "\\"),
+    ("\\n", "\\n"),         # only \ " $ ` are escapable inside double quotes
+    ("a\\ b", "a\\ b"),
+])
+def test_unescape_dq(text, expected):
+    assert _unescape_dq(text) == expected
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("a\\tb\\x41", "a\tbA"),
+    ("\\n\\r\\a\\b\\f\\v", "\n\r\a\b\f\v"),
+    ("\\e\\E", "\x1b\x1b"),
+    ("\\101", "A"),
+    ("\\u00e9", "\u00e9"),
+    ("\\U0001F600", "\U0001F600"),
+    ("\\'", "'"),
+    ("\\q", "q"),
+    ("\\x", "x"),               # no hex digits: the letter itself
+    ("\\UFFFFFFFF", ""),         # beyond Unicode: dropped, never raises
+])
+def test_ansi_c(text, expected):
+    assert _ansi_c(text) == expected
+
+
+@pytest.mark.parametrize("text, expected", [
+    ('a "b c" d', ["a", "b c", "d"]),
+    ("rm -rf 'x y'", ["rm", "-rf", "x y"]),
+    ('a "unbalanced', ["a", '"unbalanced']),   # shlex fails: plain whitespace split
+    ("", []),
+])
+def test_split_words(text, expected):
+    assert _split_words(text) == expected
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text())
+def test_word_helpers_never_raise(text):
+    for helper in (_ansi_c, _unescape_dq, _unescape_word):
+        assert isinstance(helper(text), str)
+    assert all(isinstance(w, str) for w in _split_words(text))
