@@ -1,0 +1,87 @@
+"""The embedded engine fails closed: undefined, malformed, erroring and slow policies all deny."""
+from __future__ import annotations
+
+import pytest
+
+from gateway.policy.decision import parse_decision
+from gateway.policy.engine import EmbeddedEngine
+
+
+def write_policy(tmp_path, body: str):
+    (tmp_path / "egress.rego").write_text("package sandgate.egress\nimport rego.v1\n" + body)
+    (tmp_path / "toolcall.rego").write_text("package sandgate.toolcall\nimport rego.v1\n"
+                                           'decision := {"action": "allow", "reasons": [], "codes": []}\n')
+    return tmp_path
+
+
+async def decide(tmp_path, body, doc=None, timeout_s=2.0):
+    engine = EmbeddedEngine(write_policy(tmp_path, body), timeout_s=timeout_s, workers=1)
+    await engine.start()
+    try:
+        return await engine.decide("egress", doc or {"request": {"host": "x"}})
+    finally:
+        await engine.close()
+
+
+@pytest.mark.parametrize("raw, code", [
+    (None, "policy.undefined"), ("allow", "policy.malformed"), ({"action": "maybe"}, "policy.malformed"),
+    ({"action": "allow", "reasons": "x"}, "policy.malformed"), ({"action": "allow", "codes": [1]}, "policy.malformed"),
+])
+def test_parse_decision_denies_odd_values(raw, code):
+    d = parse_decision(raw)
+    assert d.action == "deny" and d.codes == (code,)
+
+
+def test_parse_decision_keeps_a_good_one():
+    d = parse_decision({"action": "ask", "reasons": ["r"], "codes": ["c"], "approval": {"ttl_s": 60}})
+    assert (d.action, d.reasons, d.codes, d.approval_ttl_s) == ("ask", ("r",), ("c",), 60.0)
+
+
+async def test_undefined_decision_denies(tmp_path):
+    d = await decide(tmp_path, 'decision := {"action": "allow", "reasons": [], "codes": []} if input.nope\n')
+    assert d.action == "deny" and d.code == "policy.undefined"
+
+
+async def test_wrong_shape_denies(tmp_path):
+    d = await decide(tmp_path, 'decision := {"action": "yes"}\n')
+    assert d.action == "deny" and d.code == "policy.malformed"
+
+
+async def test_slow_policy_times_out_and_denies(tmp_path):
+    body = 'decision := {"action": "allow", "reasons": [], "codes": []} if {\n' \
+           '\tinput.slow\n\tcount([x | some x in numbers.range(1, 300000); x % 7 == 0]) > 0\n}\n'
+    d = await decide(tmp_path, body, {"slow": True}, timeout_s=0.05)
+    assert d.action == "deny" and d.code == "policy.timeout"
+
+
+async def test_unknown_kind_denies(tmp_path):
+    engine = EmbeddedEngine(write_policy(tmp_path, 'decision := {"action": "allow"}\n'), workers=1)
+    await engine.start()
+    try:
+        d = await engine.decide("nonsense", {})
+    finally:
+        await engine.close()
+    assert d.action == "deny"
+
+
+async def test_decision_cache_is_per_revision(tmp_path):
+    engine = EmbeddedEngine(write_policy(tmp_path, 'decision := {"action": "allow", "reasons": [], "codes": []}\n'),
+                            workers=1)
+    await engine.start()
+    try:
+        assert (await engine.decide("egress", {"a": 1})).action == "allow"
+        write_policy(tmp_path, 'decision := {"action": "deny", "reasons": ["no"], "codes": ["x"]}\n')
+        assert await engine.reload() is True
+        assert (await engine.decide("egress", {"a": 1})).action == "deny"
+    finally:
+        await engine.close()
+
+
+async def test_impure_policy_is_not_cached(tmp_path):
+    engine = EmbeddedEngine(write_policy(tmp_path, 'decision := {"action": "allow", "reasons": [], "codes": []} '
+                                                   'if time.now_ns() > 0\n'), workers=1)
+    await engine.start()
+    try:
+        assert engine.cache.enabled is False
+    finally:
+        await engine.close()
