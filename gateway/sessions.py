@@ -9,6 +9,7 @@ from typing import Any, Mapping
 from gateway.egress.hosts import parse_allow_entry
 
 WORKLOADS = {"ephemeral": 3600, "persistent": 7 * 24 * 3600}
+STAT_KEYS = ("requests", "denied", "asked", "bytes_out", "bytes_in", "toolcalls")
 MAX_TTL_S = 30 * 24 * 3600
 
 
@@ -93,6 +94,17 @@ class SessionCache:
     def __init__(self) -> None:
         self._rows: dict[str, dict] = {}
         self.steps: dict[str, int] = {}
+        self.stats: dict[str, dict] = {}          # per-session counters handed to policies as session.stats
+
+    def count(self, sid: str, **deltas: int) -> None:
+        st = self.stats.get(sid)
+        if st is None:
+            st = self.stats[sid] = dict.fromkeys(STAT_KEYS, 0)
+        for key, delta in deltas.items():
+            st[key] = st.get(key, 0) + delta
+
+    def with_stats(self, row: dict) -> dict:
+        return {**row, "stats": dict(self.stats.get(row["id"]) or dict.fromkeys(STAT_KEYS, 0))}
 
     def put(self, row: Mapping[str, Any]) -> None:
         self._rows[row["id"]] = dict(row)

@@ -61,6 +61,8 @@ async def post_toolcall(request: web.Request) -> web.Response:
         raise ApiError(409, "session_ended", "the session has ended")
     if step is not None:
         gw.sessions.steps[sid] = step
+    gw.sessions.count(sid, toolcalls=1)
+    session = gw.sessions.with_stats(session)
     from gateway.toolcalls.enrich import build_toolcall_input
 
     try:

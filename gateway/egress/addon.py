@@ -91,6 +91,9 @@ class EgressAddon:
     def audit(self, flow: http.HTTPFlow, st: FlowState, *, action: str, codes: list, reasons: list,
               status: int | None, kind: str = "egress", detail: dict | None = None) -> None:
         sid = st.session["id"]
+        if kind == "egress":
+            self.gw.sessions.count(sid, requests=1, denied=int(action == "deny"), asked=int(action == "ask"),
+                                   bytes_out=st.bytes_out, bytes_in=st.bytes_in)
         self.gw.audit.record(
             kind, session=sid, step=self.gw.sessions.steps.get(sid), action=action, reasons=reasons, codes=codes,
             request_id=flow.id, method=flow.request.method, host=flow.request.host,
@@ -194,7 +197,7 @@ class EgressAddon:
             req.host = ip
         is_connect = req.method == "CONNECT"
         doc = build_egress_input(
-            session=session, now=time.time(), method=req.method, scheme=req.scheme if not is_connect else "",
+            session=self.gw.sessions.with_stats(session), now=time.time(), method=req.method, scheme=req.scheme if not is_connect else "",
             host=host, port=req.port, path="" if is_connect else req.path.split("?", 1)[0],
             query="" if is_connect else req.url.partition("?")[2], headers=req.headers.items(multi=True),
             ip=ip, ip_class=ip_class, secrets=[name for owner, name in found if owner == session["id"]],

@@ -138,28 +138,28 @@ _IMPURE = re.compile(r"\b(time\.now_ns|rand\.|uuid\.|http\.send|opa\.runtime)")
 class DecisionCache:
     """Decisions are a pure function of (policy revision, input): identical inputs reuse the decision.
 
-    `age_s` is dropped from the key unless the policy mentions it; a policy that calls an impure builtin
-    is never cached. Cleared on every reload.
+    `age_s` and `stats` (they change with every request) are dropped from the key unless the policy mentions
+    them; a policy that calls an impure builtin is never cached. Cleared on every reload.
     """
 
     def __init__(self, size: int = 4096):
         self.size = size
         self.enabled = False
-        self.drop_age = False
+        self.drop: frozenset = frozenset()
         self._items: "OrderedDict[str, Decision]" = OrderedDict()
 
     def configure(self, source: PolicySource) -> None:
         text = "\n".join(t for _, t in source.modules)
         self.enabled = _IMPURE.search(text) is None
-        self.drop_age = "age_s" not in text
+        self.drop = frozenset(k for k in ("age_s", "stats") if k not in text)
         self._items.clear()
 
     def key(self, kind: str, doc: dict) -> str | None:
         if not self.enabled:
             return None
         session = doc.get("session")
-        if self.drop_age and isinstance(session, dict) and "age_s" in session:
-            doc = {**doc, "session": {k: v for k, v in session.items() if k != "age_s"}}
+        if self.drop and isinstance(session, dict):
+            doc = {**doc, "session": {k: v for k, v in session.items() if k not in self.drop}}
         try:
             return kind + json.dumps(doc, sort_keys=True, separators=(",", ":"))
         except (TypeError, ValueError):

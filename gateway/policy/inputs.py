@@ -19,7 +19,7 @@ def build_session_input(session: Mapping[str, Any], now: float, stats: Mapping[s
         "allow": list(session.get("allow") or []),
         "workspace": session.get("workspace") or "/workspace",
         "secrets": list(session.get("secrets") or []),
-        "stats": dict(stats or {}),
+        "stats": dict(stats if stats is not None else session.get("stats") or {}),
     }
 
 

@@ -114,3 +114,20 @@ def test_sessions_survive_restart_and_sigterm_is_prompt(tmp_path, upstream):
         assert any(e["request_id"] == denied.json()["request_id"] for e in events), "audit flushed on SIGTERM"
         seqs = [e["seq"] for e in events]
         assert seqs == sorted(seqs) and len(set(seqs)) == len(seqs)
+
+
+def test_session_stats_reach_the_policy(tmp_path, upstream):
+    """A policy can budget a session: input.session.stats counts its requests (and is never cached stale)."""
+    pol = tmp_path / "policies"
+    shutil.copytree(ROOT / "policies", pol, ignore=shutil.ignore_patterns("__pycache__", "*.py"))
+    budget = pol / "sandgate" / "egress.rego"
+    text = budget.read_text().replace(
+        "decision := decide(input)",
+        'decision := {"action": "deny", "reasons": ["request budget spent"], "codes": ["egress.budget"]} if {\n'
+        "\tinput.session.stats.requests >= 3\n} else := decide(input)")
+    budget.write_text(text)
+    cfg = {**LOOPBACK_CONFIG, "policy": {"dir": str(pol)}}
+    with Sandgate(tmp_path / "gw", cfg) as sg:
+        sess = sg.session(allow=["allowed.test"])
+        codes = [get(sess, f"http://allowed.test:{upstream.port}/same").status_code for _ in range(5)]
+        assert codes == [200, 200, 200, 403, 403]
