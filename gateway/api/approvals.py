@@ -22,7 +22,7 @@ def approval_view(row: dict) -> dict:
         "decided_by": row["decided_by"], "decided_at": rfc3339(row["decided_at"]), "reason": row["reason"],
         "votes": [{"by": v["by"], "verdict": v["verdict"], "at": rfc3339(v["at"]), "reason": v.get("reason", "")}
                   for v in row["votes"]],
-        "quorum": row["quorum"], "used_at": rfc3339(row["used_at"]),
+        "quorum": row["quorum"], "used_at": rfc3339(row["used_at"]), "requested_by": row["requested_by"],
     }
 
 
