@@ -250,6 +250,25 @@ class EgressAddon:
         if flow.response is not None:
             return
         await self.decide(flow)
+        st = self.fstate(flow)
+        if flow.response is None and st is not None and st.extra.get("ask") and self.body_too_large(flow):
+            self.deny(flow, "approval.body_too_large", "approval required, but the body is too large to hold")
+        self.refuse_large_body(flow)
+
+    def body_too_large(self, flow: http.HTTPFlow) -> bool:
+        """A body that is chunked (size unknown) or declared larger than inspect_max_bytes."""
+        size = flow.request.headers.get("content-length")
+        if size is not None:
+            return not size.isdigit() or int(size) > self.gw.inspect_max_bytes
+        return "chunked" in flow.request.headers.get("transfer-encoding", "").lower()
+
+    def refuse_large_body(self, flow: http.HTTPFlow) -> None:
+        """mitmproxy reads a refused request's whole body into memory before it sends our answer. For a body
+        that is large or of unknown size, close the connection instead (the denial is audited): a sandbox must
+        not be able to exhaust the gateway's memory with uploads to denied hosts."""
+        if flow.response is not None and flow.response.status_code in (403, 407) and self.body_too_large(flow):
+            flow.metadata["sandgate_killed"] = True
+            flow.kill()
 
     @fail_closed
     async def request(self, flow: http.HTTPFlow) -> None:
@@ -294,7 +313,7 @@ class EgressAddon:
 
     def error(self, flow: http.HTTPFlow) -> None:
         st = self.fstate(flow)
-        if st is None or st.audited:
+        if st is None or st.audited or flow.metadata.get("sandgate_killed"):
             return
         st.audited = True
         d = st.decision

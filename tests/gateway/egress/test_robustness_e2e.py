@@ -131,3 +131,29 @@ def test_session_stats_reach_the_policy(tmp_path, upstream):
         sess = sg.session(allow=["allowed.test"])
         codes = [get(sess, f"http://allowed.test:{upstream.port}/same").status_code for _ in range(5)]
         assert codes == [200, 200, 200, 403, 403]
+
+
+def test_large_upload_to_denied_host_does_not_fill_memory(loopback_gateway, upstream):
+    """Regression: mitmproxy buffered a refused request's whole body before answering (memory exhaustion)."""
+    sess = loopback_gateway.session(allow=["allowed.test"])
+    before = loopback_gateway.rss_kb()
+
+    def body():
+        chunk = b"x" * (1 << 20)
+        for _ in range(200):
+            yield chunk
+    try:
+        resp = requests.post(f"http://other.test:{upstream.port}/upload", data=body(), proxies=sess["proxies"],
+                             timeout=60)
+        assert resp.status_code == 403
+    except requests.exceptions.ConnectionError:
+        pass    # the connection is closed rather than drained
+    grew_mb = (loopback_gateway.rss_kb() - before) / 1024
+    assert grew_mb < 50, f"RSS grew by {grew_mb:.0f} MB for a refused 200 MiB upload"
+    assert not any(r.path == "/upload" for r in upstream.recorder.requests)
+    denied = [e for e in loopback_gateway.events(sess["id"]) if e["path"] == "/upload"]
+    assert denied and denied[0]["action"] == "deny" and denied[0]["codes"] == ["egress.not_allowlisted"]
+    # A small refused body still gets the 403 JSON answer.
+    small = requests.post(f"http://other.test:{upstream.port}/small", data=b"x" * 1000, proxies=sess["proxies"],
+                          timeout=20)
+    assert small.status_code == 403 and small.json()["code"] == "egress.not_allowlisted"
