@@ -229,7 +229,7 @@ class EgressAddon:
         st = self.fstate(flow)
         size = flow.request.headers.get("content-length")
         cap = self.gw.inspect_max_bytes
-        if size is None and "chunked" not in flow.request.headers.get("transfer-encoding", "").lower():
+        if size is None and not unsized_body(flow.request):
             return
         if size is not None and size.isdigit() and int(size) <= cap:
             return
@@ -256,11 +256,11 @@ class EgressAddon:
         self.refuse_large_body(flow)
 
     def body_too_large(self, flow: http.HTTPFlow) -> bool:
-        """A body that is chunked (size unknown) or declared larger than inspect_max_bytes."""
+        """A body of unknown size, or declared larger than inspect_max_bytes."""
         size = flow.request.headers.get("content-length")
         if size is not None:
             return not size.isdigit() or int(size) > self.gw.inspect_max_bytes
-        return "chunked" in flow.request.headers.get("transfer-encoding", "").lower()
+        return unsized_body(flow.request)
 
     def refuse_large_body(self, flow: http.HTTPFlow) -> None:
         """mitmproxy reads a refused request's whole body into memory before it sends our answer. For a body
@@ -365,6 +365,15 @@ class EgressAddon:
         except Exception:  # noqa: BLE001
             log.exception("internal_error in server_connect")
             data.server.error = "sandgate internal error"
+
+
+def unsized_body(request: http.Request) -> bool:
+    """A body is coming whose size is not declared: chunked HTTP/1, or an HTTP/2-3 upload without
+    content-length (their frames carry the body; GET-like methods are taken to have none)."""
+    if "chunked" in request.headers.get("transfer-encoding", "").lower():
+        return True
+    return (request.http_version.startswith(("HTTP/2", "HTTP/3")) and "content-length" not in request.headers
+            and request.method in ("POST", "PUT", "PATCH"))
 
 
 def _strip_port(hostport: str) -> str:
