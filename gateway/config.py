@@ -25,7 +25,7 @@ DEFAULTS: dict[str, Any] = {
     },
     "approvals": {"ttl_s": 3600, "quorum": 1},
     "policy": {"dir": "", "engine": "embedded", "opa_url": "http://127.0.0.1:8181",
-               "timeout_s": 2.0, "workers": 2},
+               "timeout_s": 2.0, "workers": 2, "isolation": "process"},
     "store": {"url": ""},
     "vault": {"url": "", "token": "", "namespace": "", "role_id": "", "secret_id": "", "ca_cert": ""},
     "web": {"oidc": {"issuer": "", "audience": "", "approver_claim": "groups", "approver_value": ""}},
@@ -161,6 +161,8 @@ def validate(raw: dict) -> None:
     ap = raw["approvals"]
     if int(ap["quorum"]) < 1 or int(ap["ttl_s"]) <= 0:
         raise ValueError("approvals.quorum must be >= 1 and approvals.ttl_s > 0")
+    if raw["policy"]["isolation"] not in ("process", "thread"):
+        raise ValueError("policy.isolation must be 'process' or 'thread'")
     if raw["policy"]["engine"] not in ("embedded", "opa"):
         raise ValueError("policy.engine must be 'embedded' or 'opa'")
     if raw["policy"]["dir"] and not Path(raw["policy"]["dir"]).is_dir():

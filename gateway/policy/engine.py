@@ -285,11 +285,15 @@ class EmbeddedEngine:
         self._build_pool.shutdown(wait=False, cancel_futures=True)
 
 
-def make_engine(cfg: Any) -> EmbeddedEngine:
+def make_engine(cfg: Any) -> Any:
     from gateway.policy.loader import default_policy_dir
 
     pol = cfg.raw["policy"]
     directory = Path(pol["dir"]) if pol["dir"] else default_policy_dir()
     if pol["engine"] != "embedded":
         raise ValueError("policy.engine 'opa' is not available yet in this build")
+    if pol["isolation"] == "process":
+        from gateway.policy.isolated import IsolatedEngine
+
+        return IsolatedEngine(directory, timeout_s=float(pol["timeout_s"]), workers=int(pol["workers"]))
     return EmbeddedEngine(directory, timeout_s=float(pol["timeout_s"]), workers=int(pol["workers"]))

@@ -65,11 +65,27 @@ def proc_status_kb(pid: int, name: str) -> int:
 _TICK = os.sysconf("SC_CLK_TCK")
 
 
+def _children(pid: int) -> list[int]:
+    out = []
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            out += [int(c) for c in (task / "children").read_text().split()]
+        except OSError:
+            pass
+    return out
+
+
 def proc_cpu_s(pid: int) -> float:
-    """User + system CPU seconds the process has used so far."""
-    text = Path(f"/proc/{pid}/stat").read_text()
-    fields = text[text.rindex(")") + 2:].split()
-    return (int(fields[11]) + int(fields[12])) / _TICK
+    """User + system CPU seconds the process and its live child processes (policy workers) used so far."""
+    total = 0.0
+    for p in [pid] + _children(pid):
+        try:
+            text = Path(f"/proc/{p}/stat").read_text()
+        except OSError:
+            continue
+        fields = text[text.rindex(")") + 2:].split()
+        total += (int(fields[11]) + int(fields[12])) / _TICK
+    return total
 
 
 class RssSampler:

@@ -1,10 +1,15 @@
 """The embedded engine fails closed: undefined, malformed, erroring and slow policies all deny."""
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from gateway.policy.decision import parse_decision
 from gateway.policy.engine import EmbeddedEngine
+from gateway.policy.isolated import IsolatedEngine
+
+ENGINES = [EmbeddedEngine, IsolatedEngine]
 
 
 def write_policy(tmp_path, body: str):
@@ -14,8 +19,8 @@ def write_policy(tmp_path, body: str):
     return tmp_path
 
 
-async def decide(tmp_path, body, doc=None, timeout_s=2.0):
-    engine = EmbeddedEngine(write_policy(tmp_path, body), timeout_s=timeout_s, workers=1)
+async def decide(tmp_path, body, doc=None, timeout_s=2.0, engine_cls=EmbeddedEngine):
+    engine = engine_cls(write_policy(tmp_path, body), timeout_s=timeout_s, workers=1)
     await engine.start()
     try:
         return await engine.decide("egress", doc or {"request": {"host": "x"}})
@@ -37,25 +42,30 @@ def test_parse_decision_keeps_a_good_one():
     assert (d.action, d.reasons, d.codes, d.approval_ttl_s) == ("ask", ("r",), ("c",), 60.0)
 
 
-async def test_undefined_decision_denies(tmp_path):
-    d = await decide(tmp_path, 'decision := {"action": "allow", "reasons": [], "codes": []} if input.nope\n')
+@pytest.mark.parametrize("engine_cls", ENGINES)
+async def test_undefined_decision_denies(tmp_path, engine_cls):
+    d = await decide(tmp_path, 'decision := {"action": "allow", "reasons": [], "codes": []} if input.nope\n',
+                     engine_cls=engine_cls)
     assert d.action == "deny" and d.code == "policy.undefined"
 
 
-async def test_wrong_shape_denies(tmp_path):
-    d = await decide(tmp_path, 'decision := {"action": "yes"}\n')
+@pytest.mark.parametrize("engine_cls", ENGINES)
+async def test_wrong_shape_denies(tmp_path, engine_cls):
+    d = await decide(tmp_path, 'decision := {"action": "yes"}\n', engine_cls=engine_cls)
     assert d.action == "deny" and d.code == "policy.malformed"
 
 
-async def test_slow_policy_times_out_and_denies(tmp_path):
+@pytest.mark.parametrize("engine_cls", ENGINES)
+async def test_slow_policy_times_out_and_denies(tmp_path, engine_cls):
     body = 'decision := {"action": "allow", "reasons": [], "codes": []} if {\n' \
            '\tinput.slow\n\tcount([x | some x in numbers.range(1, 300000); x % 7 == 0]) > 0\n}\n'
-    d = await decide(tmp_path, body, {"slow": True}, timeout_s=0.05)
+    d = await decide(tmp_path, body, {"slow": True}, timeout_s=0.05, engine_cls=engine_cls)
     assert d.action == "deny" and d.code == "policy.timeout"
 
 
-async def test_unknown_kind_denies(tmp_path):
-    engine = EmbeddedEngine(write_policy(tmp_path, 'decision := {"action": "allow"}\n'), workers=1)
+@pytest.mark.parametrize("engine_cls", ENGINES)
+async def test_unknown_kind_denies(tmp_path, engine_cls):
+    engine = engine_cls(write_policy(tmp_path, 'decision := {"action": "allow"}\n'), workers=1)
     await engine.start()
     try:
         d = await engine.decide("nonsense", {})
@@ -64,8 +74,9 @@ async def test_unknown_kind_denies(tmp_path):
     assert d.action == "deny"
 
 
-async def test_decision_cache_is_per_revision(tmp_path):
-    engine = EmbeddedEngine(write_policy(tmp_path, 'decision := {"action": "allow", "reasons": [], "codes": []}\n'),
+@pytest.mark.parametrize("engine_cls", ENGINES)
+async def test_decision_cache_is_per_revision(tmp_path, engine_cls):
+    engine = engine_cls(write_policy(tmp_path, 'decision := {"action": "allow", "reasons": [], "codes": []}\n'),
                             workers=1)
     await engine.start()
     try:
@@ -77,11 +88,71 @@ async def test_decision_cache_is_per_revision(tmp_path):
         await engine.close()
 
 
-async def test_impure_policy_is_not_cached(tmp_path):
-    engine = EmbeddedEngine(write_policy(tmp_path, 'decision := {"action": "allow", "reasons": [], "codes": []} '
+@pytest.mark.parametrize("engine_cls", ENGINES)
+async def test_impure_policy_is_not_cached(tmp_path, engine_cls):
+    engine = engine_cls(write_policy(tmp_path, 'decision := {"action": "allow", "reasons": [], "codes": []} '
                                                    'if time.now_ns() > 0\n'), workers=1)
     await engine.start()
     try:
         assert engine.cache.enabled is False
+    finally:
+        await engine.close()
+
+
+ALLOW = 'decision := {"action": "allow", "reasons": [], "codes": []}\n'
+
+
+async def test_killed_worker_denies_then_recovers(tmp_path):
+    import os
+    import signal
+
+    engine = IsolatedEngine(write_policy(tmp_path, 'decision := {"action": "allow", "reasons": [], "codes": []} '
+                                                   'if {\n\tinput.slow\n\tcount([x | some x in numbers.range(1, 300000)]) > 0\n}\n'),
+                            timeout_s=5, workers=1)
+    await engine.start()
+    try:
+        pending = asyncio.create_task(engine.decide("egress", {"slow": True, "n": 1}))
+        await asyncio.sleep(0.1)
+        os.kill(engine._pool.workers[0].proc.pid, signal.SIGKILL)   # as if regopy had crashed
+        d = await pending
+        assert d.action == "deny" and d.code == "policy.error"
+        for _ in range(100):
+            again = await engine.decide("egress", {"slow": True, "n": 2})
+            if again.action == "allow":
+                break
+            await asyncio.sleep(0.1)
+        assert again.action == "allow", "a replacement worker took over"
+    finally:
+        await engine.close()
+
+
+async def test_timeout_restarts_the_stuck_worker(tmp_path):
+    body = 'decision := {"action": "allow", "reasons": [], "codes": []} if {\n' \
+           '\tinput.slow\n\tcount([x | some x in numbers.range(1, 300000); x % 7 == 0]) > 0\n}\n'
+    engine = IsolatedEngine(write_policy(tmp_path, body), timeout_s=0.05, workers=1)
+    await engine.start()
+    try:
+        first_pid = engine._pool.workers[0].proc.pid
+        assert (await engine.decide("egress", {"slow": True})).code == "policy.timeout"
+        for _ in range(100):
+            w = engine._pool.workers[0]
+            if w.alive and w.proc.pid != first_pid:
+                break
+            await engine.decide("egress", {"fast": True})
+            await asyncio.sleep(0.1)
+        assert engine._pool.workers[0].proc.pid != first_pid
+    finally:
+        await engine.close()
+
+
+async def test_reload_rejects_broken_policy_and_keeps_serving(tmp_path):
+    engine = IsolatedEngine(write_policy(tmp_path, ALLOW), workers=1)
+    await engine.start()
+    try:
+        rev = engine.rev
+        (tmp_path / "egress.rego").write_text("package sandgate.egress\nimport rego.v1\ndecision := {\n")
+        assert await engine.reload() is False
+        assert engine.rev == rev and engine.last_error
+        assert (await engine.decide("egress", {"b": 1})).action == "allow"
     finally:
         await engine.close()
