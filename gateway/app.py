@@ -78,19 +78,12 @@ class Gateway:
                  self.engine.rev)
 
     def _setup_optional(self) -> None:
-        """Credential broker and approval queue, when their modules are present."""
-        try:
-            from gateway.broker_glue import setup_broker
-        except ImportError:
-            setup_broker = None
-        if setup_broker is not None:
-            setup_broker(self)
-        try:
-            from gateway.approvals import ApprovalQueue
-        except ImportError:
-            ApprovalQueue = None
-        if ApprovalQueue is not None:
-            self.approvals = ApprovalQueue(self)
+        """Credential broker and approval queue."""
+        from gateway.approvals import ApprovalQueue
+        from gateway.broker_glue import setup_broker
+
+        setup_broker(self)
+        self.approvals = ApprovalQueue(self)
 
     async def _start_proxy(self) -> None:
         from gateway.egress.proxy import build_master

@@ -53,20 +53,12 @@ async def metrics(request: web.Request) -> web.Response:
 
 
 def create_app(gw: "Gateway") -> web.Application:
+    from gateway.api import approvals, secrets, toolcalls
+    from gateway.web.page import setup_page
+
     app = web.Application(middlewares=[errors_middleware], client_max_size=4 * 1024 * 1024)
     app[GW] = gw
-    app.add_routes(routes)
-    app.add_routes(sessions.routes)
-    for module in ("gateway.api.toolcalls", "gateway.api.approvals", "gateway.api.secrets"):
-        try:
-            mod = __import__(module, fromlist=["routes"])
-        except ImportError:
-            continue
-        app.add_routes(mod.routes)
-    try:
-        from gateway.web.page import setup_page
-    except ImportError:
-        setup_page = None
-    if setup_page is not None:
-        setup_page(app, gw)
+    for module_routes in (routes, sessions.routes, toolcalls.routes, approvals.routes, secrets.routes):
+        app.add_routes(module_routes)
+    setup_page(app, gw)
     return app
