@@ -104,3 +104,21 @@ def test_untrusted_upstream_certificate_refused(tls_env, tmp_path):
         out = curl(sess, "-o", "/dev/null", "-w", "%{http_code}", f"https://rogue.test:{rogue.port}/")
         assert out.stdout != "200"
         assert rogue.recorder.requests == []
+
+
+@pytest.mark.parametrize("http_version", ["--http1.1", "--http2"])
+def test_refused_large_upload_in_tunnel_ends_promptly(tls_env, tmp_path, http_version):
+    """A refused request with a large body is closed, not drained into memory; the client does not hang."""
+    import time
+
+    sg, up = tls_env
+    sess = sg.session(allow=["secure.test"])
+    big = tmp_path / "big.bin"
+    big.write_bytes(b"x" * (20 << 20))
+    before = len(up.recorder.requests)
+    t0 = time.time()
+    out = curl(sess, http_version, "-o", "/dev/null", "-w", "%{http_code}", "--max-time", "30",
+               "-H", "Host: fronted.test", "--data-binary", f"@{big}", f"https://secure.test:{up.port}/up")
+    assert time.time() - t0 < 10
+    assert out.stdout != "200"
+    assert len(up.recorder.requests) == before
