@@ -93,3 +93,24 @@ def test_client_disconnect_cancels_item(gw, upstream):
         time.sleep(0.05)
     assert status == "cancelled"
     assert not any(r.path == "/gone" for r in upstream.recorder.requests)
+
+
+def test_identical_retry_after_restart_is_let_through_once(tmp_path, upstream):
+    cfg = {**LOOPBACK_CONFIG, "egress": {**LOOPBACK_CONFIG["egress"], "hold_timeout_s": 1}}
+    with Sandgate(tmp_path, cfg) as sg:
+        sess = sg.session(allow=["allowed.test"])
+        url = f"http://allowed.test:{upstream.port}/retry/1"
+        first = requests.delete(url, proxies=sess["proxies"], timeout=30)
+        assert first.status_code == 403 and first.json()["code"] == "approval.timeout"
+        item = sg.call("GET", f"/v1/approvals?status=pending&session={sess['id']}", sg.token("approver", "a")).json()[0]
+        sg.stop()
+        sg.start()
+        approver = sg.token("approver", "alice")
+        assert sg.call("GET", f"/v1/approvals/{item['id']}", approver).json()["status"] == "pending"
+        assert sg.call("POST", f"/v1/approvals/{item['id']}/approve", approver, json={}).status_code == 200
+        retry = requests.delete(url, proxies=sess["proxies"], timeout=30)
+        assert retry.status_code == 200
+        assert len([r for r in upstream.recorder.requests if r.path == "/retry/1"]) == 1
+        again = requests.delete(url, proxies=sess["proxies"], timeout=30)
+        assert again.status_code == 403, "used once"
+        assert len([r for r in upstream.recorder.requests if r.path == "/retry/1"]) == 1
