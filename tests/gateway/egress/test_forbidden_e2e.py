@@ -1,0 +1,27 @@
+"""Forbidden destinations end to end, in a loopback-only network namespace (no packet can leave)."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+from tests.conftest import need
+from tests.support.gateway import ROOT
+
+
+def test_metadata_private_and_cgnat_destinations_are_refused(tmp_path):
+    need(os.geteuid() == 0 and shutil.which("unshare") is not None and shutil.which("ip") is not None,
+         "root, unshare and ip for a loopback-only network namespace")
+    proc = subprocess.run(["unshare", "-n", "-m", "--", sys.executable, str(ROOT / "tests/support/forbidden_probe.py"),
+                           str(tmp_path)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    results = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert len(results) == 12
+    for url, (status, code) in results.items():
+        assert status == 403, (url, status, code)
+        assert code.startswith("address."), (url, code)
+    assert results["http://meta.test/latest/meta-data/"][1] == "address.link_local"
+    assert results["http://internal.test/latest/meta-data/"][1] == "address.private"
+    assert results["http://cgnat.test/latest/meta-data/"][1] == "address.cgnat"
