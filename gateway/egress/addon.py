@@ -11,7 +11,7 @@ import logging
 import time
 import weakref
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Callable
 
 from mitmproxy import connection, http
 from mitmproxy.proxy import server_hooks

@@ -40,7 +40,7 @@ def parse_decision(raw: Any, rev: str = "") -> Decision:
         return deny("policy.malformed", "the policy decision is not an object", rev)
     action = raw.get("action")
     if action not in ACTIONS:
-        return deny("policy.malformed", f"the policy decision has no valid action", rev)
+        return deny("policy.malformed", "the policy decision has no valid action", rev)
     reasons = raw.get("reasons", [])
     codes = raw.get("codes", [])
     if not isinstance(reasons, list) or not all(isinstance(r, str) for r in reasons):

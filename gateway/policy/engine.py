@@ -1,10 +1,11 @@
 """Policy engines behind one protocol: embedded regopy (default) and, later, an OPA server.
 
-The embedded engine compiles the policy once (`Interpreter.build`) into a bundle and evaluates that bundle
-with `query_bundle_entrypoint` on a small thread pool (regopy releases the GIL). Each worker thread keeps its
-own Interpreter: one is never shared by two evaluations at once. An evaluation cannot be cancelled, so it is
-timed out and the timeout is a deny. A reload builds the new bundle off-loop and swaps it in only when
-`bundle.ok()` — a semantically broken bundle would crash the process when queried.
+Both embedded engines compile the policy once (`Interpreter.build`) into a bundle and evaluate it with
+`query_bundle_entrypoint` (see bundles.py); they differ in where: worker processes (isolated.py, the default)
+or a small thread pool here (`policy.isolation = "thread"`; regopy releases the GIL, and each thread keeps its
+own Interpreter, never shared by two evaluations at once). An evaluation cannot be cancelled, so it is timed
+out and the timeout is a deny. A reload swaps in only a bundle that built (`bundle.ok()`: a semantically
+broken bundle would crash the process when queried) in a throw-away process first.
 """
 from __future__ import annotations
 
@@ -19,19 +20,15 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import regopy
-from regopy import rego_shared as _rs
-from regopy.node import NodeKind
 
+from gateway.policy.bundles import ENTRYPOINTS, PolicyError, build_bundle, evaluate_bundle, node_to_python
 from gateway.policy.decision import Decision, deny, parse_decision
 from gateway.policy.loader import PolicySource, load_policy_dir, policy_files
 
+__all__ = ["ENTRYPOINTS", "CachingEngine", "DecisionCache", "EmbeddedEngine", "EvaluationTimeout", "PolicyEngine",
+           "PolicyError", "build_bundle", "evaluate_bundle", "make_engine", "node_to_python"]
+
 log = logging.getLogger("sandgate.policy")
-
-ENTRYPOINTS = {"egress": "sandgate/egress/decision", "toolcall": "sandgate/toolcall/decision"}
-
-
-class PolicyError(Exception):
-    """The policy could not be loaded or compiled."""
 
 
 class PolicyEngine(Protocol):
@@ -44,90 +41,6 @@ class PolicyEngine(Protocol):
     async def reload(self) -> bool: ...
 
     async def close(self) -> None: ...
-
-
-def build_bundle(source: PolicySource, entrypoints: list[str] | None = None) -> Any:
-    """Compile modules + data into a regopy bundle. Raises PolicyError on parse or semantic errors."""
-    interp = regopy.Interpreter()
-    try:
-        for name, text in source.modules:
-            interp.add_module(name, text)
-        interp.add_data(source.data)
-        bundle = interp.build(None, entrypoints or list(ENTRYPOINTS.values()))
-    except regopy.RegoError as exc:
-        raise PolicyError(f"policy does not compile: {str(exc)[:2000]}") from None
-    if not bundle.ok():
-        raise PolicyError("policy does not compile (semantic error; see log)")
-    return bundle
-
-
-def node_to_python(impl: Any) -> Any:
-    """Walk a regopy result node into Python values.
-
-    regopy's JSON rendering does not escape strings (a `"` in input yields invalid JSON), so results are
-    read node by node instead.
-    """
-    kind = _rs.rego_node_type(impl)
-    if kind in (NodeKind.Term, NodeKind.Scalar):
-        return node_to_python(_rs.rego_node_get(impl, 0))
-    size = _rs.rego_node_size(impl)
-    if kind == NodeKind.Object:
-        out = {}
-        for i in range(size):
-            item = _rs.rego_node_get(impl, i)
-            out[node_to_python(_rs.rego_node_get(item, 0))] = node_to_python(_rs.rego_node_get(item, 1))
-        return out
-    if kind in (NodeKind.Array, NodeKind.Set, NodeKind.Terms):
-        return [node_to_python(_rs.rego_node_get(impl, i)) for i in range(size)]
-    value = _rs.rego_node_value(impl)
-    if kind == NodeKind.String:
-        # Strings made by builtins come back JSON-quoted; strings from input come back raw.
-        if len(value) >= 2 and value[0] == value[-1] == '"':
-            try:
-                decoded = json.loads(value)
-            except ValueError:
-                return value
-            return decoded if isinstance(decoded, str) else value
-        return value
-    if kind == NodeKind.Int:
-        return int(value)
-    if kind == NodeKind.Float:
-        return float(value)
-    if kind in (NodeKind.Boolean, NodeKind.True_, NodeKind.False_):
-        return value == "true"
-    if kind == NodeKind.Null:
-        return None
-    raise PolicyError(f"unexpected result node kind {kind}")
-
-
-def evaluate_bundle(interp: Any, bundle: Any, entrypoint: str, input_doc: dict) -> Any:
-    """One evaluation. Returns the value, or None when undefined. Raises PolicyError on engine errors.
-
-    Uses regopy's low-level calls: its `Output` wrapper raises on error texts and `expressions()` aborts
-    the process on an undefined result.
-    """
-    interp.set_input(regopy.Input(input_doc))
-    try:
-        impl = _rs.rego_bundle_query_entrypoint(interp._impl, bundle._impl, entrypoint)
-    except Exception as exc:  # noqa: BLE001 - regopy raises RegoError or others for missing plans
-        raise PolicyError(f"evaluation error: {str(exc)[:300]}") from None
-    try:
-        text = _rs.rego_output_string(impl)
-        if not _rs.rego_output_ok(impl) or text.lstrip().startswith("(error"):
-            raise PolicyError(f"evaluation error: {_error_message(text)}")
-        if text.strip() == "undefined":
-            return None
-        values = node_to_python(_rs.rego_output_expressions_at_index(impl, 0))
-    finally:
-        _rs.rego_free_output(impl)
-    return values[0] if values else None
-
-
-def _error_message(text: str) -> str:
-    import re
-
-    found = re.findall(r"\(errormsg \d+:([^)]*)\)", text)
-    return "; ".join(found)[:500] or text[:200]
 
 
 # Builtins whose result changes between two evaluations of the same input: a policy using any of them is
@@ -181,27 +94,88 @@ class DecisionCache:
             self._items.popitem(last=False)
 
 
-class EmbeddedEngine:
-    def __init__(self, policy_dir: str | Path, timeout_s: float = 2.0, workers: int = 2):
+class EvaluationTimeout(Exception):
+    """An evaluation did not finish within the engine's timeout."""
+
+
+class CachingEngine:
+    """What both embedded engines share: revision, decision cache, directory watching, fail-closed decide().
+
+    Subclasses implement `_evaluate(kind, entrypoint, input_doc)` (raise EvaluationTimeout or anything else
+    on failure), `start()`, `reload()` and `close()`.
+    """
+
+    def __init__(self, policy_dir: str | Path, timeout_s: float):
         self.policy_dir = Path(policy_dir)
         self.timeout_s = timeout_s
         self.rev = ""
-        self._bundle: Any = None
-        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="sandgate-rego")
-        self._build_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sandgate-rego-build")
-        self._local = threading.local()
-        self._stamp: tuple = ()
-        self._watch_task: asyncio.Task | None = None
         self.last_error: str | None = None
         self.cache = DecisionCache()
+        self._stamp: tuple = ()
+        self._watch_task: asyncio.Task | None = None
 
-    # -- loading ---------------------------------------------------------------------------------
     def _stamp_now(self) -> tuple:
         try:
             return tuple((str(p), p.stat().st_mtime_ns, p.stat().st_size) for p in policy_files(self.policy_dir))
         except OSError:
             return ()
 
+    async def reload(self) -> bool:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    def watch(self, interval_s: float = 1.0) -> None:
+        async def _loop() -> None:
+            while True:
+                await asyncio.sleep(interval_s)
+                stamp = await asyncio.to_thread(self._stamp_now)      # a directory walk: off the loop
+                if stamp != self._stamp:
+                    await self.reload()
+        self._watch_task = asyncio.create_task(_loop(), name="sandgate-policy-watch")
+
+    def _ready(self) -> bool:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    async def _evaluate(self, kind: str, entrypoint: str, input_doc: dict) -> Any:  # pragma: no cover
+        raise NotImplementedError
+
+    async def decide(self, kind: str, input_doc: dict) -> Decision:
+        rev = self.rev
+        entrypoint = ENTRYPOINTS.get(kind)
+        if entrypoint is None or not self._ready():
+            return deny("policy.unavailable", "no policy is loaded for this kind", rev)
+        key = self.cache.key(kind, input_doc)
+        cached = self.cache.get(key)
+        if cached is not None and cached.rev == rev:
+            return cached
+        try:
+            raw = await self._evaluate(kind, entrypoint, input_doc)
+        except EvaluationTimeout:
+            log.error("policy evaluation timed out (kind=%s)", kind)
+            return deny("policy.timeout", "the policy engine timed out", rev)
+        except Exception as exc:  # noqa: BLE001 - an engine error is a deny
+            log.error("policy evaluation failed (kind=%s): %s", kind, exc)
+            return deny("policy.error", "the policy engine failed", rev)
+        decision = parse_decision(raw, rev)
+        if rev == self.rev:
+            self.cache.put(key, decision)
+        return decision
+
+    def _stop_watching(self) -> None:
+        if self._watch_task:
+            self._watch_task.cancel()
+
+
+class EmbeddedEngine(CachingEngine):
+    """regopy in this process, on a small thread pool (`policy.isolation = "thread"`)."""
+
+    def __init__(self, policy_dir: str | Path, timeout_s: float = 2.0, workers: int = 2):
+        super().__init__(policy_dir, timeout_s)
+        self._bundle: Any = None
+        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="sandgate-rego")
+        self._build_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sandgate-rego-build")
+        self._local = threading.local()
+
+    # -- loading ---------------------------------------------------------------------------------
     def _compile(self) -> tuple[Any, str, tuple, PolicySource]:
         from gateway.policy.compilecheck import check_in_subprocess
 
@@ -239,15 +213,6 @@ class EmbeddedEngine:
             log.info("policy reloaded rev=%s", rev)
         return changed
 
-    def watch(self, interval_s: float = 1.0) -> None:
-        async def _loop() -> None:
-            while True:
-                await asyncio.sleep(interval_s)
-                stamp = await asyncio.to_thread(self._stamp_now)      # a directory walk: off the loop
-                if stamp != self._stamp:
-                    await self.reload()
-        self._watch_task = asyncio.create_task(_loop(), name="sandgate-policy-watch")
-
     # -- deciding --------------------------------------------------------------------------------
     def _eval(self, bundle: Any, entrypoint: str, input_doc: dict) -> Any:
         interp = getattr(self._local, "interp", None)
@@ -255,32 +220,19 @@ class EmbeddedEngine:
             interp = self._local.interp = regopy.Interpreter()
         return evaluate_bundle(interp, bundle, entrypoint, input_doc)
 
-    async def decide(self, kind: str, input_doc: dict) -> Decision:
-        rev, bundle = self.rev, self._bundle
-        entrypoint = ENTRYPOINTS.get(kind)
-        if entrypoint is None or bundle is None:
-            return deny("policy.unavailable", "no policy is loaded for this kind", rev)
-        key = self.cache.key(kind, input_doc)
-        cached = self.cache.get(key)
-        if cached is not None and cached.rev == rev:
-            return cached
-        fut = asyncio.get_running_loop().run_in_executor(self._pool, self._eval, bundle, entrypoint, input_doc)
+    def _ready(self) -> bool:
+        return self._bundle is not None
+
+    async def _evaluate(self, kind: str, entrypoint: str, input_doc: dict) -> Any:
+        fut = asyncio.get_running_loop().run_in_executor(self._pool, self._eval, self._bundle, entrypoint,
+                                                         input_doc)
         try:
-            raw = await asyncio.wait_for(asyncio.shield(fut), self.timeout_s)
+            return await asyncio.wait_for(asyncio.shield(fut), self.timeout_s)
         except asyncio.TimeoutError:
-            log.error("policy evaluation timed out (kind=%s)", kind)
-            return deny("policy.timeout", "the policy engine timed out", rev)
-        except Exception as exc:  # noqa: BLE001 - an engine error is a deny
-            log.error("policy evaluation failed (kind=%s): %s", kind, exc)
-            return deny("policy.error", "the policy engine failed", rev)
-        decision = parse_decision(raw, rev)
-        if rev == self.rev:
-            self.cache.put(key, decision)
-        return decision
+            raise EvaluationTimeout() from None
 
     async def close(self) -> None:
-        if self._watch_task:
-            self._watch_task.cancel()
+        self._stop_watching()
         self._pool.shutdown(wait=False, cancel_futures=True)
         self._build_pool.shutdown(wait=False, cancel_futures=True)
 

@@ -12,32 +12,21 @@ import asyncio
 import logging
 from pathlib import Path
 
-from gateway.policy.decision import Decision, deny, parse_decision
-from gateway.policy.engine import ENTRYPOINTS, DecisionCache, PolicyError
-from gateway.policy.loader import load_policy_dir, policy_files
+from typing import Any
+
+from gateway.policy.engine import CachingEngine, EvaluationTimeout, PolicyError
+from gateway.policy.loader import load_policy_dir
 from gateway.policy.pool import WorkerError, WorkerPool
 
 log = logging.getLogger("sandgate.policy")
 
 
-class IsolatedEngine:
+class IsolatedEngine(CachingEngine):
     def __init__(self, policy_dir: str | Path, timeout_s: float = 2.0, workers: int = 2):
-        self.policy_dir = Path(policy_dir)
-        self.timeout_s = timeout_s
+        super().__init__(policy_dir, timeout_s)
         self.workers = workers
-        self.rev = ""
-        self.last_error: str | None = None
-        self.cache = DecisionCache()
         self._pool: WorkerPool | None = None
-        self._stamp: tuple = ()
-        self._watch_task: asyncio.Task | None = None
         self._retiring: set[asyncio.Task] = set()
-
-    def _stamp_now(self) -> tuple:
-        try:
-            return tuple((str(p), p.stat().st_mtime_ns, p.stat().st_size) for p in policy_files(self.policy_dir))
-        except OSError:
-            return ()
 
     async def _new_pool(self) -> tuple[WorkerPool, tuple, object]:
         stamp = await asyncio.to_thread(self._stamp_now)
@@ -82,40 +71,19 @@ class IsolatedEngine:
         await asyncio.sleep(self.timeout_s + 1)       # let evaluations in flight finish
         await pool.close()
 
-    def watch(self, interval_s: float = 1.0) -> None:
-        async def _loop() -> None:
-            while True:
-                await asyncio.sleep(interval_s)
-                if await asyncio.to_thread(self._stamp_now) != self._stamp:
-                    await self.reload()
-        self._watch_task = asyncio.create_task(_loop(), name="sandgate-policy-watch")
+    def _ready(self) -> bool:
+        return self._pool is not None
 
-    async def decide(self, kind: str, input_doc: dict) -> Decision:
-        rev, pool = self.rev, self._pool
-        if kind not in ENTRYPOINTS or pool is None:
-            return deny("policy.unavailable", "no policy is loaded for this kind", rev)
-        key = self.cache.key(kind, input_doc)
-        cached = self.cache.get(key)
-        if cached is not None and cached.rev == rev:
-            return cached
+    async def _evaluate(self, kind: str, entrypoint: str, input_doc: dict) -> Any:
         try:
-            raw = await pool.evaluate(kind, input_doc, self.timeout_s)
+            return await self._pool.evaluate(kind, input_doc, self.timeout_s)
         except WorkerError as exc:
             if str(exc) == "timeout":
-                return deny("policy.timeout", "the policy engine timed out", rev)
-            log.error("policy evaluation failed (kind=%s): %s", kind, exc)
-            return deny("policy.error", "the policy engine failed", rev)
-        except (TypeError, ValueError) as exc:       # an input that is not JSON
-            log.error("policy input not serialisable (kind=%s): %s", kind, exc)
-            return deny("policy.error", "the policy engine failed", rev)
-        decision = parse_decision(raw, rev)
-        if rev == self.rev:
-            self.cache.put(key, decision)
-        return decision
+                raise EvaluationTimeout() from None
+            raise
 
     async def close(self) -> None:
-        if self._watch_task:
-            self._watch_task.cancel()
+        self._stop_watching()
         for task in list(self._retiring):
             task.cancel()
         if self._pool is not None:

@@ -438,7 +438,7 @@ async def run(mode: Mode, procs: Procs, label: str) -> None:
     print()
     print(f"- direct to the upstream, no proxy (the client's ceiling): c=1 {direct_res[1].rps:,.0f} req/s "
           f"(p50 {direct_res[1].p(50):.2f} ms), c=8 {direct_res[8].rps:,.0f} req/s (p50 {direct_res[8].p(50):.2f} ms)")
-    print(f"- ratio = sandgate ÷ baseline: above 1× is better for throughput, worse for latency, CPU and RSS.")
+    print("- ratio = sandgate ÷ baseline: above 1× is better for throughput, worse for latency, CPU and RSS.")
     print(f"- small GETs: {mode.rounds} round(s) of {mode.window_s:g} s per cell after {mode.warmup_s:g} s warm-up, "
           f"the proxies alternating; 100-byte bodies, keep-alive, Proxy-Authorization on every sandgate request.")
     print("- the baseline is bare `mitmdump` with connection_strategy=lazy and stream_large_bodies=1m: it streams "

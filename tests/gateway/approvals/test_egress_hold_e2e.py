@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import socket
 import base64
-import threading
 import time
 
 import pytest

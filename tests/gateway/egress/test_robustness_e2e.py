@@ -8,7 +8,6 @@ import socket
 import time
 
 import h11
-import pytest
 import requests
 
 from tests.conftest import LOOPBACK_CONFIG

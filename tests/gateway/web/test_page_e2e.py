@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import subprocess
-import threading
 import time
 
 import pytest
