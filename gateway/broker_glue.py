@@ -28,7 +28,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("sandgate.broker")
 
-MASK = b"*"
+MASK = b"SANDGATE_BLOCKED_" * 8          # what a placeholder in a streamed body becomes (cut to its length)
+MASK_PREFIX = MASK[:12]
 
 
 def setup_broker(gw: "Gateway") -> None:
@@ -152,11 +153,20 @@ class BrokerHooks:
         if not self.owners:
             return None
         if self._mask_scrubber is None:
-            self._mask_scrubber = Scrubber({ph.encode(): MASK * len(ph) for ph in self.owners})
+            self._mask_scrubber = Scrubber({ph.encode(): MASK[:len(ph)] for ph in self.owners})
         scrubber = StreamScrubber(self._mask_scrubber)
+        seen = [False]
 
         def scan(chunk: bytes) -> Any:
-            return scrubber(chunk)
+            out = scrubber(chunk)
+            if not seen[0] and any(MASK_PREFIX in piece for piece in out):
+                seen[0] = True
+                self.gw.metrics.exfiltration.inc()
+                self.gw.audit.record("exfiltration", session=st.session["id"], action="mask",
+                                     reasons=["a placeholder in a body too large to inspect was blanked out"],
+                                     codes=["secret.exfiltration"], request_id=flow.id, method=flow.request.method,
+                                     host=flow.request.host, path=st.path)
+            return out
         return scan
 
     # -- websocket frames ------------------------------------------------------------------------

@@ -175,3 +175,18 @@ def test_vault_secret_and_outage_fails_closed(broker_env, upstream):
         assert plain.status_code == 200
     finally:
         bao.start()
+
+
+def test_body_too_large_to_inspect_cannot_carry_a_placeholder_out(broker_env, upstream):
+    sg, _ = broker_env
+    sess, env = session_with(sg, "api")
+    ph = env["API"]
+    body = b"a" * (1536 * 1024) + ph.encode() + b"b" * 1000     # past inspect_max_bytes: streamed, not held
+    resp = requests.post(f"http://other.test:{upstream.port}/bulk", data=body, proxies=sess["proxies"], timeout=30)
+    assert resp.status_code == 200
+    seen = upstream.recorder.requests[-1]
+    assert seen.path == "/bulk" and len(seen.body) == len(body)
+    assert ph.encode() not in seen.body and REAL_API_KEY.encode() not in seen.body
+    assert b"SANDGATE_BLOCKED_" in seen.body
+    masked = [e for e in sg.events(sess["id"]) if e["kind"] == "exfiltration" and e["path"] == "/bulk"]
+    assert len(masked) == 1 and masked[0]["action"] == "mask"
