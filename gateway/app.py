@@ -126,9 +126,13 @@ class Gateway:
         (ddir / "listen.json").write_text(json.dumps(listen))
 
     async def _housekeeping(self) -> None:
+        tick = 0
         while True:
             await asyncio.sleep(1.0)
+            tick += 1
             try:
+                if tick % 5 == 0:
+                    await self.refresh_sessions()
                 self.metrics.sessions_live.set(self.sessions.count_live())
                 if self.approvals is not None:
                     await self.approvals.tick()
@@ -157,6 +161,31 @@ class Gateway:
         if self.broker is not None and hasattr(self.broker, "close"):
             await self.broker.close()
         self.store.close()
+
+    async def live_session(self, sid: str | None) -> dict | None:
+        """The session if it is live. A session this process has not seen (created by another replica) is
+        read from the store once; `refresh_sessions` brings changes made elsewhere within seconds."""
+        if not sid:
+            return None
+        row = self.sessions.get(sid)
+        if row is None:
+            row = await self.store.get_session(sid)
+            if row is None:
+                return None
+            self.sessions.put(row)
+            if self.broker_hooks is not None:
+                self.broker_hooks.session_added(row)
+        return self.sessions.live(sid)
+
+    async def refresh_sessions(self) -> None:
+        """Merge the store's view into the cache (deletions, freezes, new sessions of other replicas)."""
+        for row in await self.store.list_sessions():
+            known = self.sessions.get(row["id"])
+            if known is not None and (known == row or known.get("updated_at", 0) >= row.get("updated_at", 0)):
+                continue
+            self.sessions.put(row)
+            if self.broker_hooks is not None:
+                (self.broker_hooks.session_removed if row.get("deleted_at") else self.broker_hooks.session_added)(row)
 
     def keep(self, task: asyncio.Task) -> None:
         """Keep a reference to a background task until it finishes."""

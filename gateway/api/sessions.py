@@ -47,7 +47,7 @@ async def create_session(request: web.Request) -> web.Response:
     placeholders = await gw.broker.new_placeholders(spec.secrets) if gw.broker is not None and spec.secrets else {}
     row = SessionRow(id=sid, workload=spec.workload, labels=spec.labels, allow=spec.allow, secrets=spec.secrets,
                      placeholders=placeholders, workspace=spec.workspace, ca_path=spec.ca_path, frozen=False,
-                     created_at=now, expires_at=now + spec.ttl_s, created_by=principal.ident)
+                     created_at=now, expires_at=now + spec.ttl_s, created_by=principal.ident, updated_at=now)
     stored = await gw.store.put_session(row)
     gw.sessions.put(stored)
     if gw.broker_hooks is not None:

@@ -56,7 +56,7 @@ async def post_toolcall(request: web.Request) -> web.Response:
     row = await gw.store.get_session(sid)
     if row is None:
         raise ApiError(404, "not_found", "no such session")
-    session = gw.sessions.live(sid) or None
+    session = await gw.live_session(sid)
     if session is None:
         raise ApiError(409, "session_ended", "the session has ended")
     if step is not None:

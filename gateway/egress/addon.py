@@ -160,7 +160,7 @@ class EgressAddon:
             flow.response = auth_required(flow.id, why)
             self.gw.metrics.decision("egress", "auth")
             return
-        session = self.gw.sessions.live(principal.session_id)
+        session = await self.gw.live_session(principal.session_id)
         if session is None:
             self.conns.pop(flow.client_conn, None)
             flow.response = auth_required(flow.id, "session ended or expired")

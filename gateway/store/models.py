@@ -22,6 +22,7 @@ class SessionRow(SQLModel, table=True):
     expires_at: float
     deleted_at: Optional[float] = None
     created_by: str = ""
+    updated_at: float = 0.0            # every change sets it; replicas take the newer row
 
 
 class ApprovalRow(SQLModel, table=True):

@@ -104,7 +104,7 @@ class Store:
             return row_dict(row) if row else None
 
     async def update_session(self, sid: str, **values: Any) -> Optional[dict]:
-        return await self.run(self._update_session, sid, values)
+        return await self.run(self._update_session, sid, {**values, "updated_at": time.time()})
 
     # -- approvals ------------------------------------------------------------------------------
     def _put_approval(self, row: ApprovalRow) -> dict:
