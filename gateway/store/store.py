@@ -12,7 +12,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Optional, TypeVar
 
-from sqlalchemy import event, func, select, update
+from sqlalchemy import event, func, inspect, select, update
 from sqlalchemy.engine import Engine
 from sqlmodel import Session, SQLModel, create_engine
 
@@ -60,7 +60,19 @@ class Store:
             raise
 
     def create_all(self) -> None:
+        """Create the tables, then add columns a newer sandgate defines (additive schema changes only)."""
         SQLModel.metadata.create_all(self.engine)
+        inspector = inspect(self.engine)
+        with self.engine.begin() as conn:
+            for table in SQLModel.metadata.sorted_tables:
+                have = {c["name"] for c in inspector.get_columns(table.name)}
+                for column in table.columns:
+                    if column.name in have:
+                        continue
+                    ddl_type = column.type.compile(dialect=self.engine.dialect)
+                    default = column.default.arg if column.default is not None and column.default.is_scalar else None
+                    clause = f" DEFAULT {default!r}" if isinstance(default, (int, float)) else ""
+                    conn.exec_driver_sql(f'ALTER TABLE {table.name} ADD COLUMN {column.name} {ddl_type}{clause}')
 
     async def open(self) -> None:
         await self.run(self.create_all)

@@ -77,3 +77,25 @@ async def test_events_are_ordered_per_session(store):
     got = await store.list_events(session=sid)
     assert [e["seq"] for e in got] == [1, 2, 3, 4, 5]
     assert got[0]["reasons"] == ['quote " ok'] and got[0]["detail"] == {"k": [1, 2]}
+
+
+async def test_open_adds_columns_an_older_schema_lacks(tmp_path):
+    import sqlite3
+
+    path = tmp_path / "old.db"
+    with sqlite3.connect(path) as db:
+        db.execute("CREATE TABLE sessions (id VARCHAR PRIMARY KEY, workload VARCHAR NOT NULL, labels JSON NOT NULL,"
+                   " allow JSON NOT NULL, secrets JSON NOT NULL, placeholders JSON NOT NULL, workspace VARCHAR,"
+                   " ca_path VARCHAR, frozen BOOLEAN, created_at FLOAT NOT NULL, expires_at FLOAT NOT NULL,"
+                   " deleted_at FLOAT, created_by VARCHAR)")
+        db.execute("INSERT INTO sessions VALUES ('s_old', 'ephemeral', '{}', '[]', '[]', '{}', '/w', '/ca', 0,"
+                   " 1.0, 9999999999.0, NULL, 'h')")
+    store = Store(f"sqlite:///{path}")
+    await store.open()
+    try:
+        row = await store.get_session("s_old")
+        assert row["updated_at"] == 0.0 and row["workload"] == "ephemeral"
+        await store.put_session(session_row("s_new"))
+        assert (await store.get_session("s_new"))["labels"] == {"a": "b"}
+    finally:
+        store.close()
