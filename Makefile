@@ -1,12 +1,13 @@
 # Two commands: `make serve` runs sandgate on its embedded defaults; `make test` runs the suite.
-PY ?= python3.11
+PY ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
 
 .PHONY: serve test install bench clean
 
 $(BIN)/sandgate: pyproject.toml
-	@command -v $(PY) >/dev/null 2>&1 || { echo "need $(PY)"; exit 1; }
+	@$(PY) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)' 2>/dev/null || \
+		{ echo "sandgate needs Python 3.11 or newer (set PY=/path/to/python3.11)"; exit 1; }
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -e '.[test]'
