@@ -76,6 +76,8 @@ class Sandgate:
         return f"http://127.0.0.1:{self.api_port}"
 
     def start(self, timeout: float = 40.0) -> "Sandgate":
+        if self.proc is not None and self.proc.poll() is None:
+            raise RuntimeError("this sandgate is already running")
         listen = self.data_dir / "listen.json"
         if listen.exists():
             listen.unlink()
