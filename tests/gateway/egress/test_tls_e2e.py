@@ -122,3 +122,16 @@ def test_refused_large_upload_in_tunnel_ends_promptly(tls_env, tmp_path, http_ve
     assert time.time() - t0 < 10
     assert out.stdout != "200"
     assert len(up.recorder.requests) == before
+
+
+def test_sni_fronting_refused(tls_env):
+    """Host header right, TLS server name another host: refused (domain fronting through the SNI)."""
+    sg, up = tls_env
+    sess = sg.session(allow=["secure.test"])
+    before = len(up.recorder.requests)
+    out = curl(sess, "-i", "--connect-to", f"fronted.test:{up.port}:secure.test:{up.port}",
+               "-H", f"Host: secure.test:{up.port}", f"https://fronted.test:{up.port}/sni")
+    status_lines = [line for line in out.stdout.splitlines() if line.startswith("HTTP/")]
+    assert status_lines and status_lines[-1].split()[1] == "403", out.stdout + out.stderr
+    assert "egress.sni_mismatch" in out.stdout
+    assert len(up.recorder.requests) == before
