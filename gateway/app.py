@@ -6,7 +6,6 @@ import json
 import logging
 import signal
 import time
-from pathlib import Path
 from typing import Any
 
 from aiohttp import web
@@ -224,6 +223,3 @@ async def run_gateway(cfg: Config) -> int:
     await gw.stop()
     return 0
 
-
-def data_path(cfg: Config, name: str) -> Path:
-    return cfg.data_dir / name

@@ -72,9 +72,6 @@ class BrokerHooks:
     def markers_for(self, session: dict) -> list[str]:
         return list((session.get("placeholders") or {}).values())
 
-    def all_markers(self) -> list[str]:
-        return list(self.owners)
-
     # -- requestheaders --------------------------------------------------------------------------
     def scan_head(self, flow: http.HTTPFlow) -> set[tuple[str, str]]:
         if not self.owners:

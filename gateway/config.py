@@ -108,9 +108,6 @@ class Config:
     path: Path | None = None
     derived: dict = field(default_factory=dict)
 
-    def section(self, name: str) -> dict:
-        return self.raw[name]
-
     @property
     def proxy_listen(self) -> tuple[str, int]:
         return parse_hostport(self.raw["proxy"]["listen"])
@@ -118,13 +115,6 @@ class Config:
     @property
     def api_listen(self) -> tuple[str, int]:
         return parse_hostport(self.raw["api"]["listen"])
-
-    @property
-    def advertise(self) -> str:
-        adv = self.raw["proxy"]["advertise_url"].strip()
-        if adv:
-            return adv.split("://", 1)[-1].rstrip("/")
-        return self.raw["proxy"]["listen"]
 
     @property
     def store_url(self) -> str:

@@ -105,3 +105,11 @@ def test_bad_config_refuses_to_start(tmp_path):
     sg = Sandgate(tmp_path, {"egress": {"private_allow": ["not-a-cidr"]}})
     with pytest.raises(RuntimeError, match="configuration error"):
         sg.start(timeout=20)
+
+
+def test_advertise_url_names_the_proxy_for_sandboxes(tmp_path):
+    cfg = {**LOOPBACK_CONFIG, "proxy": {"advertise_url": "http://sandgate.internal:3128"}}
+    with Sandgate(tmp_path, cfg) as sg:
+        body = sg.call("POST", "/v1/sessions", json={}).json()
+        assert body["proxy_url"] == f"http://sandgate:{body['token']}@sandgate.internal:3128"
+        assert body["env"]["HTTPS_PROXY"] == body["proxy_url"]
