@@ -1,19 +1,18 @@
 # Two commands: `make serve` runs sandgate on its embedded defaults; `make test` runs the suite.
-PY ?= $(shell command -v python3.11 || command -v python3)
+# PY: the first of python3.12, pyenv's 3.12, python3.13, python3 that is Python 3.12 or newer.
+PY ?= $(shell for p in python3.12 "$$(pyenv prefix 3.12 2>/dev/null)/bin/python3" python3.13 python3; do \
+	"$$p" -c 'import sys; sys.exit(sys.version_info < (3, 12))' >/dev/null 2>&1 && { echo "$$p"; break; }; done)
 VENV := .venv
 BIN := $(VENV)/bin
 
 .PHONY: serve test install bench clean
 
 $(BIN)/sandgate: pyproject.toml
-	@$(PY) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)' 2>/dev/null || \
-		{ echo "sandgate needs Python 3.11 or newer (set PY=/path/to/python3.11)"; exit 1; }
+	@test -n "$(PY)" || { echo "sandgate needs Python 3.12 or newer: none found (python3.12, pyenv 3.12, python3.13, python3); set PY=/path/to/python3.12"; exit 1; }
+	@$(PY) -c 'import sys; sys.exit(sys.version_info < (3, 12))' || { echo "sandgate needs Python 3.12 or newer; $(PY) is older"; exit 1; }
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -e '.[test]'
-	# mitmproxy 11.0.x pins h11<=0.14 (CVE-2025-43859); install the fixed h11 over the pin.
-	$(BIN)/pip install -q 'h11>=0.16,<0.17' 2>&1 | grep -v "dependency resolver\|h11<=0.14.0" || true
-	$(BIN)/python -c "import h11; assert tuple(map(int, h11.__version__.split('.')[:2])) >= (0, 16), h11.__version__"
 	touch $(BIN)/sandgate
 
 install: $(BIN)/sandgate

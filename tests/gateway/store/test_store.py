@@ -10,18 +10,8 @@ import pytest
 from gateway.store import Store
 from gateway.store.models import ApprovalRow, SessionRow
 from tests.conftest import need
+from tests.support.pg import PG_URL, pg_available
 
-PG_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
-
-
-def pg_available() -> bool:
-    try:
-        import psycopg
-
-        with psycopg.connect("host=127.0.0.1 port=5432 dbname=test user=postgres", connect_timeout=3):
-            return True
-    except Exception:  # noqa: BLE001
-        return False
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
