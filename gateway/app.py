@@ -17,7 +17,7 @@ from gateway.egress.addresses import parse_networks
 from gateway.egress.resolver import StaticResolver, SystemResolver, install_guard
 from gateway.egress.tls import sandbox_bundle
 from gateway.metrics import Metrics
-from gateway.policy.engine import make_engine
+from gateway.policy.factory import make_engine
 from gateway.sessions import SessionCache
 from gateway.store import Store
 

@@ -8,6 +8,7 @@ import os
 import sys
 
 from gateway.config import load_config
+from gateway.policy import commands as policy_commands
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -37,19 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
     token.add_argument("--name", required=True)
     token.add_argument("--ttl-s", type=int, default=None)
 
-    policy = sub.add_parser("policy", help="test, evaluate and check policies")
-    psub = policy.add_subparsers(dest="policy_cmd", required=True)
-    ptest = psub.add_parser("test", help="run *_test.rego tests")
-    _common(ptest)
-    ptest.add_argument("dir", nargs="?")
-    peval = psub.add_parser("eval", help="evaluate a decision for an input document")
-    _common(peval)
-    peval.add_argument("--kind", required=True, choices=["egress", "toolcall"])
-    peval.add_argument("--input", required=True)
-    peval.add_argument("--policies")
-    pcheck = psub.add_parser("check", help="compile the policies and report errors")
-    _common(pcheck)
-    pcheck.add_argument("dir", nargs="?")
+    policy_commands.register(sub, _common)
 
     approvals = sub.add_parser("approvals", help="list and decide approvals on a running sandgate")
     asub = approvals.add_subparsers(dest="approvals_cmd", required=True)
@@ -99,6 +88,8 @@ def main(argv: list[str] | None = None) -> int:
         from gateway.app import run_gateway
 
         return asyncio.run(run_gateway(cfg))
+    if args.cmd in policy_commands.COMMANDS:
+        return policy_commands.run(cfg, args)
     from gateway import commands
 
     return getattr(commands, f"cmd_{args.cmd}")(cfg, args)

@@ -20,50 +20,6 @@ def cmd_token(cfg: Config, args: Any) -> int:
     return 0
 
 
-def _policy_dir(cfg: Config, explicit: str | None) -> Path:
-    from gateway.policy.loader import default_policy_dir
-
-    if explicit:
-        return Path(explicit)
-    return Path(cfg.raw["policy"]["dir"]) if cfg.raw["policy"]["dir"] else default_policy_dir()
-
-
-def cmd_policy(cfg: Config, args: Any) -> int:
-    from gateway.policy.engine import PolicyError, build_bundle, evaluate_bundle, ENTRYPOINTS
-    from gateway.policy.loader import load_policy_dir
-
-    try:
-        if args.policy_cmd == "test":
-            from gateway.policy.testing import run_tests
-
-            results = run_tests(_policy_dir(cfg, args.dir))
-            failed = [r for r in results if not r.passed]
-            for r in results:
-                print(f"{'PASS' if r.passed else 'FAIL'} {r.name}{'  ' + r.detail if r.detail else ''}")
-            print(f"{len(results) - len(failed)} passed, {len(failed)} failed")
-            return 1 if failed or not results else 0
-        if args.policy_cmd == "check":
-            source = load_policy_dir(_policy_dir(cfg, args.dir))
-            build_bundle(source)
-            print(f"ok: {len(source.modules)} modules, rev {source.rev}")
-            return 0
-        if args.policy_cmd == "eval":
-            import regopy
-
-            source = load_policy_dir(_policy_dir(cfg, args.policies))
-            bundle = build_bundle(source)
-            doc = json.loads(Path(args.input).read_text())
-            value = evaluate_bundle(regopy.Interpreter(), bundle, ENTRYPOINTS[args.kind], doc)
-            from gateway.policy.decision import parse_decision
-
-            print(json.dumps(parse_decision(value, source.rev).to_json(), indent=2))
-            return 0
-    except (PolicyError, ValueError, OSError) as exc:
-        print(f"sandgate policy: {exc}", file=sys.stderr)
-        return 1
-    return 2
-
-
 class ApiClient:
     def __init__(self, cfg: Config, args: Any):
         self.base = (getattr(args, "api_url", None) or cfg.api_url).rstrip("/")

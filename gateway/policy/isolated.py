@@ -1,8 +1,8 @@
 """The embedded Rego engine run in worker processes (`policy.isolation = "process"`, the default).
 
-Same decisions as the in-process engine (the same regopy bundle, built by each worker), but a regopy crash or
-an evaluation that never returns costs a worker, not the gateway: the caller gets a deny, the worker is
-restarted. Decisions are cached per revision in this process (DecisionCache). A reload starts a new pool; only
+Same decisions as the in-process engine (each worker compiles the same source with regorus), but an
+evaluation that never returns, or a crash, costs a worker, not the gateway: the caller gets a deny, the worker
+is restarted. Decisions are cached per revision in this process (DecisionCache). A reload starts a new pool; only
 when every new worker reports ready does it replace the old one — a policy that does not compile, or crashes
 the engine when built, is rejected and the last good revision keeps serving.
 """
@@ -14,17 +14,21 @@ from pathlib import Path
 
 from typing import Any
 
-from gateway.policy.engine import CachingEngine, EvaluationTimeout, PolicyError
+from gateway.policy.base import CachingEngine, EvaluationTimeout
 from gateway.policy.loader import load_policy_dir
 from gateway.policy.pool import WorkerError, WorkerPool
+from gateway.policy.rego import PolicyError
 
 log = logging.getLogger("sandgate.policy")
 
 
 class IsolatedEngine(CachingEngine):
+    engine_name = "embedded"
+
     def __init__(self, policy_dir: str | Path, timeout_s: float = 2.0, workers: int = 2):
         super().__init__(policy_dir, timeout_s)
         self.workers = workers
+        self.isolation = "process"
         self._pool: WorkerPool | None = None
         self._retiring: set[asyncio.Task] = set()
 

@@ -1,7 +1,7 @@
 """Policy worker processes (see worker.py), driven from the event loop without blocking it.
 
 Each worker answers one evaluation at a time in order; the pool sends each request to the least busy live
-worker. A timeout kills the stuck worker (a regopy evaluation cannot be cancelled); a worker that dies fails its
+worker. A timeout kills the stuck worker (a regorus evaluation cannot be interrupted); a worker that dies fails its
 pending evaluations (the callers deny) and is replaced in the background.
 """
 from __future__ import annotations

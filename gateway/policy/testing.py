@@ -1,53 +1,120 @@
-"""Running Rego unit tests (`*_test.rego`, rules named `test_*`) on the embedded engine."""
+"""Running Rego unit tests the way `opa test` does: every rule named `test_*` (found through regorus' AST,
+in any loaded module), evaluated on its own with no input; true passes, anything else fails, an evaluation
+error is an error. Optional line coverage of the non-test modules (regorus coverage)."""
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-import regopy
-
-from gateway.policy.engine import PolicyError, build_bundle, evaluate_bundle
+from gateway.policy import ast
 from gateway.policy.loader import PolicySource, load_policy_dir
-
-_PACKAGE = re.compile(r"^\s*package\s+([\w.]+)", re.M)
-_TEST_RULE = re.compile(r"^(test_\w+)\s*(?:if\b|:=|=|\{)", re.M)
+from gateway.policy.rego import PolicyError, build_engine, error_text
 
 
 @dataclass(frozen=True)
 class TestResult:
-    name: str            # package.rule
-    passed: bool
+    name: str            # data.package.test_rule
+    file: str
+    line: int
+    outcome: str         # "pass" | "fail" | "error"
     detail: str = ""
+    prints: tuple[str, ...] = ()
+    duration_us: float = 0.0
+
+    @property
+    def passed(self) -> bool:
+        return self.outcome == "pass"
 
 
-def discover_tests(tests: tuple[tuple[str, str], ...]) -> list[str]:
-    """Entry points ('a/b/test_x') for every test rule in the test modules."""
-    out: list[str] = []
-    for rel, text in tests:
-        pkg = _PACKAGE.search(text)
-        if not pkg:
-            raise PolicyError(f"{rel}: no package line")
-        for name in dict.fromkeys(_TEST_RULE.findall(text)):
-            out.append(pkg.group(1).replace(".", "/") + "/" + name)
-    return out
+@dataclass
+class FileCoverage:
+    covered: set[int] = field(default_factory=set)
+    not_covered: set[int] = field(default_factory=set)
+
+    @property
+    def percent(self) -> float:
+        total = len(self.covered | self.not_covered)
+        return 100.0 if total == 0 else 100.0 * len(self.covered) / total
 
 
-def run_tests(directory: str | Path) -> list[TestResult]:
-    source = load_policy_dir(directory)
-    entrypoints = discover_tests(source.tests)
-    if not entrypoints:
-        return []
-    combined = PolicySource(source.root, source.modules + source.tests, (), source.data, source.rev)
-    bundle = build_bundle(combined, entrypoints)
-    interp = regopy.Interpreter()
-    results = []
-    for ep in entrypoints:
-        name = ep.replace("/", ".")
-        try:
-            value = evaluate_bundle(interp, bundle, ep, {})
-        except PolicyError as exc:
-            results.append(TestResult(name, False, str(exc)))
+@dataclass
+class TestReport:
+    results: list[TestResult]
+    coverage: dict[str, FileCoverage] = field(default_factory=dict)
+
+    @property
+    def exit_code(self) -> int:
+        if any(r.outcome == "error" for r in self.results):
+            return 2
+        return 0 if self.results and all(r.passed for r in self.results) else 1
+
+    def coverage_percent(self) -> float:
+        covered = sum(len(c.covered) for c in self.coverage.values())
+        total = sum(len(c.covered | c.not_covered) for c in self.coverage.values())
+        return 100.0 if total == 0 else 100.0 * covered / total
+
+
+def discover(engine: Any) -> list[ast.Rule]:
+    """The test rules of every module, once each (a test may be defined incrementally), in source order."""
+    seen: dict[str, ast.Rule] = {}
+    for rule in ast.rules(ast.parse_ast(engine.get_ast_as_json())):
+        if rule.name.startswith("test_") and rule.kind in ("Compr", "Default") and rule.path not in seen:
+            seen[rule.path] = rule
+    return list(seen.values())
+
+
+def _run_one(engine: Any, rule: ast.Rule) -> TestResult:
+    started = time.perf_counter()
+    outcome, detail = "pass", ""
+    try:
+        value = engine.eval_rule(rule.path)
+    except BaseException as exc:  # noqa: BLE001 - RuntimeError or a pyo3 panic: an ERROR result
+        if isinstance(exc, (KeyboardInterrupt, SystemExit)):
+            raise
+        outcome, detail = "error", error_text(exc)
+    else:
+        if value is not True:
+            outcome, detail = "fail", "undefined" if value is None else f"got {value!r}"
+    prints = tuple(engine.take_prints())
+    return TestResult(rule.path, rule.file, rule.line, outcome, detail, prints,
+                      (time.perf_counter() - started) * 1e6)
+
+
+def _merge_coverage(into: dict[str, FileCoverage], report: dict, test_files: set[str]) -> None:
+    for item in report.get("files", []):
+        if item["path"] in test_files:
             continue
-        results.append(TestResult(name, value is True, "" if value is True else f"got {value!r}"))
-    return results
+        cov = into.setdefault(item["path"], FileCoverage())
+        cov.covered.update(item.get("covered", []))
+        cov.not_covered.update(item.get("not_covered", []))
+
+
+def run_source(source: PolicySource, run: str | None = None, coverage: bool = False) -> TestReport:
+    import json
+
+    base = build_engine(source, tests=True, coverage=coverage)
+    pattern = re.compile(run) if run else None
+    results: list[TestResult] = []
+    cov: dict[str, FileCoverage] = {}
+    test_files = {rel for rel, _ in source.tests}
+    for rule in discover(base):
+        if pattern is not None and not pattern.search(rule.path):
+            continue
+        engine = base.clone()
+        results.append(_run_one(engine, rule))
+        if coverage:
+            _merge_coverage(cov, json.loads(engine.get_coverage_report_as_json()), test_files)
+    for c in cov.values():
+        c.not_covered -= c.covered
+    return TestReport(results, cov)
+
+
+def run_tests(directory: str | Path, run: str | None = None, coverage: bool = False) -> TestReport:
+    """Raises PolicyError when the policy does not parse (or ValueError for a bad directory)."""
+    return run_source(load_policy_dir(directory), run, coverage)
+
+
+__all__ = ["FileCoverage", "PolicyError", "TestReport", "TestResult", "discover", "run_source", "run_tests"]

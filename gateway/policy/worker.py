@@ -2,8 +2,9 @@
 
 Protocol, one JSON document per line. The first line out is `{"ready": rev}` or `{"fatal": message}`.
 Requests `{"id": n, "kind": "egress", "input": {...}}` are answered `{"id": n, "value": ...}` (value null when
-undefined) or `{"id": n, "error": "..."}`. regopy can abort the process on some inputs; running it here means
-such a crash costs one worker (respawned) and a deny, never the gateway.
+undefined) or `{"id": n, "error": "..."}`. regorus holds the GIL while it evaluates and cannot be interrupted:
+running it here means a runaway evaluation costs one worker (killed on timeout, respawned) and a deny, and
+never stalls the gateway's event loop.
 """
 from __future__ import annotations
 
@@ -12,20 +13,17 @@ import sys
 
 
 def main(directory: str) -> int:
-    import regopy
-
-    from gateway.policy.engine import ENTRYPOINTS, PolicyError, build_bundle, evaluate_bundle
     from gateway.policy.loader import load_policy_dir
+    from gateway.policy.rego import ENTRYPOINTS, PolicyError, compile_source, evaluate
 
     out = sys.stdout
     try:
         source = load_policy_dir(directory)
-        bundle = build_bundle(source)
+        engine = compile_source(source)
     except (PolicyError, ValueError) as exc:
         out.write(json.dumps({"fatal": str(exc)[:2000]}) + "\n")
         out.flush()
         return 1
-    interp = regopy.Interpreter()
     out.write(json.dumps({"ready": source.rev}) + "\n")
     out.flush()
     for line in sys.stdin:
@@ -35,11 +33,13 @@ def main(directory: str) -> int:
         except (ValueError, KeyError, TypeError):
             continue
         try:
-            value = evaluate_bundle(interp, bundle, ENTRYPOINTS[req["kind"]], req["input"])
-            reply = {"id": rid, "value": value}
+            value = evaluate(engine, ENTRYPOINTS[req["kind"]], req["input"])
+            reply = json.dumps({"id": rid, "value": value})
         except (PolicyError, KeyError) as exc:
-            reply = {"id": rid, "error": str(exc)[:500]}
-        out.write(json.dumps(reply) + "\n")
+            reply = json.dumps({"id": rid, "error": str(exc)[:500]})
+        except (TypeError, ValueError):             # a value JSON cannot carry: a malformed decision
+            reply = json.dumps({"id": rid, "value": "unserialisable"})
+        out.write(reply + "\n")
         out.flush()
     return 0
 

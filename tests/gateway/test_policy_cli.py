@@ -8,11 +8,11 @@ from tests.support.gateway import ROOT
 
 
 def test_shipped_rego_tests_pass():
-    proc = subprocess.run([sys.executable, "-m", "gateway", "policy", "test", str(ROOT / "policies")],
+    proc = subprocess.run([sys.executable, "-m", "gateway", "policy", "test", "-v", str(ROOT / "policies")],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert " 0 failed" in proc.stdout
-    assert "PASS sandgate.egress_test." in proc.stdout
+    assert "PASS data.sandgate.egress_test." in proc.stdout
 
 
 def test_policy_check_rejects_broken_policy(tmp_path):

@@ -1,9 +1,8 @@
-import json
 import re
 from pathlib import Path
 
 import pytest
-import regopy
+import regorus
 from hypothesis import assume, event, given, settings
 from hypothesis import strategies as st
 
@@ -165,23 +164,18 @@ RULES = sorted(set(re.findall(r"^(test_\w+)", (LIB / "hosts_test.rego").read_tex
 
 @pytest.fixture(scope="module")
 def rego_bundle():
-    builder = regopy.Interpreter()
-    builder.add_module("hosts.rego", (LIB / "hosts.rego").read_text())
-    builder.add_module("hosts_test.rego", (LIB / "hosts_test.rego").read_text())
-    builder.add_module("probe.rego", "package probe\nimport rego.v1\nimport data.sandgate.lib.hosts\n"
-                       "match := hosts.entry_matches(input.entry, input.host, input.port)\n")
-    bundle = builder.build(None, ["probe/match"] + [f"sandgate/lib/hosts_test/{rule}" for rule in RULES])
-    assert bundle.ok(), bundle
-    return bundle
+    engine = regorus.Engine()
+    engine.add_policy("hosts.rego", (LIB / "hosts.rego").read_text())
+    engine.add_policy("hosts_test.rego", (LIB / "hosts_test.rego").read_text())
+    engine.add_policy("probe.rego", "package probe\nimport rego.v1\nimport data.sandgate.lib.hosts\n"
+                      "match := hosts.entry_matches(input.entry, input.host, input.port)\n")
+    return engine
 
 
-def rego_query(bundle, entrypoint, value=None):
-    interpreter = regopy.Interpreter()  # one per evaluation: input is interpreter state
-    interpreter.set_input(regopy.Input(value or {}))
-    output = interpreter.query_bundle_entrypoint(bundle, entrypoint)
-    assert output.ok(), str(output)
-    text = str(output)  # Output.expressions() aborts the process when undefined
-    return "undefined" if text == "undefined" else json.loads(text)["expressions"][0]
+def rego_query(engine, entrypoint, value=None):
+    engine.set_input(value or {})                 # input is engine state: one evaluation at a time
+    result = engine.eval_rule("data." + entrypoint.replace("/", "."))
+    return "undefined" if result is None else result
 
 
 def test_rego_tests_found():

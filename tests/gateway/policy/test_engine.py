@@ -1,4 +1,4 @@
-"""The embedded engine fails closed: undefined, malformed, erroring and slow policies all deny."""
+"""The embedded engines (threads and worker processes) fail closed: undefined, malformed, erroring and slow policies all deny."""
 from __future__ import annotations
 
 import asyncio
@@ -6,7 +6,7 @@ import asyncio
 import pytest
 
 from gateway.policy.decision import parse_decision
-from gateway.policy.engine import EmbeddedEngine
+from gateway.policy.embedded import EmbeddedEngine
 from gateway.policy.isolated import IsolatedEngine
 
 ENGINES = [EmbeddedEngine, IsolatedEngine]
@@ -58,7 +58,7 @@ async def test_wrong_shape_denies(tmp_path, engine_cls):
 @pytest.mark.parametrize("engine_cls", ENGINES)
 async def test_slow_policy_times_out_and_denies(tmp_path, engine_cls):
     body = 'decision := {"action": "allow", "reasons": [], "codes": []} if {\n' \
-           '\tinput.slow\n\tcount([x | some x in numbers.range(1, 300000); x % 7 == 0]) > 0\n}\n'
+           '\tinput.slow\n\tcount([x | some x in numbers.range(1, 3000000); x % 7 == 0]) > 0\n}\n'
     d = await decide(tmp_path, body, {"slow": True}, timeout_s=0.05, engine_cls=engine_cls)
     assert d.action == "deny" and d.code == "policy.timeout"
 
@@ -107,13 +107,13 @@ async def test_killed_worker_denies_then_recovers(tmp_path):
     import signal
 
     engine = IsolatedEngine(write_policy(tmp_path, 'decision := {"action": "allow", "reasons": [], "codes": []} '
-                                                   'if {\n\tinput.slow\n\tcount([x | some x in numbers.range(1, 300000)]) > 0\n}\n'),
+                                                   'if {\n\tinput.slow\n\tcount([x | some x in numbers.range(1, 3000000)]) > 0\n}\n'),
                             timeout_s=5, workers=1)
     await engine.start()
     try:
         pending = asyncio.create_task(engine.decide("egress", {"slow": True, "n": 1}))
         await asyncio.sleep(0.1)
-        os.kill(engine._pool.workers[0].proc.pid, signal.SIGKILL)   # as if regopy had crashed
+        os.kill(engine._pool.workers[0].proc.pid, signal.SIGKILL)   # as if the engine had crashed
         d = await pending
         assert d.action == "deny" and d.code == "policy.error"
         for _ in range(100):
@@ -128,7 +128,7 @@ async def test_killed_worker_denies_then_recovers(tmp_path):
 
 async def test_timeout_restarts_the_stuck_worker(tmp_path):
     body = 'decision := {"action": "allow", "reasons": [], "codes": []} if {\n' \
-           '\tinput.slow\n\tcount([x | some x in numbers.range(1, 300000); x % 7 == 0]) > 0\n}\n'
+           '\tinput.slow\n\tcount([x | some x in numbers.range(1, 3000000); x % 7 == 0]) > 0\n}\n'
     engine = IsolatedEngine(write_policy(tmp_path, body), timeout_s=0.05, workers=1)
     await engine.start()
     try:

@@ -1,4 +1,4 @@
-"""The default tool-call policy end to end: build_toolcall_input -> compiled policies/ -> decision (real regopy).
+"""The default tool-call policy end to end: build_toolcall_input -> compiled policies/ -> decision (real regorus).
 
 CASES is importable (the HTTP API tests run the same table): (name, session_overrides, tool, args,
 expected_action). session_overrides only use session fields the API accepts (frozen, allow, workspace,
@@ -14,14 +14,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-import regopy
 
-from gateway.policy.engine import build_bundle, evaluate_bundle
+from gateway.policy.rego import build_engine, evaluate
 from gateway.policy.loader import load_policy_dir
 from gateway.toolcalls.enrich import build_toolcall_input
 
 POLICY_DIR = Path(__file__).resolve().parents[3] / "policies"
-ENTRYPOINT = "sandgate/toolcall/decision"
+ENTRYPOINT = "data.sandgate.toolcall.decision"
 BASE_SESSION = {"id": "s-test", "workload": "persistent", "created_at": 0.0, "labels": {}, "frozen": False,
                 "allow": ["example.com", "*.corp.test", "pinned.test:8443"], "workspace": "/workspace",
                 "secrets": []}
@@ -210,16 +209,14 @@ def make_input(session_overrides: dict, tool: str, args: dict) -> dict:
 
 
 @pytest.fixture(scope="module")
-def bundle():
-    return build_bundle(load_policy_dir(POLICY_DIR))
+def engine():
+    return build_engine(load_policy_dir(POLICY_DIR))
 
 
 @pytest.fixture(scope="module")
-def decide(bundle):
-    interp = regopy.Interpreter()
-
+def decide(engine):
     def run(session_overrides: dict, tool: str, args: dict) -> dict:
-        return evaluate_bundle(interp, bundle, ENTRYPOINT, make_input(session_overrides, tool, args))
+        return evaluate(engine, ENTRYPOINT, make_input(session_overrides, tool, args))
 
     return run
 

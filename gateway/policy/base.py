@@ -1,11 +1,7 @@
-"""Policy engines behind one protocol: embedded regopy (default) and, later, an OPA server.
+"""What every policy engine shares: the protocol, the decision cache and a fail-closed `decide()`.
 
-Both embedded engines compile the policy once (`Interpreter.build`) into a bundle and evaluate it with
-`query_bundle_entrypoint` (see bundles.py); they differ in where: worker processes (isolated.py, the default)
-or a small thread pool here (`policy.isolation = "thread"`; regopy releases the GIL, and each thread keeps its
-own Interpreter, never shared by two evaluations at once). An evaluation cannot be cancelled, so it is timed
-out and the timeout is a deny. A reload swaps in only a bundle that built (`bundle.ok()`: a semantically
-broken bundle would crash the process when queried) in a throw-away process first.
+Engines (embedded.py: regorus on threads; isolated.py: regorus in worker processes; opa.py: an OPA server)
+subclass CachingEngine and implement `_evaluate`, `start`, `reload` and `close`. Nothing here knows an engine.
 """
 from __future__ import annotations
 
@@ -13,20 +9,15 @@ import asyncio
 import json
 import logging
 import re
-import threading
 from collections import OrderedDict
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Protocol
 
-import regopy
-
-from gateway.policy.bundles import ENTRYPOINTS, PolicyError, build_bundle, evaluate_bundle, node_to_python
 from gateway.policy.decision import Decision, deny, parse_decision
-from gateway.policy.loader import PolicySource, load_policy_dir, policy_files
+from gateway.policy.loader import PolicySource, policy_files
+from gateway.policy.rego import ENTRYPOINTS, PolicyError
 
-__all__ = ["ENTRYPOINTS", "CachingEngine", "DecisionCache", "EmbeddedEngine", "EvaluationTimeout", "PolicyEngine",
-           "PolicyError", "build_bundle", "evaluate_bundle", "make_engine", "node_to_python"]
+__all__ = ["CachingEngine", "DecisionCache", "EvaluationTimeout", "PolicyEngine", "PolicyError"]
 
 log = logging.getLogger("sandgate.policy")
 
@@ -163,89 +154,3 @@ class CachingEngine:
     def _stop_watching(self) -> None:
         if self._watch_task:
             self._watch_task.cancel()
-
-
-class EmbeddedEngine(CachingEngine):
-    """regopy in this process, on a small thread pool (`policy.isolation = "thread"`)."""
-
-    def __init__(self, policy_dir: str | Path, timeout_s: float = 2.0, workers: int = 2):
-        super().__init__(policy_dir, timeout_s)
-        self._bundle: Any = None
-        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="sandgate-rego")
-        self._build_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sandgate-rego-build")
-        self._local = threading.local()
-
-    # -- loading ---------------------------------------------------------------------------------
-    def _compile(self) -> tuple[Any, str, tuple, PolicySource]:
-        from gateway.policy.compilecheck import check_in_subprocess
-
-        stamp = self._stamp_now()
-        problem = check_in_subprocess(str(self.policy_dir))
-        if problem is not None:
-            raise PolicyError(problem)
-        try:
-            source = load_policy_dir(self.policy_dir)
-        except ValueError as exc:
-            raise PolicyError(str(exc)) from None
-        return build_bundle(source), source.rev, stamp, source
-
-    async def start(self) -> None:
-        loop = asyncio.get_running_loop()
-        self._bundle, self.rev, self._stamp, source = await loop.run_in_executor(self._build_pool, self._compile)
-        self.cache.configure(source)
-        log.info("policy loaded rev=%s dir=%s", self.rev, self.policy_dir)
-
-    async def reload(self) -> bool:
-        """Recompile; swap in only a good bundle. Returns True when a new revision is active."""
-        loop = asyncio.get_running_loop()
-        try:
-            bundle, rev, stamp, source = await loop.run_in_executor(self._build_pool, self._compile)
-        except PolicyError as exc:
-            self._stamp = self._stamp_now()
-            self.last_error = str(exc)
-            log.error("policy reload rejected; keeping rev=%s: %s", self.rev, exc)
-            return False
-        self._bundle, self._stamp, self.last_error = bundle, stamp, None
-        self.cache.configure(source)
-        changed = rev != self.rev
-        self.rev = rev
-        if changed:
-            log.info("policy reloaded rev=%s", rev)
-        return changed
-
-    # -- deciding --------------------------------------------------------------------------------
-    def _eval(self, bundle: Any, entrypoint: str, input_doc: dict) -> Any:
-        interp = getattr(self._local, "interp", None)
-        if interp is None:
-            interp = self._local.interp = regopy.Interpreter()
-        return evaluate_bundle(interp, bundle, entrypoint, input_doc)
-
-    def _ready(self) -> bool:
-        return self._bundle is not None
-
-    async def _evaluate(self, kind: str, entrypoint: str, input_doc: dict) -> Any:
-        fut = asyncio.get_running_loop().run_in_executor(self._pool, self._eval, self._bundle, entrypoint,
-                                                         input_doc)
-        try:
-            return await asyncio.wait_for(asyncio.shield(fut), self.timeout_s)
-        except asyncio.TimeoutError:
-            raise EvaluationTimeout() from None
-
-    async def close(self) -> None:
-        self._stop_watching()
-        self._pool.shutdown(wait=False, cancel_futures=True)
-        self._build_pool.shutdown(wait=False, cancel_futures=True)
-
-
-def make_engine(cfg: Any) -> Any:
-    from gateway.policy.loader import default_policy_dir
-
-    pol = cfg.raw["policy"]
-    directory = Path(pol["dir"]) if pol["dir"] else default_policy_dir()
-    if pol["engine"] != "embedded":
-        raise ValueError("policy.engine 'opa' is not available yet in this build")
-    if pol["isolation"] == "process":
-        from gateway.policy.isolated import IsolatedEngine
-
-        return IsolatedEngine(directory, timeout_s=float(pol["timeout_s"]), workers=int(pol["workers"]))
-    return EmbeddedEngine(directory, timeout_s=float(pol["timeout_s"]), workers=int(pol["workers"]))

@@ -1,0 +1,168 @@
+"""`sandgate policy check`: parse and compile a policy directory the way `opa check` does.
+
+Reported with file:line: parse errors, calls to functions that are neither defined by the policy nor
+builtins of the engine, unsafe variables and conflicting rules (regorus finds the last two when a rule is
+first evaluated, so every rule is evaluated once on an empty input). `strict` adds OPA's strict-mode checks
+that a static walk can make: unused and duplicate imports, deprecated builtins.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+import regorus
+
+from gateway.policy import ast
+from gateway.policy.loader import PolicySource
+from gateway.policy.rego import PolicyError, build_engine, error_text
+
+DEPRECATED = {"any", "all", "re_match", "set_diff", "net.cidr_overlap", "cast_array", "cast_set",
+              "cast_string", "cast_boolean", "cast_null", "cast_object"}
+_LOC = re.compile(r"^(?P<file>[^:\s]+):(?P<line>\d+)(?::\d+)?:\s*(?P<msg>.*)$")
+
+
+@dataclass(frozen=True, order=True)
+class Finding:
+    file: str
+    line: int
+    message: str
+    severity: str = "error"          # "error" | "warning" (strict mode)
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}: {self.severity}: {self.message}"
+
+
+def _finding(text: str) -> Finding:
+    m = _LOC.match(text)
+    if m:
+        return Finding(m.group("file"), int(m.group("line")), m.group("msg"))
+    return Finding("", 0, text)
+
+
+@lru_cache(maxsize=1024)
+def is_builtin(name: str, arity: int) -> bool:
+    """Whether regorus knows `name` as a function of `arity` arguments (probed with a throw-away policy)."""
+    args = ", ".join(["input.a"] * arity)
+    engine = regorus.Engine()
+    try:
+        engine.add_policy("probe.rego", f"package probe\nimport rego.v1\nx if {{ {name}({args}) }}\n")
+        engine.set_input({})
+        engine.eval_rule("data.probe.x")
+    except BaseException as exc:  # noqa: BLE001
+        if isinstance(exc, (KeyboardInterrupt, SystemExit)):
+            raise
+        return "could not find function" not in str(exc)
+    return True
+
+
+def _alias(imp: dict, path: list[str], contents: str) -> str:
+    span = imp.get("as")
+    if isinstance(span, dict) and "start" in span:
+        return contents[span["start"]:span["end"]]
+    return path[-1]
+
+
+def _imports(module: dict) -> dict[str, list[str]]:
+    """alias -> imported path, for `import data.a.b` (alias b) and `import data.a.b as c`."""
+    contents = module.get("source", {}).get("contents", "")
+    out: dict[str, list[str]] = {}
+    for imp in module["ast"].get("imports", []):
+        path = ast.ref_path(imp.get("refr"))
+        if path and path[0] in ("data", "input"):
+            out[_alias(imp, path, contents)] = path
+    return out
+
+
+def _unknown_functions(modules: list[dict]) -> list[Finding]:
+    functions = {r.path for r in ast.rules(modules) if r.kind == "Func"}
+    findings = []
+    for module in modules:
+        package, imports = ast.module_package(module), _imports(module)
+        for rule in module["ast"].get("rules", []):
+            for name, line, arity in _calls_with_arity(rule):
+                if _resolves(name, package, imports, functions) or is_builtin(".".join(name), arity):
+                    continue
+                findings.append(Finding(ast.module_file(module), line,
+                                        f"unknown function {'.'.join(name)}"))
+    return findings
+
+
+def _calls_with_arity(node: Any):
+    if isinstance(node, dict):
+        call = node.get("Call")
+        if isinstance(call, dict):
+            name = ast.ref_path(call.get("fcn"))
+            if name is not None:
+                yield name, call["span"]["line"], len(call.get("params", []))
+        for value in node.values():
+            yield from _calls_with_arity(value)
+    elif isinstance(node, list):
+        for value in node:
+            yield from _calls_with_arity(value)
+
+
+def _resolves(name: list[str], package: str, imports: dict[str, list[str]], functions: set[str]) -> bool:
+    candidates = [f"data.{package}." + ".".join(name)]
+    if name[0] == "data":
+        candidates.append(".".join(name))
+    if name[0] in imports:
+        candidates.append(".".join(imports[name[0]] + name[1:]))
+    return any(c in functions for c in candidates)
+
+
+def _evaluation_errors(engine: Any, modules: list[dict]) -> list[Finding]:
+    findings, seen = [], set()
+    for rule in ast.rules(modules):
+        if rule.kind == "Func" or rule.path in seen:
+            continue
+        seen.add(rule.path)
+        probe = engine.clone()
+        try:
+            probe.set_input({})
+            probe.eval_rule(rule.path)
+        except BaseException as exc:  # noqa: BLE001
+            if isinstance(exc, (KeyboardInterrupt, SystemExit)):
+                raise
+            text = error_text(exc)
+            if "could not find function" not in text:     # reported with the static walk
+                findings.append(_finding(text))
+    return findings
+
+
+def _strict(modules: list[dict]) -> list[Finding]:
+    findings = []
+    for module in modules:
+        file = ast.module_file(module)
+        text = module.get("source", {}).get("contents", "")
+        seen: set[tuple[str, ...]] = set()
+        for imp in module["ast"].get("imports", []):
+            path = ast.ref_path(imp.get("refr"))
+            if not path or path[0] not in ("data", "input"):
+                continue
+            line = imp["span"]["line"]
+            if tuple(path) in seen:
+                findings.append(Finding(file, line, f"duplicate import {'.'.join(path)}", "warning"))
+            seen.add(tuple(path))
+            alias = _alias(imp, path, text)
+            body = "\n".join(t for i, t in enumerate(text.splitlines(), 1) if i != line)
+            if not re.search(rf"(?<![\w.]){re.escape(alias)}\b", body):
+                findings.append(Finding(file, line, f"import {'.'.join(path)} is unused", "warning"))
+        for name, line, _ in _calls_with_arity(module["ast"].get("rules", [])):
+            if ".".join(name) in DEPRECATED:
+                findings.append(Finding(file, line, f"deprecated built-in function {'.'.join(name)}", "warning"))
+    return findings
+
+
+def check_source(source: PolicySource, strict: bool = False) -> list[Finding]:
+    """Every problem found, sorted by file and line; empty when the policy is clean."""
+    try:
+        engine = build_engine(source, tests=True)
+    except PolicyError as exc:
+        return [_finding(str(exc))]
+    modules = ast.parse_ast(engine.get_ast_as_json())
+    findings = set(_unknown_functions(modules)) | set(_evaluation_errors(engine, modules))
+    if strict:
+        findings |= set(_strict(modules))
+    return sorted(findings)

@@ -1,0 +1,150 @@
+"""`sandgate policy test|check|eval|replay|diff` and `sandgate audit export`: parsers and implementations.
+
+cli.py registers these with `register(subparsers, common)` and runs them with `run(cfg, args)`.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any, Callable, Iterator, TextIO
+
+from gateway.policy.factory import policy_dir
+from gateway.policy.loader import load_policy_dir
+from gateway.policy.rego import PolicyError
+
+COMMANDS = ("policy",)
+
+
+def register(sub: Any, common: Callable[[argparse.ArgumentParser], None]) -> None:
+    policy = sub.add_parser("policy", help="test, check, evaluate, replay and compare policies")
+    psub = policy.add_subparsers(dest="policy_cmd", required=True)
+    ptest = psub.add_parser("test", help="run the *_test.rego tests (like `opa test`)")
+    common(ptest)
+    ptest.add_argument("dir", nargs="?")
+    ptest.add_argument("-v", "--verbose", action="store_true", help="show every test and its prints")
+    ptest.add_argument("--run", help="only tests whose name (data.pkg.test_x) matches this regex")
+    ptest.add_argument("--coverage", action="store_true", help="per-file line coverage of the policy")
+    pcheck = psub.add_parser("check", help="parse and compile; report errors with file:line")
+    common(pcheck)
+    pcheck.add_argument("dir", nargs="?")
+    pcheck.add_argument("--strict", action="store_true", help="also OPA's strict-mode checks")
+    peval = psub.add_parser("eval", help="decide an input document (or JSON Lines of them)")
+    common(peval)
+    peval.add_argument("--kind", required=True, choices=["egress", "toolcall"])
+    peval.add_argument("--input", required=True, help="FILE or - : one JSON document, or JSON Lines")
+    peval.add_argument("--policies", help="policy directory (default policy.dir)")
+
+
+def run(cfg: Any, args: Any) -> int:
+    explicit = getattr(args, "dir", None) or getattr(args, "policies", None)
+    directory = Path(explicit) if explicit else policy_dir(cfg.raw["policy"])
+    try:
+        if args.policy_cmd == "test":
+            return cmd_test(directory, args, sys.stdout)
+        if args.policy_cmd == "check":
+            return cmd_check(directory, args.strict, sys.stdout)
+        if args.policy_cmd == "eval":
+            return cmd_eval(directory, args, sys.stdout)
+    except (PolicyError, ValueError, OSError) as exc:
+        print(f"sandgate policy: {exc}", file=sys.stderr)
+        return 2 if args.policy_cmd == "test" else 1
+    return 2
+
+
+# -- test --------------------------------------------------------------------------------------------------
+
+def cmd_test(directory: Path, args: Any, out: TextIO) -> int:
+    from gateway.policy.testing import run_tests
+
+    report = run_tests(directory, run=args.run, coverage=args.coverage)
+    for r in report.results:
+        if r.passed and not args.verbose:
+            continue
+        where = f"{r.file}:{r.line}"
+        label = {"pass": "PASS", "fail": "FAIL", "error": "ERROR"}[r.outcome]
+        detail = f" ({r.detail})" if r.detail else ""
+        out.write(f"{label} {r.name} {where}{detail}\n")
+        if r.prints and (args.verbose or not r.passed):
+            for line in r.prints:
+                out.write(f"    {line}\n")
+    if args.coverage:
+        out.write("coverage:\n")
+        for file, cov in sorted(report.coverage.items()):
+            missed = ",".join(str(n) for n in sorted(cov.not_covered))
+            out.write(f"  {file}: {cov.percent:.1f}% ({len(cov.covered)}/{len(cov.covered | cov.not_covered)})"
+                      f"{'  not covered: ' + missed if missed else ''}\n")
+        out.write(f"  total: {report.coverage_percent():.1f}%\n")
+    passed = sum(r.passed for r in report.results)
+    errors = sum(r.outcome == "error" for r in report.results)
+    tail = f", {errors} errors" if errors else ""
+    if not report.results:
+        out.write("no tests found\n")
+    out.write(f"{passed} passed, {len(report.results) - passed} failed{tail}\n")
+    return report.exit_code
+
+
+# -- check -------------------------------------------------------------------------------------------------
+
+def cmd_check(directory: Path, strict: bool, out: TextIO) -> int:
+    from gateway.policy.check import check_source
+
+    source = load_policy_dir(directory)
+    findings = check_source(source, strict=strict)
+    for finding in findings:
+        out.write(f"{finding}\n")
+    if findings:
+        out.write(f"{len(findings)} problems\n")
+        return 1
+    out.write(f"ok: {len(source.modules)} modules, {len(source.tests)} test files, rev {source.rev}\n")
+    return 0
+
+
+# -- eval --------------------------------------------------------------------------------------------------
+
+def read_documents(text: str, force_lines: bool = False) -> tuple[bool, Iterator[Any]]:
+    """(is_lines, documents). One JSON document, or JSON Lines (one per non-blank line); a line that is
+    not JSON yields a ValueError in its place. A decision-log record contributes its `input`."""
+    if not force_lines:
+        try:
+            return False, iter([_unwrap(json.loads(text))])
+        except ValueError:
+            pass
+
+    def lines() -> Iterator[Any]:
+        for number, line in enumerate(text.splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                yield _unwrap(json.loads(line))
+            except ValueError as exc:
+                yield ValueError(f"line {number}: not JSON ({exc.msg})")
+    return True, lines()
+
+
+def _unwrap(doc: Any) -> Any:
+    if isinstance(doc, dict) and "decision_id" in doc and "input" in doc:
+        return doc["input"]
+    return doc
+
+
+def cmd_eval(directory: Path, args: Any, out: TextIO) -> int:
+    from gateway.policy.evaluator import Evaluator
+
+    text = sys.stdin.read() if args.input == "-" else Path(args.input).read_text(encoding="utf-8")
+    is_lines, docs = read_documents(text, force_lines=args.input.endswith((".jsonl", ".ndjson")))
+    evaluator = Evaluator(load_policy_dir(directory))
+    status = 0
+    for doc in docs:
+        if isinstance(doc, ValueError):
+            out.write(json.dumps({"error": str(doc)}) + "\n")
+            status = 1
+            continue
+        decision = evaluator.decide(args.kind, doc)
+        result: dict = {"decision": decision}
+        if is_lines:
+            out.write(json.dumps(result, sort_keys=False) + "\n")
+        else:
+            out.write(json.dumps(decision, indent=2) + "\n")
+    return status

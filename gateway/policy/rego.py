@@ -1,0 +1,85 @@
+"""regorus, the embedded Rego engine: build an engine from a policy source, evaluate a rule, read its errors.
+
+A `regorus.Engine` holds its input as state and is bound to the thread that created it (using it from another
+thread panics), so every thread or worker process builds or clones its own and never shares it between two
+evaluations at once. regorus holds the GIL while it evaluates.
+"""
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import regorus
+
+from gateway.policy.loader import PolicySource
+
+ENTRY_PACKAGES = {"egress": "sandgate.egress", "toolcall": "sandgate.toolcall"}
+ENTRYPOINTS = {kind: f"data.{pkg}.decision" for kind, pkg in ENTRY_PACKAGES.items()}
+
+# regorus reports errors as "--> FILE:LINE:COL\n  |\nN | source\n  | ^\nerror: MESSAGE" followed by a Rust
+# backtrace; turn that into "FILE:LINE:COL: MESSAGE".
+_LOCATION = re.compile(r"-->\s*(?P<loc>\S+:\d+:\d+)")
+_MESSAGE = re.compile(r"^error:\s*(?P<msg>.+)$", re.M)
+
+
+class PolicyError(Exception):
+    """The policy could not be loaded, compiled or evaluated."""
+
+
+def error_text(exc: BaseException) -> str:
+    """A one-line, user-facing description of a regorus error (location first when regorus gives one)."""
+    text = str(exc).split("Stack backtrace:", 1)[0].strip()
+    loc, msg = _LOCATION.search(text), _MESSAGE.search(text)
+    if msg is None:
+        return " ".join(text.split())[:500] or type(exc).__name__
+    message = msg.group("msg").strip()
+    return f"{loc.group('loc')}: {message}" if loc else message
+
+
+def build_engine(source: PolicySource, *, tests: bool = False, coverage: bool = False) -> Any:
+    """A regorus engine holding the source's modules (and its tests when asked) and data."""
+    engine = regorus.Engine()
+    engine.set_gather_prints(True)
+    for rel, text in source.modules + (source.tests if tests else ()):
+        try:
+            engine.add_policy(rel, text)
+        except BaseException as exc:  # noqa: BLE001 - regorus raises RuntimeError, or a pyo3 panic
+            if isinstance(exc, (KeyboardInterrupt, SystemExit)):
+                raise
+            raise PolicyError(error_text(exc)) from None
+    try:
+        engine.add_data(source.data)
+    except BaseException as exc:  # noqa: BLE001
+        if isinstance(exc, (KeyboardInterrupt, SystemExit)):
+            raise
+        raise PolicyError(f"policy data: {error_text(exc)}") from None
+    if coverage:
+        engine.set_enable_coverage(True)
+    return engine
+
+
+def evaluate(engine: Any, rule: str, input_doc: Any) -> Any:
+    """Evaluate `rule` (a full path, `data.a.b`) against `input_doc`. None when undefined; PolicyError on error."""
+    try:
+        engine.set_input(input_doc)
+        return engine.eval_rule(rule)
+    except BaseException as exc:  # noqa: BLE001
+        if isinstance(exc, (KeyboardInterrupt, SystemExit)):
+            raise
+        text = error_text(exc)
+        if text == "not a valid rule path":
+            return None
+        raise PolicyError(text) from None
+
+
+def smoke_test(engine: Any) -> None:
+    """Evaluate every entry point once on an empty input: compile errors regorus reports lazily (unsafe
+    variables, unknown functions, conflicting rules) surface here instead of on the first request."""
+    for rule in ENTRYPOINTS.values():
+        evaluate(engine.clone(), rule, {})
+
+
+def compile_source(source: PolicySource) -> Any:
+    engine = build_engine(source)
+    smoke_test(engine)
+    return engine
