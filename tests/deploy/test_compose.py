@@ -166,3 +166,14 @@ def test_replicas_are_hardened_and_publish_the_api_on_loopback_only():
 def test_other_containers_are_hardened_too(name):
     s = services()[name]
     assert s["read_only"] is True and s["cap_drop"] == ["ALL"], name
+
+
+def test_no_recipe_opens_private_ranges_to_sandboxes(tmp_path):
+    """The replicas sit next to PostgreSQL, OpenBao and OPA: the proxy's address check is what keeps a sandbox
+    from reaching them through it, so no recipe may widen it."""
+    from tests.deploy.recipes import configmap_toml
+
+    assert replica_config(tmp_path).raw["egress"]["private_allow"] == []
+    assert not configmap_toml().get("egress", {}).get("private_allow")
+    for name in REPLICAS:
+        assert not any(k.startswith("SANDGATE_EGRESS__") for k in env(name))
