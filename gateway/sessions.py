@@ -61,6 +61,18 @@ def parse_session_spec(body: Any, known_secrets: Mapping[str, Any]) -> SessionSp
     return SessionSpec(workload, labels, allow, list(dict.fromkeys(names)), ttl, workspace.rstrip("/") or "/", ca_path)
 
 
+def renewed_expiry(row: Mapping[str, Any], ttl_s: Any, now: float) -> float:
+    """The new `expires_at` for a renewal (PATCH `ttl_s`): `now + ttl_s`, never past `created_at + MAX_TTL_S`
+    (the session token's own expiry)."""
+    if not isinstance(ttl_s, int) or isinstance(ttl_s, bool) or ttl_s <= 0:
+        raise BadRequest("ttl_s must be a positive integer")
+    limit = float(row["created_at"]) + MAX_TTL_S
+    if now + ttl_s > limit:
+        raise BadRequest(f"a session lives at most {MAX_TTL_S} s from its creation; ttl_s may be at most "
+                         f"{max(0, int(limit - now))} now")
+    return now + ttl_s
+
+
 def new_session_id() -> str:
     return "s_" + pysecrets.token_hex(8)
 

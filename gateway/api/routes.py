@@ -1,6 +1,7 @@
 """The aiohttp application: API routes, health, metrics (and the approval page when present)."""
 from __future__ import annotations
 
+import asyncio
 from typing import TYPE_CHECKING
 
 from aiohttp import web
@@ -25,18 +26,40 @@ def event_view(row: dict) -> dict:
     return out
 
 
+MAX_EVENTS_WAIT_S = 60.0
+EVENTS_POLL_S = 0.2
+
+
+def _number(request: web.Request, name: str, default: str, kind: type) -> float | int:
+    try:
+        return kind(request.query.get(name, default))
+    except ValueError:
+        raise ApiError(400, "bad_request", f"{name} must be a number") from None
+
+
 @routes.get("/v1/events")
 async def list_events(request: web.Request) -> web.Response:
-    require(request, "harness", "approver")
+    """A session's events in order. `after=SEQ` keeps those past a sequence number; with `wait=SECONDS` the call
+    returns as soon as there is at least one (long poll), or an empty list when the wait runs out."""
+    principal = require(request, "harness", "approver")
     gw = request.app[GW]
-    try:
-        limit = min(int(request.query.get("limit", "10000")), 100000)
-    except ValueError:
-        raise ApiError(400, "bad_request", "limit must be an integer") from None
-    await gw.audit.flush()
-    rows = await gw.store.list_events(session=request.query.get("session"), kind=request.query.get("kind"),
-                                      limit=limit)
-    return web.json_response([event_view(r) for r in rows])
+    limit = min(_number(request, "limit", "10000", int), 100000)
+    session, kind = request.query.get("session"), request.query.get("kind")
+    after = _number(request, "after", "-1", int) if "after" in request.query else None
+    wait = min(max(_number(request, "wait", "0", float), 0.0), MAX_EVENTS_WAIT_S)
+    if (after is not None or wait) and not session:
+        raise ApiError(400, "bad_request", "after and wait need a session")
+    if session and principal.role == "harness":
+        row = await gw.store.get_session(session)
+        if row is not None and row.get("created_by") != principal.ident:
+            raise ApiError(404, "not_found", "no such session")
+    deadline = asyncio.get_running_loop().time() + wait
+    while True:
+        await gw.audit.flush()
+        rows = await gw.store.list_events(session=session, kind=kind, limit=limit, after_seq=after)
+        if rows or asyncio.get_running_loop().time() >= deadline:
+            return web.json_response([event_view(r) for r in rows])
+        await asyncio.sleep(min(EVENTS_POLL_S, max(0.0, deadline - asyncio.get_running_loop().time())))
 
 
 @routes.get("/healthz")
@@ -53,12 +76,13 @@ async def metrics(request: web.Request) -> web.Response:
 
 
 def create_app(gw: "Gateway") -> web.Application:
-    from gateway.api import approvals, secrets, toolcalls
+    from gateway.api import approvals, mcp, scrub, secrets, toolcalls
     from gateway.web.page import setup_page
 
     app = web.Application(middlewares=[errors_middleware], client_max_size=4 * 1024 * 1024)
     app[GW] = gw
-    for module_routes in (routes, sessions.routes, toolcalls.routes, approvals.routes, secrets.routes):
+    for module_routes in (routes, sessions.routes, toolcalls.routes, approvals.routes, secrets.routes,
+                          scrub.routes, mcp.routes):
         app.add_routes(module_routes)
     setup_page(app, gw)
     return app

@@ -9,7 +9,8 @@ from aiohttp import web
 from gateway.api.auth import GW, require
 from gateway.api.errors import ApiError
 from gateway.api.timefmt import rfc3339
-from gateway.sessions import BadRequest, build_env, new_session_id, parse_session_spec, session_status
+from gateway.sessions import (MAX_TTL_S, BadRequest, build_env, new_session_id, parse_session_spec, renewed_expiry,
+                              session_status)
 from gateway.store.models import SessionRow
 
 routes = web.RouteTableDef()
@@ -52,7 +53,9 @@ async def create_session(request: web.Request) -> web.Response:
     gw.sessions.put(stored)
     if gw.broker_hooks is not None:
         gw.broker_hooks.session_added(stored)
-    token = gw.signer.mint("session", sid, spec.ttl_s, session_id=sid, workload=spec.workload, now=now)
+    # The token lives as long as the session could be renewed (PATCH ttl_s); the session row decides liveness
+    # on every request, so an ended or expired session's token is refused at once.
+    token = gw.signer.mint("session", sid, MAX_TTL_S, session_id=sid, workload=spec.workload, now=now)
     proxy_url = f"http://sandgate:{token}@{gw.proxy_advertise}"
     env_names = {name: gw.broker.specs[name].env for name in spec.secrets} if gw.broker is not None else {}
     env = build_env(proxy_url, spec.ca_path, {env_names[n]: placeholders[n] for n in spec.secrets})
@@ -97,9 +100,14 @@ async def patch_session(request: web.Request) -> web.Response:
     if session_status(row, time.time()) != "active":
         raise ApiError(409, "session_ended", "the session has ended")
     body = await read_json(request)
-    if not isinstance(body, dict) or not body or set(body) - {"frozen", "labels"}:
-        raise ApiError(400, "bad_request", "only 'frozen' and 'labels' can be changed")
+    if not isinstance(body, dict) or not body or set(body) - {"frozen", "labels", "ttl_s"}:
+        raise ApiError(400, "bad_request", "only 'frozen', 'labels' and 'ttl_s' can be changed")
     values: dict = {}
+    if "ttl_s" in body:
+        try:
+            values["expires_at"] = renewed_expiry(row, body["ttl_s"], time.time())
+        except BadRequest as exc:
+            raise ApiError(400, "bad_request", str(exc)) from None
     if "frozen" in body:
         if not isinstance(body["frozen"], bool):
             raise ApiError(400, "bad_request", "frozen must be a boolean")

@@ -13,6 +13,7 @@ from gateway.api.auth import GW, require
 from gateway.api.errors import ApiError
 from gateway.api.sessions import read_json
 from gateway.approvals import binding_hash, canonical_json
+from gateway.mcp.context import parse_mcp_context
 from gateway.policy.inputs import build_session_input
 
 log = logging.getLogger("sandgate.toolcalls")
@@ -53,6 +54,10 @@ async def post_toolcall(request: web.Request) -> web.Response:
         raise ApiError(400, "bad_request", "step must be an integer")
     if len(canonical_json(args)) > MAX_ARGS_BYTES:
         raise ApiError(413, "too_large", "args are too large")
+    try:
+        mcp = parse_mcp_context(body["mcp"]) if body.get("mcp") is not None else None
+    except ValueError as exc:
+        raise ApiError(400, "bad_request", str(exc)) from None
     row = await gw.store.get_session(sid)
     if row is None:
         raise ApiError(404, "not_found", "no such session")
@@ -75,23 +80,28 @@ async def post_toolcall(request: web.Request) -> web.Response:
         doc = {"kind": "toolcall", "session": build_session_input(session, time.time()),
                "tool": {"name": tool, "args": args}, "step": step,
                "shell": {"parsed": False, "commands": []}, "sql": {"parsed": False, "kinds": []}}
+    if mcp is not None:
+        doc["mcp"] = mcp.to_input()
     decision = await gw.engine.decide("toolcall", doc)
     gw.metrics.decision("toolcall", decision.action)
     tcid = "t_" + secrets.token_hex(8)
     out = {"id": tcid, "decision": decision.action, "reasons": list(decision.reasons),
            "codes": list(decision.codes)}
-    detail = {"toolcall_id": tcid, "tool": tool, "summary": toolcall_summary(tool, args)}
+    summary = toolcall_summary(tool, args) if mcp is None else f"mcp {mcp.server}/{tool} {canonical_json(args)}"[:300]
+    detail = {"toolcall_id": tcid, "tool": tool, "summary": summary}
+    if mcp is not None:
+        detail["mcp_server"] = mcp.server
     if decision.action == "ask":
         queue = gw.approvals
-        binding = binding_hash(sid, "toolcall", tool, canonical_json(args))
+        binding = binding_hash(sid, "toolcall", tool if mcp is None else mcp.target(tool), canonical_json(args))
         used = await queue.find_unused(binding)
         if used is not None and await queue.consume(used, principal.ident):
             out.update(decision="allow", approval_id=used["id"],
                        reasons=out["reasons"] + [f"approved by {used['decided_by']}"],
                        codes=out["codes"] + ["approval.approved"])
         else:
-            item = await queue.file(session=sid, kind="toolcall", binding=binding,
-                                    summary=toolcall_summary(tool, args), action={"tool": tool, "args": args},
+            action = {"tool": tool, "args": args} | ({"mcp_server": mcp.server} if mcp is not None else {})
+            item = await queue.file(session=sid, kind="toolcall", binding=binding, summary=summary, action=action,
                                     reasons=list(decision.reasons), requested_by=principal.ident,
                                     ttl_s=decision.approval_ttl_s)
             out["approval_id"] = item["id"]

@@ -223,10 +223,12 @@ class Store:
             await self.run(self._append_events, rows)
 
     def _list_events(self, session: Optional[str], kind: Optional[str], limit: int,
-                     newest: bool) -> list[dict]:
+                     newest: bool, after_seq: Optional[int] = None) -> list[dict]:
         q = select(EventRow)
         if session:
             q = q.where(EventRow.session == session)
+        if after_seq is not None:
+            q = q.where(EventRow.seq > after_seq)
         if kind:
             q = q.where(EventRow.kind == kind)
         q = q.order_by(EventRow.id.desc() if newest else EventRow.id).limit(limit)
@@ -235,6 +237,7 @@ class Store:
         return list(reversed(rows)) if newest else rows
 
     async def list_events(self, session: Optional[str] = None, kind: Optional[str] = None,
-                          limit: int = 10000, newest: bool = False) -> list[dict]:
-        return await self.run(self._list_events, session, kind, limit, newest)
+                          limit: int = 10000, newest: bool = False, after_seq: Optional[int] = None) -> list[dict]:
+        """Events in order; `after_seq` (with `session`) keeps only those past that sequence number."""
+        return await self.run(self._list_events, session, kind, limit, newest, after_seq)
 

@@ -1,0 +1,60 @@
+"""POST /v1/sessions/{sid}/scrub: the session's real secret values replaced by its placeholders in texts.
+
+For harness-side relays that carry data back to the sandbox without passing the egress proxy (the MCP proxy:
+tool results, resources, prompts). The relay never holds a real value: it sends text here and gets it back
+scrubbed, in every form the proxy scrubs HTTP responses in (raw, percent-, JSON- and base64-encoded). A lookup
+that fails is 503: the caller must then not pass the text on.
+"""
+from __future__ import annotations
+
+import asyncio
+
+from aiohttp import web
+
+from broker.backends import SecretUnavailable
+from broker.scrub import Scrubber, replacements_for
+from gateway.api.auth import GW, require
+from gateway.api.errors import ApiError
+from gateway.api.owned import owned_session
+from gateway.api.sessions import read_json
+
+routes = web.RouteTableDef()
+
+MAX_TEXTS = 10000
+OFF_LOOP_BYTES = 64 * 1024
+
+
+def scrub_texts(scrubber: Scrubber, texts: list[str]) -> tuple[list[str], int]:
+    out, changed = [], 0
+    for text in texts:
+        clean = scrubber.sub_text(text)
+        changed += clean != text
+        out.append(clean)
+    return out, changed
+
+
+@routes.post("/v1/sessions/{sid}/scrub")
+async def scrub(request: web.Request) -> web.Response:
+    principal = require(request, "harness")
+    gw = request.app[GW]
+    row = await owned_session(request, principal, request.match_info["sid"])
+    body = await read_json(request)
+    texts = body.get("texts") if isinstance(body, dict) else None
+    if not isinstance(texts, list) or len(texts) > MAX_TEXTS or not all(isinstance(t, str) for t in texts):
+        raise ApiError(400, "bad_request", f"texts must be a list of at most {MAX_TEXTS} strings")
+    placeholders = dict(row.get("placeholders") or {})
+    if not placeholders or not texts:
+        return web.json_response({"texts": texts, "scrubbed": 0})
+    try:
+        bindings = await asyncio.wait_for(gw.broker.bindings(placeholders), gw.broker.lookup_timeout_s + 1)
+    except (SecretUnavailable, asyncio.TimeoutError):
+        raise ApiError(503, "secret_unavailable", "the secret store is unavailable; nothing was scrubbed") from None
+    scrubber = Scrubber(replacements_for(bindings))
+    if sum(len(t) for t in texts) > OFF_LOOP_BYTES:
+        clean, changed = await asyncio.to_thread(scrub_texts, scrubber, texts)
+    else:
+        clean, changed = scrub_texts(scrubber, texts)
+    if changed:
+        gw.audit.record("secret.scrub", session=row["id"], action="scrub",
+                        detail={"texts": changed, "by": principal.ident})
+    return web.json_response({"texts": clean, "scrubbed": changed})
