@@ -53,6 +53,15 @@ def build_parser() -> argparse.ArgumentParser:
         if name != "show":
             a.add_argument("--reason", default=None, required=(name == "deny"))
 
+    run = sub.add_parser("run", help="run a command in a sandbox session (sandgate run [OPTIONS] -- CMD ...)")
+    _client(run)
+    run.add_argument("--allow", action="append", metavar="HOST", help="allow this host (repeatable)")
+    run.add_argument("--secret", action="append", metavar="NAME", help="give the session this secret")
+    run.add_argument("--workload", choices=["ephemeral", "persistent"], default="ephemeral")
+    run.add_argument("--ttl-s", type=int, default=None)
+    run.add_argument("--isolate", action="store_true", help="own network namespace (root; not in this build)")
+    run.add_argument("command", nargs=argparse.REMAINDER)
+
     secrets = sub.add_parser("secrets", help="manage local secrets on a running sandgate")
     ssub = secrets.add_subparsers(dest="secrets_cmd", required=True)
     sput = ssub.add_parser("put")
@@ -90,6 +99,10 @@ def main(argv: list[str] | None = None) -> int:
         return asyncio.run(run_gateway(cfg))
     if args.cmd in policy_commands.COMMANDS:
         return policy_commands.run(cfg, args)
+    if args.cmd == "run":
+        from gateway.run import cmd_run
+
+        return cmd_run(cfg, args)
     from gateway import commands
 
     return getattr(commands, f"cmd_{args.cmd}")(cfg, args)
