@@ -62,6 +62,17 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--isolate", action="store_true", help="own network namespace (root; not in this build)")
     run.add_argument("command", nargs=argparse.REMAINDER)
 
+    mcp = sub.add_parser("mcp", help="an MCP proxy whose tool calls sandgate decides (sandgate mcp ... -- CMD ...)")
+    _client(mcp)
+    mcp.add_argument("--session", required=True, help="the session the tool calls belong to")
+    mcp.add_argument("--name", help="the server's name in policy input (default: the command's or URL's name)")
+    mcp.add_argument("--upstream", metavar="URL", help="a remote streamable-HTTP MCP server instead of CMD")
+    mcp.add_argument("--upstream-header", action="append", metavar="'NAME: VALUE'", help="header for --upstream")
+    mcp.add_argument("--env", action="append", metavar="NAME[=VALUE]", help="variable for the upstream CMD")
+    mcp.add_argument("--listen", metavar="HOST:PORT", help="serve streamable HTTP at /mcp instead of stdio")
+    mcp.add_argument("--approval-wait-s", type=float, default=300.0, help="how long an asked call waits")
+    mcp.add_argument("command", nargs=argparse.REMAINDER)
+
     secrets = sub.add_parser("secrets", help="manage local secrets on a running sandgate")
     ssub = secrets.add_subparsers(dest="secrets_cmd", required=True)
     sput = ssub.add_parser("put")
@@ -99,6 +110,10 @@ def main(argv: list[str] | None = None) -> int:
         return asyncio.run(run_gateway(cfg))
     if args.cmd in policy_commands.COMMANDS:
         return policy_commands.run(cfg, args)
+    if args.cmd == "mcp":
+        from gateway.mcp.command import cmd_mcp
+
+        return cmd_mcp(cfg, args)
     if args.cmd == "run":
         from gateway.run import cmd_run
 

@@ -1,0 +1,174 @@
+"""`sandgate mcp` end to end: a real upstream MCP server (the SDK's MCPServer) behind the proxy, driven by the
+SDK's client, decided by a real sandgate through the tool-call API."""
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from mcp import ClientSession, StdioServerParameters, stdio_client
+
+from tests.support.gateway import ROOT, Sandgate
+
+HERE = Path(__file__).parent
+UPSTREAM = HERE / "upstream_server.py"
+REAL = "real-demo-secret-4f2a9c1d7e"
+MCP_ALLOW = ["up/echo", "up/whoami"]
+MCP_DENY = ["up/boom"]
+
+
+def mcp_policy_dir(tmp: Path) -> Path:
+    """The shipped policies with a toolcall entry point that combines the partial sets (what the shipped
+    toolcall.rego becomes with the wave-2 rewrite), and mcp_allow / mcp_deny set."""
+    out = tmp / "policies"
+    shutil.copytree(ROOT / "policies", out, ignore=shutil.ignore_patterns("*_test.rego", "__pycache__", "*.md",
+                                                                           "*.py"))
+    (out / "sandgate" / "toolcall.rego").write_text(
+        "package sandgate.toolcall\n\nimport rego.v1\n\n"
+        "decision := data.sandgate.lib.decision.combine(deny, ask, allow)\n")
+    data_path = out / "sandgate" / "config" / "toolcall" / "data.json"
+    data = json.loads(data_path.read_text())
+    data.update(mcp_allow=MCP_ALLOW, mcp_deny=MCP_DENY)
+    data_path.write_text(json.dumps(data))
+    return out
+
+
+@pytest.fixture(scope="module")
+def sg(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("mcp")
+    cfg = {"policy": {"dir": str(mcp_policy_dir(tmp))},
+           "secrets": {"demo": {"source": "env:SG_DEMO_SECRET", "hosts": ["api.demo.test"]}}}
+    with Sandgate(tmp / "gw", cfg, env={"SG_DEMO_SECRET": REAL}) as g:
+        g.approver = g.token("approver", "alice")
+        yield g
+
+
+@pytest.fixture
+def session(sg):
+    sess = sg.session(secrets=["demo"])
+    yield sess
+    sg.call("DELETE", f"/v1/sessions/{sess['id']}")
+
+
+def proxy_params(sg, sid: str, log: Path, *extra: str) -> StdioServerParameters:
+    return StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "gateway", "mcp", "--session", sid, "--name", "up", "--api-url", sg.api, "--token",
+              sg.harness_token, "--env", f"DEMO_REAL={REAL}", "--env", f"UPSTREAM_LOG={log}", *extra, "--",
+              sys.executable, str(UPSTREAM)],
+        env={"PYTHONPATH": str(ROOT)}, cwd=str(ROOT))
+
+
+async def approve_when_filed(sg, sid: str, verdict: str = "approve", reason: str = "") -> dict:
+    for _ in range(400):
+        rows = (await asyncio.to_thread(sg.call, "GET", f"/v1/approvals?status=pending&session={sid}")).json()
+        if rows:
+            resp = await asyncio.to_thread(sg.call, "POST", f"/v1/approvals/{rows[0]['id']}/{verdict}", sg.approver,
+                                           json={"reason": reason} if reason else {})
+            assert resp.status_code == 200, resp.text
+            return rows[0]
+        await asyncio.sleep(0.05)
+    raise AssertionError("no approval was filed")
+
+
+def text_of(result) -> str:
+    return "".join(c.text for c in result.content if getattr(c, "type", "") == "text")
+
+
+async def test_proxy_end_to_end(sg, session, tmp_path):
+    log = tmp_path / "upstream.log"
+    log.write_text("")
+    async with stdio_client(proxy_params(sg, session["id"], log)) as (r, w), ClientSession(r, w) as client:
+        init = await client.initialize()
+        assert init.server_info.name == "upstream-demo" and init.instructions == "a test server"
+
+        names = [t.name for t in (await client.list_tools()).tools]
+        assert "boom" not in names, "a tool the policy always denies is not listed"
+        assert {"echo", "deploy", "whoami"} <= set(names)
+
+        allowed = await client.call_tool("echo", {"text": "hello"})
+        assert not allowed.is_error and text_of(allowed) == "hello"
+
+        denied = await client.call_tool("boom", {"target": "prod"})
+        assert denied.is_error and "sandgate denied" in text_of(denied) and "toolcall.mcp_denied" in text_of(denied)
+
+        approver = asyncio.create_task(approve_when_filed(sg, session["id"]))
+        asked = await asyncio.wait_for(client.call_tool("deploy", {"target": "staging"}), 60)
+        item = await approver
+        assert not asked.is_error and text_of(asked) == "deployed staging"
+        assert item["action"] == {"tool": "deploy", "args": {"target": "staging"}, "mcp_server": "up"}
+
+        refuser = asyncio.create_task(approve_when_filed(sg, session["id"], "deny", "not today"))
+        refused = await asyncio.wait_for(client.call_tool("deploy", {"target": "prod"}), 60)
+        await refuser
+        assert refused.is_error and "not today" in text_of(refused)
+
+    assert log.read_text().splitlines() == ["deploy staging"], "denied and refused calls never reach upstream"
+    events = [e for e in sg.events(session["id"]) if e["kind"] == "toolcall"]
+    assert [(e["detail"]["tool"], e["action"]) for e in events] == [
+        ("echo", "allow"), ("boom", "deny"), ("deploy", "ask"), ("deploy", "ask")]
+    assert all(e["detail"]["mcp_server"] == "up" for e in events)
+
+
+async def test_results_are_scrubbed_of_the_sessions_secrets(sg, session, tmp_path):
+    placeholder = session["env"]["DEMO"]
+    async with stdio_client(proxy_params(sg, session["id"], tmp_path / "log")) as (r, w), \
+            ClientSession(r, w) as client:
+        await client.initialize()
+        result = await client.call_tool("whoami", {})
+        assert not result.is_error
+        assert REAL not in result.model_dump_json() and text_of(result) == f"token={placeholder} ok"
+        resource = await client.read_resource("config://token")
+        assert REAL not in resource.model_dump_json() and placeholder in resource.model_dump_json()
+        prompt = await client.get_prompt("greet", {"name": REAL})
+        assert REAL not in prompt.model_dump_json()
+
+
+async def test_annotations_never_turn_ask_into_allow(sg, session, tmp_path):
+    # boom claims readOnlyHint, deploy claims nothing: both still go by the policy (deny, ask).
+    async with stdio_client(proxy_params(sg, session["id"], tmp_path / "log", "--approval-wait-s", "0.2")) \
+            as (r, w), ClientSession(r, w) as client:
+        await client.initialize()
+        timed_out = await client.call_tool("deploy", {"target": "x"})
+        assert timed_out.is_error and "approval.timeout" in text_of(timed_out)
+
+
+def test_toolcall_api_binds_approvals_per_server(sg, session):
+    def call(server):
+        return sg.call("POST", "/v1/toolcalls", json={"session": session["id"], "tool": "deploy",
+                                                      "args": {"target": "p"}, "mcp": {"server": server}}).json()
+    first, other = call("a"), call("b")
+    assert first["decision"] == other["decision"] == "ask"
+    assert first["approval_id"] != other["approval_id"]
+    assert sg.call("POST", f"/v1/approvals/{first['approval_id']}/approve", sg.approver, json={}).status_code == 200
+    assert call("b")["decision"] == "ask", "an approval for server a does not let server b's tool run"
+    assert call("a")["decision"] == "allow"
+    bad = sg.call("POST", "/v1/toolcalls", json={"session": session["id"], "tool": "x", "mcp": {"server": "a/b"}})
+    assert bad.status_code == 400
+
+
+def test_listing_probe_files_nothing(sg, session):
+    resp = sg.call("POST", "/v1/mcp/tools", json={"session": session["id"], "server": "up",
+                                                   "tools": [{"name": "boom"}, {"name": "deploy"}, {"name": "echo"}]})
+    assert resp.status_code == 200, resp.text
+    got = {t["name"]: (t["decision"], t["hidden"]) for t in resp.json()["tools"]}
+    assert got == {"boom": ("deny", True), "deploy": ("ask", False), "echo": ("allow", False)}
+    assert sg.call("GET", f"/v1/approvals?session={session['id']}").json() == []
+    other = sg.token("harness", "other")
+    assert sg.call("POST", "/v1/mcp/tools", other, json={"session": session["id"], "server": "up",
+                                                          "tools": []}).status_code == 404
+
+
+def test_bad_invocations_exit_2(sg, session):
+    base = [sys.executable, "-m", "gateway", "mcp", "--api-url", sg.api, "--token", sg.harness_token]
+    for args in (["--session", session["id"]],                                    # no upstream
+                 ["--session", "s_nope", "--", "true"],                            # unknown session
+                 ["--session", session["id"], "--env", "SANDGATE_TOKEN", "--", "true"]):
+        out = subprocess.run(base + args, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+        assert out.returncode == 2, out.stderr
+        assert "Traceback" not in out.stderr
