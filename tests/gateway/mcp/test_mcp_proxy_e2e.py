@@ -172,3 +172,76 @@ def test_bad_invocations_exit_2(sg, session):
         out = subprocess.run(base + args, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
         assert out.returncode == 2, out.stderr
         assert "Traceback" not in out.stderr
+
+
+# -- streamable HTTP: the front, and a remote upstream ---------------------------------------------------
+def start_proxy(sg, sid: str, log: Path, *upstream: str, token: str = "front-token-123") -> tuple[subprocess.Popen, str]:
+    env = {**os.environ, "SANDGATE_MCP_TOKEN": token, "UPSTREAM_LOG": str(log), "DEMO_REAL": REAL}
+    proc = subprocess.Popen([sys.executable, "-m", "gateway", "mcp", "--session", sid, "--name", "up", "--api-url",
+                             sg.api, "--token", sg.harness_token, "--listen", "127.0.0.1:0", "--env", "DEMO_REAL",
+                             "--env", "UPSTREAM_LOG", *upstream], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            stdin=subprocess.DEVNULL, env=env, text=True, cwd=str(ROOT))
+    line = proc.stdout.readline()
+    if not line:
+        proc.kill()
+        raise AssertionError(proc.stderr.read())
+    return proc, json.loads(line)["url"]
+
+
+async def drive_http(url: str, token: str) -> tuple[list[str], str, bool]:
+    from mcp.client.streamable_http import streamable_http_client
+    from mcp.shared._httpx_utils import create_mcp_http_client
+
+    async with create_mcp_http_client(headers={"Authorization": f"Bearer {token}"}) as http, \
+            streamable_http_client(url, http_client=http) as (r, w), ClientSession(r, w) as client:
+        await client.initialize()
+        names = [t.name for t in (await client.list_tools()).tools]
+        echoed = text_of(await client.call_tool("whoami", {}))
+        denied = (await client.call_tool("boom", {"target": "x"})).is_error
+        return names, echoed, denied
+
+
+def test_streamable_http_front(sg, session, tmp_path):
+    import requests
+
+    proc, url = start_proxy(sg, session["id"], tmp_path / "log", "--", sys.executable, str(UPSTREAM))
+    try:
+        names, whoami, denied = asyncio.run(drive_http(url, "front-token-123"))
+        assert "boom" not in names and "echo" in names
+        assert whoami == f"token={session['env']['DEMO']} ok" and denied
+        for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": "front-token-123"}):
+            resp = requests.post(url, json={"jsonrpc": "2.0", "id": 1, "method": "ping"}, headers=headers, timeout=10)
+            assert resp.status_code == 401
+    finally:
+        proc.terminate()
+        proc.wait(15)
+
+
+def test_remote_streamable_http_upstream(sg, session, tmp_path):
+    from tests.support.upstream import free_port
+
+    port = free_port()
+    log = tmp_path / "log"
+    upstream = subprocess.Popen([sys.executable, str(UPSTREAM), str(port), "upstream-secret-token"],
+                                env={**os.environ, "DEMO_REAL": REAL, "UPSTREAM_LOG": str(log)},
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        import socket
+        import time
+        for _ in range(200):
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                time.sleep(0.05)
+        proc, url = start_proxy(sg, session["id"], log, "--upstream", f"http://127.0.0.1:{port}/mcp",
+                                "--upstream-header", "Authorization: Bearer upstream-secret-token")
+        try:
+            names, whoami, denied = asyncio.run(drive_http(url, "front-token-123"))
+            assert "boom" not in names and whoami == f"token={session['env']['DEMO']} ok" and denied
+        finally:
+            proc.terminate()
+            proc.wait(15)
+    finally:
+        upstream.terminate()
+        upstream.wait(15)

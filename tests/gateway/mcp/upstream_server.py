@@ -48,9 +48,24 @@ def greet(name: str) -> str:
     return f"Say hello to {name}"
 
 
+def serve_http(port: int, token: str) -> None:
+    """Streamable HTTP on 127.0.0.1:PORT/mcp; every request needs `Authorization: Bearer TOKEN`."""
+    import uvicorn
+
+    app = mcp.streamable_http_app()
+
+    async def guarded(scope, receive, send):
+        if scope["type"] == "http" and dict(scope["headers"]).get(b"authorization") != f"Bearer {token}".encode():
+            await send({"type": "http.response.start", "status": 401, "headers": []})
+            await send({"type": "http.response.body", "body": b"no"})
+            return
+        await app(scope, receive, send)
+
+    uvicorn.run(guarded, host="127.0.0.1", port=port, log_level="warning")
+
+
 if __name__ == "__main__":
-    if len(sys.argv) > 1:
-        mcp.settings.port = int(sys.argv[1]) if hasattr(mcp, "settings") else None
-        mcp.run(transport="streamable-http")
+    if len(sys.argv) > 2:
+        serve_http(int(sys.argv[1]), sys.argv[2])
     else:
         mcp.run()
