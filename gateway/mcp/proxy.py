@@ -11,7 +11,7 @@
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import Any, Awaitable, TypeVar
 
 import mcp_types as types
 from mcp import ClientSession
@@ -23,6 +23,7 @@ from sandgate.types import SandgateError
 
 log = logging.getLogger("sandgate.mcp")
 INTERNAL_ERROR = -32603
+R = TypeVar("R")
 
 
 def refusal(tool: str, text: str) -> types.CallToolResult:
@@ -43,6 +44,18 @@ class McpProxy:
             raise MCPError(INTERNAL_ERROR, "sandgate could not scan this result for secrets; it was withheld") \
                 from None
 
+    async def _up(self, call: Awaitable[R]) -> R:
+        """An upstream call whose JSON-RPC error (message and data come from the server) is scrubbed too."""
+        try:
+            return await call
+        except MCPError as exc:
+            try:
+                clean = await self.gate.scrub(exc.error)
+            except SandgateError:
+                raise MCPError(exc.code, "the upstream server reported an error (withheld: sandgate could not "
+                                         "scan it for secrets)") from None
+            raise MCPError(clean.code, clean.message, clean.data) from None
+
     def _remember(self, tools: list[types.Tool]) -> None:
         for tool in tools:
             self.annotations[tool.name] = (tool.annotations.model_dump(by_alias=True, mode="json", exclude_none=True)
@@ -52,8 +65,8 @@ class McpProxy:
         if name not in self.annotations:
             cursor = None
             for _ in range(100):
-                page = await self.upstream.list_tools(params=types.PaginatedRequestParams(cursor=cursor)
-                                                      if cursor else None)
+                page = await self._up(self.upstream.list_tools(
+                    params=types.PaginatedRequestParams(cursor=cursor) if cursor else None))
                 self._remember(page.tools)
                 cursor = page.next_cursor
                 if not cursor:
@@ -62,7 +75,7 @@ class McpProxy:
 
     # -- tools -----------------------------------------------------------------------------------
     async def list_tools(self, ctx: Any, params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
-        result = await self.upstream.list_tools(params=params)
+        result = await self._up(self.upstream.list_tools(params=params))
         self._remember(result.tools)
         try:
             hidden = await self.gate.hidden([(t.name, self.annotations.get(t.name, {})) for t in result.tools])
@@ -83,7 +96,8 @@ class McpProxy:
             why = "; ".join(decision.reasons) or "denied"
             codes = ", ".join(decision.codes)
             return refusal(name, f"sandgate denied this call to {name}: {why}" + (f" [{codes}]" if codes else ""))
-        result = await self.upstream.send_request(types.CallToolRequest(params=params), types.CallToolResult)
+        result = await self._up(self.upstream.send_request(types.CallToolRequest(params=params),
+                                                           types.CallToolResult))
         try:
             return await self.gate.scrub(result)
         except SandgateError as exc:
@@ -92,25 +106,28 @@ class McpProxy:
 
     # -- resources, prompts, completion: forwarded, results scrubbed ------------------------------
     async def list_resources(self, ctx: Any, params: types.PaginatedRequestParams | None) -> types.ListResourcesResult:
-        return await self._scrubbed(await self.upstream.list_resources(params=params))
+        return await self._scrubbed(await self._up(self.upstream.list_resources(params=params)))
 
     async def list_resource_templates(self, ctx: Any, params: types.PaginatedRequestParams | None
                                       ) -> types.ListResourceTemplatesResult:
-        return await self._scrubbed(await self.upstream.list_resource_templates(params=params))
+        return await self._scrubbed(await self._up(self.upstream.list_resource_templates(params=params)))
 
     async def read_resource(self, ctx: Any, params: types.ReadResourceRequestParams) -> types.ReadResourceResult:
-        result = await self.upstream.send_request(types.ReadResourceRequest(params=params), types.ReadResourceResult)
+        result = await self._up(self.upstream.send_request(types.ReadResourceRequest(params=params),
+                                                           types.ReadResourceResult))
         return await self._scrubbed(result)
 
     async def list_prompts(self, ctx: Any, params: types.PaginatedRequestParams | None) -> types.ListPromptsResult:
-        return await self._scrubbed(await self.upstream.list_prompts(params=params))
+        return await self._scrubbed(await self._up(self.upstream.list_prompts(params=params)))
 
     async def get_prompt(self, ctx: Any, params: types.GetPromptRequestParams) -> types.GetPromptResult:
-        result = await self.upstream.send_request(types.GetPromptRequest(params=params), types.GetPromptResult)
+        result = await self._up(self.upstream.send_request(types.GetPromptRequest(params=params),
+                                                           types.GetPromptResult))
         return await self._scrubbed(result)
 
     async def complete(self, ctx: Any, params: types.CompleteRequestParams) -> types.CompleteResult:
-        result = await self.upstream.send_request(types.CompleteRequest(params=params), types.CompleteResult)
+        result = await self._up(self.upstream.send_request(types.CompleteRequest(params=params),
+                                                           types.CompleteResult))
         return await self._scrubbed(result)
 
     # -- the front server ------------------------------------------------------------------------

@@ -245,3 +245,16 @@ def test_remote_streamable_http_upstream(sg, session, tmp_path):
     finally:
         upstream.terminate()
         upstream.wait(15)
+
+
+async def test_upstream_errors_are_scrubbed_too(sg, session, tmp_path):
+    from mcp.shared.exceptions import MCPError
+
+    async with stdio_client(proxy_params(sg, session["id"], tmp_path / "log")) as (r, w), \
+            ClientSession(r, w) as client:
+        await client.initialize()
+        with pytest.raises(MCPError) as err:
+            await client.read_resource(f"missing://{REAL}")
+        assert REAL not in repr(err.value.error.model_dump()) and session["env"]["DEMO"] in err.value.message
+        failed = await client.call_tool("echo", {"text": 3})     # the upstream refuses the argument type
+        assert REAL not in failed.model_dump_json()
