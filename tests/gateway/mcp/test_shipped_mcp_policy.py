@@ -1,14 +1,11 @@
 """The shipped policies and MCP tool calls.
 
-TURN ON AFTER THE WAVE-2 MERGES: both tests are `xfail(strict=True)` until
-- the regorus engine (issue 10) lands: regopy aborts on `with input as`, so the Rego tests of
-  policies/sandgate/toolcall_mcp.rego live in tests/gateway/mcp/rego/ for now (move the file to
-  policies/sandgate/toolcall_mcp_test.rego then, and drop the first test);
-- the shipped toolcall.rego (issue 11) collects `deny`/`ask`/`allow` into
-  `decision := data.sandgate.lib.decision.combine(deny, ask, allow)` (today it is a `decide(input)` function that
-  does not read toolcall_mcp.rego's sets), and leaves tool calls with `input.mcp` to toolcall_mcp.rego instead of
-  asking for them as unknown tools.
-A strict xfail turns into a failure (XPASS) the moment they pass: then remove the markers.
+TURN ON AFTER ISSUE 11 MERGES: `test_shipped_policies_decide_mcp_tool_calls` is `xfail(strict=True)` until the
+shipped toolcall.rego collects `deny`/`ask`/`allow` into
+`decision := data.sandgate.lib.decision.combine(deny, ask, allow)` (today it is a `decide(input)` function that
+does not read toolcall_mcp.rego's sets) and leaves tool calls with `input.mcp` to toolcall_mcp.rego instead of
+asking for them as unknown tools. A strict xfail turns into a failure (XPASS) the moment it passes: then remove
+the marker.
 """
 from __future__ import annotations
 
@@ -21,20 +18,16 @@ import pytest
 
 from tests.support.gateway import ROOT, Sandgate
 
-HERE = ROOT / "tests" / "gateway" / "mcp"
-PENDING = pytest.mark.xfail(strict=True, reason="needs the regorus engine (issue 10) and the partial-set "
-                                                "toolcall.rego (issue 11); remove this marker after both merge")
+PENDING = pytest.mark.xfail(strict=True, reason="needs the partial-set toolcall.rego (issue 11); remove this "
+                                                "marker after it merges")
 
 
-@PENDING
-def test_toolcall_mcp_rego_tests_pass_on_the_shipped_policies(tmp_path):
-    policies = tmp_path / "policies"
-    shutil.copytree(ROOT / "policies", policies)
-    shutil.copy(HERE / "rego" / "toolcall_mcp_test.rego", policies / "sandgate" / "toolcall_mcp_test.rego")
-    proc = subprocess.run([sys.executable, "-m", "gateway", "policy", "test", str(policies)], capture_output=True,
-                          text=True, timeout=120)
+def test_toolcall_mcp_rego_tests_pass_in_the_shipped_policies():
+    proc = subprocess.run([sys.executable, "-m", "gateway", "policy", "test", str(ROOT / "policies"), "-v",
+                           "--run", "toolcall_mcp"], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "PASS sandgate.toolcall_mcp_test.test_read_only_hint_does_not_allow" in proc.stdout
+    assert "test_read_only_hint_does_not_allow" in proc.stdout and " 0 failed" in proc.stdout
+    assert "10 passed" in proc.stdout
 
 
 @PENDING
