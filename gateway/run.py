@@ -262,3 +262,5 @@ def cmd_run(cfg: Any, args: Any) -> int:
     except RunError as exc:
         print(f"sandgate: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        return 130

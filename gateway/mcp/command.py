@@ -156,8 +156,21 @@ async def proxy_main(args: Any, api_url: str, token: str) -> int:
     return 0
 
 
+class OneLineFormatter(logging.Formatter):
+    """Log lines without tracebacks (the SDK logs some upstream failures with one): stderr stays readable."""
+
+    def formatException(self, ei: Any) -> str:  # noqa: N802 - logging's name
+        return ""
+
+    def format(self, record: logging.LogRecord) -> str:
+        record.exc_info, record.exc_text, record.stack_info = None, None, None
+        return super().format(record)
+
+
 def cmd_mcp(cfg: Any, args: Any) -> int:
-    logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="sandgate mcp: %(levelname)s %(message)s")
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(OneLineFormatter("sandgate mcp: %(levelname)s %(message)s"))
+    logging.basicConfig(level=logging.WARNING, handlers=[handler])
     api_url = (args.api_url or cfg.api_url).rstrip("/")
     token = args.token or os.environ.get("SANDGATE_TOKEN", "")
     if not token:
@@ -169,9 +182,27 @@ def cmd_mcp(cfg: Any, args: Any) -> int:
             return 2
     try:
         return anyio.run(proxy_main, args, api_url, token)
-    except McpSetupError as exc:
-        print(f"sandgate mcp: {exc}", file=sys.stderr)
-        return 2
-    except (OSError, SandgateError) as exc:
-        print(f"sandgate mcp: {exc}", file=sys.stderr)
+    except KeyboardInterrupt:
+        return 130
+    except Exception as exc:  # noqa: BLE001 - one line for the user, never a traceback
+        leaf = first_leaf(exc)
+        if isinstance(leaf, McpSetupError):
+            print(f"sandgate mcp: {leaf}", file=sys.stderr)
+            return 2
+        from mcp.shared.exceptions import MCPError
+
+        if isinstance(leaf, MCPError):
+            print(f"sandgate mcp: the upstream MCP server failed: {leaf.message}", file=sys.stderr)
+        elif isinstance(leaf, (OSError, SandgateError)):
+            print(f"sandgate mcp: {leaf}", file=sys.stderr)
+        else:
+            log.debug("mcp proxy failed", exc_info=exc)
+            print(f"sandgate mcp: failed: {leaf.__class__.__name__}", file=sys.stderr)
         return 1
+
+
+def first_leaf(exc: BaseException) -> BaseException:
+    """The first non-group exception inside (nested) exception groups, as anyio task groups raise them."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    return exc

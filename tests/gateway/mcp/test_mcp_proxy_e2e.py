@@ -172,6 +172,11 @@ def test_bad_invocations_exit_2(sg, session):
         out = subprocess.run(base + args, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
         assert out.returncode == 2, out.stderr
         assert "Traceback" not in out.stderr
+    for upstream in (["false"], ["sh", "-c", "echo not-json"], ["/nonexistent/server"]):
+        out = subprocess.run(base + ["--session", session["id"], "--", *upstream], capture_output=True, text=True,
+                             timeout=60, stdin=subprocess.DEVNULL)
+        assert out.returncode == 1 and "Traceback" not in out.stderr, out.stderr
+        assert out.stderr.strip().splitlines()[-1].startswith("sandgate mcp: ")
 
 
 # -- streamable HTTP: the front, and a remote upstream ---------------------------------------------------
