@@ -112,6 +112,7 @@ async def serve_http(server: Any, listen: str, token: str) -> None:
     sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, int(port)))
+    sock.listen(128)            # listening before the URL is printed: a client may connect at once
     bound = sock.getsockname()[1]
     app = BearerGuard(server.streamable_http_app(host=host), token)
     shown = f"[{host}]" if ":" in host else host

@@ -233,16 +233,22 @@ def test_remote_streamable_http_upstream(sg, session, tmp_path):
     try:
         import socket
         import time
-        for _ in range(200):
+        deadline = time.monotonic() + 60
+        while True:
             try:
                 socket.create_connection(("127.0.0.1", port), timeout=1).close()
                 break
             except OSError:
+                assert upstream.poll() is None and time.monotonic() < deadline, "the MCP upstream did not start"
                 time.sleep(0.05)
         proc, url = start_proxy(sg, session["id"], log, "--upstream", f"http://127.0.0.1:{port}/mcp",
                                 "--upstream-header", "Authorization: Bearer upstream-secret-token")
         try:
-            names, whoami, denied = asyncio.run(drive_http(url, "front-token-123"))
+            try:
+                names, whoami, denied = asyncio.run(drive_http(url, "front-token-123"))
+            except BaseException:
+                proc.terminate()
+                raise AssertionError(f"proxy failed: {proc.communicate(timeout=15)[1][-2000:]}") from None
             assert "boom" not in names and whoami == f"token={session['env']['DEMO']} ok" and denied
         finally:
             proc.terminate()
