@@ -11,7 +11,8 @@ from typing import Any
 from aiohttp import web
 
 from gateway.audit import AuditLog
-from gateway.auth import TokenSigner, load_or_create_key, write_private
+from gateway.auth import (HARNESS_TOKEN_TTL_S, Revocations, TokenSigner, TokenVerifier, load_or_create_key,
+                          write_private)
 from gateway.config import Config
 from gateway.egress.addresses import parse_networks
 from gateway.egress.resolver import StaticResolver, SystemResolver, install_guard
@@ -22,6 +23,7 @@ from gateway.sessions import SessionCache
 from gateway.store import Store
 
 log = logging.getLogger("sandgate")
+REVOCATION_POLL_S = 0.25
 
 
 class Gateway:
@@ -33,6 +35,8 @@ class Gateway:
         self.audit = AuditLog(self.store)
         self.engine = make_engine(cfg)
         self.signer: TokenSigner | None = None
+        self.revocations = Revocations()
+        self.tokens: TokenVerifier | None = None
         self.private_allow = parse_networks(cfg.raw["egress"]["private_allow"])
         self.own_listeners: list[tuple[str, int]] = []
         self.inspect_max_bytes = int(cfg.raw["egress"]["inspect_max_bytes"])
@@ -55,7 +59,9 @@ class Gateway:
         if not cfg.data_dir.exists():
             cfg.data_dir.mkdir(parents=True, mode=0o700)
         self.signer = TokenSigner(load_or_create_key(cfg.data_dir))
+        self.tokens = TokenVerifier(self.signer, self.revocations)
         await self.store.open()
+        self.revocations.merge(await self.store.list_revocations())
         self.sessions.replace_all(await self.store.list_sessions())
         await self.engine.start()
         self.engine.watch()
@@ -73,6 +79,7 @@ class Gateway:
         self.own_listeners[:] = [self.proxy_addr, self.api_addr]
         self._write_runtime_files()
         self._tasks.append(asyncio.create_task(self._housekeeping(), name="sandgate-housekeeping"))
+        self._tasks.append(asyncio.create_task(self._poll_revocations(), name="sandgate-revocations"))
         log.info("sandgate ready: proxy %s:%d, api %s:%d, policy rev %s", *self.proxy_addr, *self.api_addr,
                  self.engine.rev)
 
@@ -118,7 +125,7 @@ class Gateway:
         ddir = self.cfg.data_dir
         token_file = self.cfg.raw["api"]["harness_token_file"]
         if not token_file:
-            token = self.signer.mint("harness", "harness")
+            token = self.signer.mint("harness", "harness", HARNESS_TOKEN_TTL_S)
             write_private(ddir / "harness.token", token.encode() + b"\n")
         listen = {"proxy": f"{self.proxy_addr[0]}:{self.proxy_addr[1]}",
                   "api": f"{self.api_addr[0]}:{self.api_addr[1]}"}
@@ -137,6 +144,20 @@ class Gateway:
                     await self.approvals.tick()
             except Exception:  # noqa: BLE001 - keep housekeeping alive
                 log.exception("housekeeping failed")
+
+    async def _poll_revocations(self, interval_s: float = REVOCATION_POLL_S) -> None:
+        """Token revocations made on any replica reach this one within a second."""
+        failing = False
+        while True:
+            await asyncio.sleep(interval_s)
+            try:
+                # Re-read a few ids below the last one seen: a concurrent insert may commit out of id order.
+                self.revocations.merge(await self.store.list_revocations(max(0, self.revocations.last_id - 50)))
+                failing = False
+            except Exception:  # noqa: BLE001 - keep polling; the store may come back
+                if not failing:
+                    log.warning("cannot read token revocations from the store; retrying")
+                failing = True
 
     async def stop(self) -> None:
         for task in self._tasks:

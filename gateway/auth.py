@@ -5,14 +5,18 @@ import os
 import secrets
 import time
 import uuid
+from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterable
 
 import jwt
 
 ROLES = ("harness", "approver", "admin", "session")
 ISSUER = "sandgate"
 _ALG = "HS256"
+DEFAULT_TTL_S = 24 * 3600               # `sandgate token` without --ttl-s
+HARNESS_TOKEN_TTL_S = 30 * 24 * 3600    # DATA_DIR/harness.token, re-minted at every start
 
 
 class AuthError(Exception):
@@ -28,6 +32,7 @@ class Principal:
     jti: str | None = None
     exp: float | None = None
     purpose: str | None = None          # "page" for approval-page cookies (never accepted by the API)
+    source_jti: str | None = None       # a page cookie: the jti of the token that logged in
 
     @property
     def ident(self) -> str:
@@ -61,16 +66,19 @@ class TokenSigner:
     def __init__(self, key: bytes):
         self._key = key
 
-    def mint(self, role: str, name: str, ttl_s: float | None = None, *, session_id: str | None = None,
-             workload: str | None = None, now: float | None = None, purpose: str | None = None) -> str:
+    def mint(self, role: str, name: str, ttl_s: float = DEFAULT_TTL_S, *, session_id: str | None = None,
+             workload: str | None = None, now: float | None = None, purpose: str | None = None,
+             source_jti: str | None = None) -> str:
+        """A signed token; it always expires (`exp` = now + ttl_s)."""
         if role not in ROLES:
             raise ValueError(f"unknown role {role!r}")
         now = time.time() if now is None else now
-        claims = {"iss": ISSUER, "role": role, "sub": name, "iat": int(now), "jti": uuid.uuid4().hex}
-        if ttl_s is not None:
-            claims["exp"] = int(now + ttl_s)
+        claims = {"iss": ISSUER, "role": role, "sub": name, "iat": int(now), "jti": uuid.uuid4().hex,
+                  "exp": int(now + ttl_s)}
         if purpose is not None:
             claims["pur"] = purpose
+        if source_jti is not None:
+            claims["src"] = source_jti
         if session_id is not None:
             claims["sid"] = session_id
             claims["wl"] = workload
@@ -79,12 +87,62 @@ class TokenSigner:
     def verify(self, token: str) -> Principal:
         try:
             claims = jwt.decode(token, self._key, algorithms=[_ALG], issuer=ISSUER,
-                                options={"require": ["iss", "role", "sub"]})
+                                options={"require": ["iss", "role", "sub", "exp", "jti"]})
         except jwt.PyJWTError as exc:
             raise AuthError(str(exc)) from None
         role = claims.get("role")
         if role not in ROLES or (role == "session" and not claims.get("sid")):
             raise AuthError("bad role claim")
         return Principal(role=role, name=str(claims["sub"]), session_id=claims.get("sid"),
-                         workload=claims.get("wl"), jti=claims.get("jti"), exp=claims.get("exp"),
-                         purpose=claims.get("pur"))
+                         workload=claims.get("wl"), jti=str(claims["jti"]), exp=float(claims["exp"]),
+                         purpose=claims.get("pur"), source_jti=claims.get("src"))
+
+
+class Revocations:
+    """Revoked token ids (`jti`), mirrored from the store (`merge` takes rows newer than `last_id`)."""
+
+    def __init__(self) -> None:
+        self._jtis: set[str] = set()
+        self.last_id = 0
+
+    def add(self, jti: str) -> None:
+        self._jtis.add(jti)
+
+    def merge(self, rows: Iterable[dict]) -> None:
+        for row in rows:
+            self._jtis.add(row["jti"])
+            self.last_id = max(self.last_id, int(row["id"]))
+
+    def revoked(self, principal: Principal) -> bool:
+        return principal.jti in self._jtis or (principal.source_jti is not None and principal.source_jti in self._jtis)
+
+    def __len__(self) -> int:
+        return len(self._jtis)
+
+
+class TokenVerifier:
+    """Verify tokens: the signature once per token (bounded cache), expiry and revocation on every use."""
+
+    def __init__(self, signer: TokenSigner, revocations: Revocations, cache_size: int = 4096):
+        self.signer = signer
+        self.revocations = revocations
+        self._cache: OrderedDict[str, Principal] = OrderedDict()
+        self._cache_size = cache_size
+
+    def verify(self, token: str, now: float | None = None) -> Principal:
+        principal = self._cache.get(token)
+        if principal is None:
+            principal = self.signer.verify(token)
+            self._cache[token] = principal
+            if len(self._cache) > self._cache_size:
+                self._cache.popitem(last=False)
+        self.check(principal, now)
+        return principal
+
+    def check(self, principal: Principal, now: float | None = None) -> None:
+        """AuthError if the (already verified) principal has expired or was revoked."""
+        now = time.time() if now is None else now
+        if principal.exp is None or principal.exp <= now:
+            raise AuthError("the token has expired")
+        if self.revocations.revoked(principal):
+            raise AuthError("the token was revoked")

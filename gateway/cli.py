@@ -32,11 +32,14 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--api-listen", help="HOST:PORT for the API and page")
     serve.add_argument("--log-level", default=os.environ.get("SANDGATE_LOG_LEVEL", "INFO"))
 
-    token = sub.add_parser("token", help="print a signed token")
-    _common(token)
-    token.add_argument("--role", required=True, choices=["harness", "approver", "admin"])
-    token.add_argument("--name", required=True)
-    token.add_argument("--ttl-s", type=int, default=None)
+    token = sub.add_parser("token", help="print a signed token, or `token revoke JTI` on a running sandgate",
+                           usage="sandgate token --role ROLE --name NAME [--ttl-s N]\n"
+                                 "       sandgate token revoke JTI [--api-url URL] [--token ADMIN_TOKEN]")
+    _client(token)
+    token.add_argument("words", nargs="*", metavar="revoke JTI", help="revoke the token with this id (admin)")
+    token.add_argument("--role", choices=["harness", "approver", "admin"])
+    token.add_argument("--name")
+    token.add_argument("--ttl-s", type=int, default=None, help="lifetime in seconds (default 24 h)")
 
     policy_commands.register(sub, _common)
 

@@ -9,15 +9,53 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from gateway.auth import TokenSigner, load_or_create_key
+from gateway.api.timefmt import rfc3339
+from gateway.auth import DEFAULT_TTL_S, TokenSigner, load_or_create_key
 from gateway.config import Config
 
 
 def cmd_token(cfg: Config, args: Any) -> int:
+    if args.words:
+        if len(args.words) != 2 or args.words[0] != "revoke":
+            print("sandgate: usage: sandgate token revoke JTI", file=sys.stderr)
+            return 2
+        return _revoke_token(cfg, args, args.words[1])
+    if not args.role or not args.name:
+        print("sandgate: token needs --role and --name", file=sys.stderr)
+        return 2
+    ttl_s = DEFAULT_TTL_S if args.ttl_s is None else args.ttl_s
     cfg.data_dir.mkdir(parents=True, exist_ok=True)
     signer = TokenSigner(load_or_create_key(cfg.data_dir))
-    print(signer.mint(args.role, args.name, args.ttl_s))
+    token = signer.mint(args.role, args.name, ttl_s)
+    claims = token_claims(token)
+    print(token)
+    print(f"sandgate: {args.role} token for {args.name}, jti {claims['jti']}, expires {rfc3339(claims['exp'])}",
+          file=sys.stderr)
     return 0
+
+
+def token_claims(token: str) -> dict:
+    """The claims of a token, unverified (to show or name it; never to trust it)."""
+    import jwt
+
+    return jwt.decode(token, options={"verify_signature": False})
+
+
+def _revoke_token(cfg: Config, args: Any, jti: str) -> int:
+    if jti.count(".") == 2:              # a whole token was given: revoke it by its id
+        try:
+            jti = str(token_claims(jti)["jti"])
+        except Exception:  # noqa: BLE001 - not a readable token
+            print("sandgate: that is neither a token id nor a readable token", file=sys.stderr)
+            return 2
+    client = _client_or_fail(cfg, args)
+    if client is None:
+        return 2
+    try:
+        return _print_result(*client.call("POST", "/v1/revocations", {"jti": jti}))
+    except (urllib.error.URLError, OSError) as exc:
+        print(f"sandgate: cannot reach {client.base}: {exc}", file=sys.stderr)
+        return 1
 
 
 class ApiClient:

@@ -19,6 +19,7 @@ DEFAULTS: dict[str, Any] = {
         "private_allow": [],
         "upstream_ca": "",
         "passthrough": [],
+        "raw_tcp": [],                 # "host:port" tunnels allowed to carry non-HTTP bytes
         "inspect_max_bytes": 1048576,
         "hold_timeout_s": 300,
         "resolve": {},                 # static name -> [addresses] map (like curl --resolve)
@@ -140,6 +141,9 @@ def validate(raw: dict) -> None:
     parse_networks(eg["private_allow"])
     for entry in eg["passthrough"]:
         parse_allow_entry(entry)
+    for entry in eg["raw_tcp"]:
+        if parse_allow_entry(entry).port is None:
+            raise ValueError(f"egress.raw_tcp: {entry!r} needs a port (\"host:port\")")
     if not isinstance(eg["resolve"], Mapping) or not all(
             isinstance(v, list) and v for v in eg["resolve"].values()):
         raise ValueError("egress.resolve must map names to non-empty lists of addresses")

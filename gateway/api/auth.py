@@ -24,7 +24,7 @@ def require(request: web.Request, *roles: str) -> Principal:
         raise ApiError(401, "unauthorized", "a bearer token is required")
     gw = request.app[GW]
     try:
-        principal = gw.signer.verify(token)
+        principal = gw.tokens.verify(token)
     except AuthError:
         raise ApiError(401, "unauthorized", "the token is invalid or expired") from None
     if principal.purpose is not None:

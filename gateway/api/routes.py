@@ -76,13 +76,13 @@ async def metrics(request: web.Request) -> web.Response:
 
 
 def create_app(gw: "Gateway") -> web.Application:
-    from gateway.api import approvals, mcp, scrub, secrets, toolcalls
+    from gateway.api import approvals, mcp, scrub, secrets, tokens, toolcalls
     from gateway.web.page import setup_page
 
     app = web.Application(middlewares=[errors_middleware], client_max_size=4 * 1024 * 1024)
     app[GW] = gw
     for module_routes in (routes, sessions.routes, toolcalls.routes, approvals.routes, secrets.routes,
-                          scrub.routes, mcp.routes):
+                          scrub.routes, mcp.routes, tokens.routes):
         app.add_routes(module_routes)
     setup_page(app, gw)
     return app

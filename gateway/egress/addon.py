@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable
 
 from mitmproxy import connection, http
+from wsproto.handshake import WEBSOCKET_VERSION
 from mitmproxy.proxy import server_hooks
 
 from gateway.auth import AuthError, Principal
@@ -22,6 +23,7 @@ from gateway.egress.credentials import parse_proxy_authorization
 from gateway.egress.hosts import normalise_host
 from gateway.egress.resolver import UPSTREAM_DIAL, DialGuard
 from gateway.egress.responses import auth_required, denial
+from gateway.egress.targets import TargetArgs, TargetVerdict, check_target
 from gateway.policy.decision import Decision
 from gateway.policy.inputs import build_egress_input
 
@@ -38,6 +40,7 @@ STREAM_ABOVE_BYTES = 256 * 1024      # responses larger (or of unknown size) str
 class ConnState:
     principal: Principal
     vetted: dict = field(default_factory=dict)     # (host, port) -> AddressVerdict
+    tunnel: tuple[str, int] | None = None          # the CONNECT target, once a tunnel is open on this connection
 
 
 @dataclass
@@ -67,7 +70,6 @@ class EgressAddon:
     def __init__(self, gw: "Gateway"):
         self.gw = gw
         self.conns: "weakref.WeakKeyDictionary[connection.Client, ConnState]" = weakref.WeakKeyDictionary()
-        self._tokens: dict[str, Principal] = {}       # verified session tokens (signature checked once)
 
     # -- helpers ---------------------------------------------------------------------------------
     def fstate(self, flow: http.HTTPFlow) -> FlowState | None:
@@ -102,31 +104,40 @@ class EgressAddon:
             policy_rev=st.decision.rev if st.decision else self.gw.engine.rev, detail=detail or {})
 
     def authenticate(self, flow: http.HTTPFlow) -> tuple[Principal | None, str]:
-        header = flow.request.headers.get("Proxy-Authorization", "")
-        if "Proxy-Authorization" in flow.request.headers:
+        """The session of this request. Identity is per client connection: set by the first request's (or the
+        CONNECT's) Proxy-Authorization; inside a tunnel no header can change it. Expiry and revocation are
+        checked on every request, also for the connection's cached principal."""
+        values = flow.request.headers.get_all("Proxy-Authorization")
+        if values:
             del flow.request.headers["Proxy-Authorization"]
-        token = parse_proxy_authorization(header)
+        state = self.conns.get(flow.client_conn)
+        in_tunnel = state is not None and state.tunnel is not None
+        token = parse_proxy_authorization(values[0]) if values and not in_tunnel else None
         if token is None:
-            state = self.conns.get(flow.client_conn)
-            if state is not None:
-                return state.principal, ""
-            return None, "proxy authentication required"
-        principal = self._tokens.get(token)
-        if principal is None:
+            if state is None:
+                return None, "proxy authentication required"
             try:
-                principal = self.gw.signer.verify(token)
-            except AuthError:
-                return None, "invalid session token"
-            if len(self._tokens) >= 4096:
-                self._tokens.clear()
-            self._tokens[token] = principal
-        if principal.exp is not None and principal.exp <= time.time():
-            self._tokens.pop(token, None)
-            return None, "session token expired"
+                self.gw.tokens.check(state.principal)
+            except AuthError as exc:
+                self.conns.pop(flow.client_conn, None)
+                return None, f"session token refused: {exc}"
+            return state.principal, ""
+        try:
+            principal = self.gw.tokens.verify(token)
+        except AuthError as exc:
+            return None, f"session token refused: {exc}"
         if principal.role != "session":
             return None, "not a session token"
-        self.conns[flow.client_conn] = ConnState(principal)
+        if state is None:
+            self.conns[flow.client_conn] = ConnState(principal)
+        else:
+            state.principal = principal
         return principal, ""
+
+    def session_of(self, client: connection.Client) -> str | None:
+        """The session authenticated on a client connection (None before its first request)."""
+        state = self.conns.get(client)
+        return state.principal.session_id if state is not None else None
 
     def vet(self, addresses: list[str], port: int) -> AddressVerdict:
         return vet_addresses(addresses, port, private_allow=self.gw.private_allow,
@@ -169,19 +180,24 @@ class EgressAddon:
         st = FlowState(session=session, started=started, path=flow.request.path)
         flow.metadata["sandgate"] = st
         req = flow.request
+        is_connect = req.method == "CONNECT"
+        state = self.conns.get(flow.client_conn)
+        tunnel = state.tunnel if state is not None else None
         try:
             host = normalise_host(req.host)
         except ValueError:
             return self.deny(flow, "egress.bad_host", "the destination host is not valid")
-        if req.method != "CONNECT" and req.host_header:
-            try:
-                header_host = normalise_host(_strip_port(req.host_header))
-            except ValueError:
-                header_host = ""
-            if header_host != host:
-                return self.deny(flow, "egress.host_mismatch", "the Host header does not match the destination")
+        if is_connect and tunnel is not None:
+            return self.deny(flow, "egress.nested_connect", "a CONNECT inside a tunnel is not allowed")
+        if not is_connect:
+            bad = check_target(TargetArgs(destination=tunnel or (host, req.port), in_tunnel=tunnel is not None,
+                                          authority=req.authority, host_headers=req.headers.get_all("host")))
+            if tunnel is not None and (host, req.port) != tunnel:
+                bad = TargetVerdict("egress.authority_mismatch", "the request left its tunnel's destination")
+            if bad is not None:
+                return self.deny(flow, bad.code, bad.reason)
         sni = flow.client_conn.sni
-        if req.method != "CONNECT" and sni and _norm_or_empty(sni) != host:
+        if not is_connect and sni and _norm_or_empty(sni) != host:
             return self.deny(flow, "egress.sni_mismatch", "the TLS server name does not match the destination")
         found: set = set()
         if self.gw.broker_hooks is not None:
@@ -194,8 +210,8 @@ class EgressAddon:
         if literal is not None:
             lv = self.vet([str(literal)], req.port)
             ip, ip_class = str(literal), lv.ip_class
-            req.host = ip
-        is_connect = req.method == "CONNECT"
+        if req.host != host:
+            req.host = host             # dial the name the policy judges (no trailing dot, punycode, canonical IP)
         doc = build_egress_input(
             session=self.gw.sessions.with_stats(session), now=time.time(), method=req.method, scheme=req.scheme if not is_connect else "",
             host=host, port=req.port, path="" if is_connect else req.path.split("?", 1)[0],
@@ -218,6 +234,8 @@ class EgressAddon:
             return
         self.gw.metrics.decision("egress", "allow")
         if is_connect:
+            if state is not None:
+                state.tunnel = (host, req.port)
             st.audited = True
             self.audit(flow, st, action="allow", codes=list(decision.codes), reasons=list(decision.reasons),
                        status=200)
@@ -288,6 +306,8 @@ class EgressAddon:
         st = self.fstate(flow)
         if st is None or flow.response is None or flow.metadata.get("sandgate_denied"):
             return
+        if flow.response.status_code == 101:
+            return          # decided in `response` (a switch to anything but WebSocket is refused)
         scrub = self.gw.broker_hooks.response_filter(flow, st) if self.gw.broker_hooks is not None else None
         if scrub is None:
             size = flow.response.headers.get("content-length", "")
@@ -301,6 +321,11 @@ class EgressAddon:
     def response(self, flow: http.HTTPFlow) -> None:
         st = self.fstate(flow)
         if st is None or st.audited or flow.response is None:
+            return
+        if flow.response.status_code == 101 and not is_websocket_switch(flow.request, flow.response):
+            # After a 101 the connection would carry bytes no rule decides: refuse, and close it.
+            self.deny(flow, "egress.upgrade_refused", "switching to a protocol other than WebSocket is not allowed")
+            flow.response.headers["Connection"] = "close"
             return
         st.audited = True
         d = st.decision
@@ -367,6 +392,13 @@ class EgressAddon:
             data.server.error = "sandgate internal error"
 
 
+def is_websocket_switch(request: http.Request, response: http.Response) -> bool:
+    """A 101 that mitmproxy turns into its WebSocket layer (frames parsed, each decided): the same test as
+    mitmproxy's own, so nothing else ever becomes a raw pipe."""
+    return (response.status_code == 101 and response.headers.get("upgrade", "").lower() == "websocket"
+            and request.headers.get("sec-websocket-version", "").encode() == WEBSOCKET_VERSION)
+
+
 def unsized_body(request: http.Request) -> bool:
     """A body is coming whose size is not declared: chunked HTTP/1, or an HTTP/2-3 upload without
     content-length (their frames carry the body; GET-like methods are taken to have none)."""
@@ -374,14 +406,6 @@ def unsized_body(request: http.Request) -> bool:
         return True
     return (request.http_version.startswith(("HTTP/2", "HTTP/3")) and "content-length" not in request.headers
             and request.method in ("POST", "PUT", "PATCH"))
-
-
-def _strip_port(hostport: str) -> str:
-    if hostport.startswith("["):
-        return hostport[1:].split("]", 1)[0]
-    if hostport.count(":") == 1:
-        return hostport.split(":", 1)[0]
-    return hostport
 
 
 def _norm_or_empty(host: str) -> str:

@@ -133,3 +133,27 @@ def host_matches(entry: AllowEntry, host: str, port: int) -> bool:
 def match_allowlist(entries: Iterable[AllowEntry], host: str, port: int) -> bool:
     """Whether any entry matches; an empty allowlist matches nothing."""
     return any(host_matches(entry, host, port) for entry in entries)
+
+
+def parse_authority(text: str) -> tuple[str, int | None]:
+    """An HTTP authority ("host", "host:port", "[v6]:port") -> (normalised host, port or None).
+
+    ValueError for anything else: user info, a bare IPv6 address, a bad port, an invalid host.
+    """
+    if not isinstance(text, str) or not text or "@" in text or "/" in text:
+        raise ValueError(f"authority {text!r} is not host[:port]")
+    if text.startswith("["):
+        close = text.find("]")
+        rest = text[close + 1:] if close > 0 else None
+        if rest is None or (rest and not rest.startswith(":")):
+            raise ValueError(f"authority {text!r} has a malformed [IPv6] host")
+        host, port_text = text[1:close], rest[1:] if rest else ""
+        if ":" not in host:
+            raise ValueError(f"authority {text!r}: only IPv6 goes in brackets")
+    else:
+        if text.count(":") > 1:
+            raise ValueError(f"authority {text!r}: an IPv6 address needs brackets")
+        host, _, port_text = text.partition(":")
+    if port_text == "":
+        return normalise_host(host), None
+    return normalise_host(host), _parse_port(port_text, text)

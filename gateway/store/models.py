@@ -72,5 +72,14 @@ class EventRow(SQLModel, table=True):
     detail: dict = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
 
 
+class RevocationRow(SQLModel, table=True):
+    """A revoked token id. `id` only grows: replicas poll for rows above the last one they saw."""
+    __tablename__ = "revocations"
+    id: Optional[int] = Field(default=None, primary_key=True)
+    jti: str = Field(index=True, unique=True)
+    revoked_at: float
+    revoked_by: str = ""
+
+
 def row_dict(row: Any) -> dict:
     return {k: getattr(row, k) for k in row.__class__.model_fields}

@@ -16,7 +16,7 @@ from sqlalchemy import event, func, inspect, select, update
 from sqlalchemy.engine import Engine
 from sqlmodel import Session, SQLModel, create_engine
 
-from gateway.store.models import ApprovalRow, EventRow, SessionRow, row_dict
+from gateway.store.models import ApprovalRow, EventRow, RevocationRow, SessionRow, row_dict
 
 T = TypeVar("T")
 
@@ -183,6 +183,37 @@ class Store:
 
     async def mark_used(self, aid: str, now: Optional[float] = None) -> bool:
         return await self.run(self._mark_used, aid, time.time() if now is None else now)
+
+    # -- token revocations ----------------------------------------------------------------------
+    def _revoke(self, jti: str, by: str, now: float) -> dict:
+        with Session(self.engine) as db:
+            existing = db.execute(select(RevocationRow).where(RevocationRow.jti == jti)).scalars().first()
+            if existing is not None:
+                return row_dict(existing)
+            row = RevocationRow(jti=jti, revoked_at=now, revoked_by=by)
+            db.add(row)
+            try:
+                db.commit()
+            except Exception:  # noqa: BLE001 - another replica revoked the same jti first
+                db.rollback()
+                existing = db.execute(select(RevocationRow).where(RevocationRow.jti == jti)).scalars().first()
+                if existing is None:
+                    raise
+                return row_dict(existing)
+            db.refresh(row)
+            return row_dict(row)
+
+    async def revoke(self, jti: str, by: str, now: Optional[float] = None) -> dict:
+        """Record a revoked token id (idempotent: revoking twice returns the first record)."""
+        return await self.run(self._revoke, jti, by, time.time() if now is None else now)
+
+    def _list_revocations(self, after_id: int) -> list[dict]:
+        q = select(RevocationRow).where(RevocationRow.id > after_id).order_by(RevocationRow.id)
+        with Session(self.engine) as db:
+            return [row_dict(r) for r in db.execute(q).scalars().all()]
+
+    async def list_revocations(self, after_id: int = 0) -> list[dict]:
+        return await self.run(self._list_revocations, after_id)
 
     # -- audit ----------------------------------------------------------------------------------
     _EVENT_COLS = ("seq", "ts", "session", "step", "kind", "action", "reasons", "codes", "request_id", "method",

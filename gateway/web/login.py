@@ -53,13 +53,14 @@ class PageSessions:
         if not token:
             raise LoginError("Paste an approver token.")
         try:
-            p = self.gw.signer.verify(token)
+            p = self.gw.tokens.verify(token)
         except AuthError:
             p = None
+        source_jti = None
         if p is not None:
             if p.role not in PAGE_ROLES or p.purpose is not None:
                 raise LoginError("This token may not log in here: use an approver or admin token.")
-            role, name, exp = p.role, p.name, p.exp
+            role, name, exp, source_jti = p.role, p.name, p.exp, p.jti
         elif self.oidc is not None:
             try:
                 name, exp = await self.oidc.verify(token)
@@ -72,14 +73,15 @@ class PageSessions:
         if ttl <= 0:
             raise LoginError("The token is invalid or expired.")
         # exp is a whole second: the small pad keeps int(now + ttl) from landing a second early.
-        return self.gw.signer.mint(role, name, ttl + 1e-3, now=now, purpose="page"), ttl
+        # A revoked source token ends the page session too (the cookie names it).
+        return self.gw.signer.mint(role, name, ttl + 1e-3, now=now, purpose="page", source_jti=source_jti), ttl
 
     def user(self, request: web.Request) -> PageUser | None:
         value = request.cookies.get(SECURE_COOKIE) or request.cookies.get(COOKIE)
         if not value:
             return None
         try:
-            p = self.gw.signer.verify(value)
+            p = self.gw.tokens.verify(value)
         except AuthError:
             return None
         if (p.role not in PAGE_ROLES or p.purpose != "page" or p.exp is None or not p.jti

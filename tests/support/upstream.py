@@ -74,6 +74,8 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_header("Content-Length", "0")
             self.end_headers()
             return
+        if path.startswith("/upgrade"):
+            return self._upgrade()
         if path.startswith("/split"):
             return self._split(self.path.split("value=", 1)[-1].split("&", 1)[0].encode())
         if path.startswith("/big/"):
@@ -94,6 +96,24 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         if self.command != "HEAD":
             self.wfile.write(payload)
+
+    def _upgrade(self) -> None:
+        """Switch protocols to whatever the client asked for, then record every raw byte that follows."""
+        self.send_response(101)
+        self.send_header("Upgrade", self.headers.get("Upgrade", "x-raw"))
+        self.send_header("Connection", "Upgrade")
+        self.end_headers()
+        self.wfile.flush()
+        self.connection.settimeout(3)
+        data = b""
+        try:
+            while chunk := self.rfile.read1(65536):
+                data += chunk
+        except OSError:
+            pass
+        if data:
+            self.server.recorder.add(Seen("RAW", "/upgrade-raw", {}, data))
+        self.close_connection = True
 
     def _split(self, value: bytes) -> None:
         """Send `value` split across two chunks of a chunked response, with a pause between them."""
@@ -158,6 +178,46 @@ class Upstream:
     def __exit__(self, *exc) -> None:
         self.server.shutdown()
         self.server.server_close()
+
+
+class EchoServer:
+    """A raw TCP echo server on loopback: `with EchoServer() as echo:` -> echo.port, echo.received, echo.connections."""
+
+    def __init__(self, host: str = "127.0.0.1"):
+        self.sock = socket.create_server((host, 0))
+        self.host, self.port = self.sock.getsockname()[:2]
+        self.received = b""
+        self.connections = 0
+        self.lock = threading.Lock()
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            with self.lock:
+                self.connections += 1
+            threading.Thread(target=self._echo, args=(conn,), daemon=True).start()
+
+    def _echo(self, conn: socket.socket) -> None:
+        with conn:
+            conn.settimeout(10)
+            try:
+                while chunk := conn.recv(65536):
+                    with self.lock:
+                        self.received += chunk
+                    conn.sendall(chunk)
+            except OSError:
+                pass
+
+    def __enter__(self) -> "EchoServer":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.sock.close()
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""Pure helpers of the egress addon: proxy credentials, status reasons, body sizing, passthrough patterns."""
+"""Pure helpers of the egress addon: proxy credentials, status reasons, body sizing."""
 from __future__ import annotations
 
 import base64
@@ -10,7 +10,6 @@ from mitmproxy import http
 
 from gateway.egress.addon import unsized_body
 from gateway.egress.credentials import parse_proxy_authorization
-from gateway.egress.proxy import passthrough_patterns
 from gateway.egress.responses import denial, status_reason
 
 
@@ -60,16 +59,3 @@ def test_unsized_body(version, method, headers, expected):
         req.headers.pop("content-length", None)
     req.http_version = version
     assert unsized_body(req) is expected
-
-
-@pytest.mark.parametrize("entry, matches, misses", [
-    ("pinned.test", ["pinned.test:443", "pinned.test:8443"], ["xpinned.test:443", "a.pinned.test:443"]),
-    ("pinned.test:443", ["pinned.test:443"], ["pinned.test:8443"]),
-    ("*.corp.test", ["a.corp.test:443", "a.b.corp.test:1"], ["corp.test:443", "acorp.test:443"]),
-])
-def test_passthrough_patterns(entry, matches, misses):
-    (pattern,) = passthrough_patterns([entry])
-    for m in matches:
-        assert re.search(pattern, m), m
-    for m in misses:
-        assert not re.search(pattern, m), m

@@ -66,15 +66,19 @@ def test_requests_library_https(tls_env):
     assert resp.status_code == 200
 
 
-def test_host_header_fronting_refused(tls_env):
+@pytest.mark.parametrize("http_version, code", [
+    ("--http1.1", "egress.host_mismatch"),          # the Host header
+    ("--http2", "egress.authority_mismatch"),       # curl sends it as HTTP/2's :authority
+])
+def test_host_header_fronting_refused(tls_env, http_version, code):
     """A request inside a tunnel to an allowed host must not name another host (domain fronting)."""
     sg, up = tls_env
     sess = sg.session(allow=["secure.test"])
     before = len(up.recorder.requests)
-    out = curl(sess, "-i", "-H", "Host: fronted.test", f"https://secure.test:{up.port}/front")
+    out = curl(sess, "-i", http_version, "-H", "Host: fronted.test", f"https://secure.test:{up.port}/front")
     status_lines = [line for line in out.stdout.splitlines() if line.startswith("HTTP/")]
     assert status_lines[-1].split()[1] == "403", out.stdout
-    assert "egress.host_mismatch" in out.stdout
+    assert code in out.stdout
     assert len(up.recorder.requests) == before
 
 

@@ -1,0 +1,167 @@
+"""The `next_layer` addon: sandgate, not mitmproxy's heuristics, decides what a connection may carry.
+
+It replaces mitmproxy's built-in NextLayer addon (removed from the master in proxy.py). The rules are the
+pure `decide_layer` in tunnels.py; this adapter reads the layer stack, builds the chosen layer, audits
+refusals, and records raw-TCP and passthrough tunnels as audit rows of kind `tcp` with the bytes each way.
+"""
+from __future__ import annotations
+
+import logging
+import weakref
+from dataclasses import dataclass
+from typing import Callable, Protocol, Sequence
+
+from mitmproxy import connection, tcp
+from mitmproxy.proxy import commands, layer, layers
+from mitmproxy.proxy.context import Context
+from mitmproxy.proxy.layers import modes
+from mitmproxy.proxy.layers.http import HttpStream, HTTPMode
+
+from gateway.egress.hosts import AllowEntry, match_allowlist, normalise_host
+from gateway.egress.tunnels import Choice, LayerArgs, LayerDecision, Level, decide_layer
+
+log = logging.getLogger("sandgate.egress")
+
+
+class Recorder(Protocol):
+    def record(self, kind: str, **fields: object) -> None: ...
+
+
+class Refused(layer.Layer):
+    """Close the client connection without forwarding a byte."""
+
+    def _handle_event(self, event):  # type: ignore[override]
+        if not getattr(self, "_closed", False):
+            self._closed = True
+            yield commands.CloseConnection(self.context.client)
+
+
+def stack_level(context: Context) -> Level:
+    """Where in the layer stack a next-layer decision is asked for."""
+    stack = context.layers
+    if len(stack) == 1 and isinstance(stack[0], modes.HttpProxy):
+        return Level.PROXY
+    if (len(stack) >= 3 and isinstance(stack[0], modes.HttpProxy) and isinstance(stack[1], layers.HttpLayer)
+            and stack[1].mode is HTTPMode.regular and isinstance(stack[2], HttpStream)):
+        if len(stack) == 3:
+            return Level.TUNNEL
+        if (len(stack) == 5 and isinstance(stack[3], layers.ServerTLSLayer)
+                and isinstance(stack[4], layers.ClientTLSLayer)):
+            return Level.TLS
+    return Level.UNKNOWN
+
+
+def target_of(context: Context) -> tuple[str, int] | None:
+    """The CONNECT target (normalised host, port), or None."""
+    address = context.server.address
+    if not address:
+        return None
+    try:
+        return normalise_host(str(address[0])), int(address[1])
+    except ValueError:
+        return None
+
+
+@dataclass
+class TcpState:
+    session: str | None
+    mode: str
+    bytes_out: int = 0
+    bytes_in: int = 0
+
+
+class LayerGate:
+    """mitmproxy addon: `next_layer` plus the `tcp_*` hooks of the raw tunnels it allows."""
+
+    def __init__(self, *, raw_tcp: Sequence[AllowEntry], passthrough: Sequence[AllowEntry], audit: Recorder,
+                 session_of: Callable[[connection.Client], str | None], on_refused: Callable[[str], None]):
+        self.raw_tcp = list(raw_tcp)
+        self.passthrough = list(passthrough)
+        self.audit = audit
+        self.session_of = session_of
+        self.on_refused = on_refused
+        self.flows: "weakref.WeakKeyDictionary[tcp.TCPFlow, TcpState]" = weakref.WeakKeyDictionary()
+        self._modes: "weakref.WeakKeyDictionary[connection.Server, str]" = weakref.WeakKeyDictionary()
+
+    def args_for(self, nextlayer: layer.NextLayer) -> LayerArgs:
+        context = nextlayer.context
+        level = stack_level(context)
+        target = target_of(context) if level is Level.TUNNEL else None
+        return LayerArgs(
+            level=level, data=nextlayer.data_client(), alpn=context.client.alpn,
+            raw_tcp=bool(target and match_allowlist(self.raw_tcp, *target)),
+            passthrough=bool(target and match_allowlist(self.passthrough, *target)))
+
+    def next_layer(self, nextlayer: layer.NextLayer) -> None:
+        if nextlayer.layer is not None:
+            return
+        try:
+            decision = decide_layer(self.args_for(nextlayer))
+            nextlayer.layer = self.build(nextlayer.context, decision)
+        except Exception:  # noqa: BLE001 - fail closed
+            log.exception("internal_error in next_layer")
+            nextlayer.layer = Refused(nextlayer.context)
+
+    def build(self, context: Context, decision: LayerDecision) -> layer.Layer | None:
+        choice = decision.choice
+        if choice is Choice.WAIT:
+            return None
+        if choice is Choice.HTTP_PROXY:
+            return layers.HttpLayer(context, HTTPMode.regular)
+        if choice is Choice.HTTP:
+            return layers.HttpLayer(context, HTTPMode.transparent)
+        if choice is Choice.INTERCEPT_TLS:
+            server_tls = layers.ServerTLSLayer(context)
+            server_tls.child_layer = layers.ClientTLSLayer(context)
+            return server_tls
+        if choice in (Choice.RAW_TCP, Choice.PASSTHROUGH):
+            self._modes[context.server] = choice.value
+            return layers.TCPLayer(context)
+        self.refused(context, decision)
+        return Refused(context)
+
+    def refused(self, context: Context, decision: LayerDecision) -> None:
+        self.on_refused(decision.code)
+        session = self.session_of(context.client)
+        if session is None:         # nobody authenticated (e.g. garbage sent to the listener): log only
+            log.info("refused a connection from %s: %s", context.client.peername, decision.code)
+            return
+        target = target_of(context)
+        self.audit.record("egress", session=session, action="deny", codes=[decision.code],
+                          reasons=[decision.reason], method="CONNECT", host=target[0] if target else None,
+                          path="", http_status=None,
+                          detail={"port": target[1] if target else None, "layer": stack_level(context).value})
+
+    # -- raw tunnels: count the bytes each way, audit once at the end -----------------------------
+    def tcp_start(self, flow: tcp.TCPFlow) -> None:
+        self.flows[flow] = TcpState(self.session_of(flow.client_conn), self._modes.get(flow.server_conn, "raw_tcp"))
+
+    def tcp_message(self, flow: tcp.TCPFlow) -> None:
+        st = self.flows.get(flow)
+        if st is None or not flow.messages:
+            return
+        for message in flow.messages:
+            if message.from_client:
+                st.bytes_out += len(message.content)
+            else:
+                st.bytes_in += len(message.content)
+        flow.messages.clear()           # a long-lived tunnel must not pile its bytes up in memory
+
+    def tcp_end(self, flow: tcp.TCPFlow) -> None:
+        self._finish(flow, "")
+
+    def tcp_error(self, flow: tcp.TCPFlow) -> None:
+        self._finish(flow, flow.error.msg if flow.error else "error")
+
+    def _finish(self, flow: tcp.TCPFlow, error: str) -> None:
+        st = self.flows.pop(flow, None)
+        if st is None:
+            return
+        address = flow.server_conn.address
+        host, port = (str(address[0]), int(address[1])) if address else (None, None)
+        detail: dict = {"port": port, "mode": st.mode}
+        if error:
+            detail["error"] = error[:200]
+        self.audit.record("tcp", session=st.session, action="allow", codes=[f"egress.{st.mode}"],
+                          reasons=[], request_id=flow.id, method="CONNECT", host=host, path="",
+                          bytes_in=st.bytes_in, bytes_out=st.bytes_out, detail=detail)

@@ -1,0 +1,120 @@
+"""Tokens expire and can be revoked: the CLI, the admin API, the proxy's and the page's cached logins, replicas."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+import jwt
+import pytest
+import requests
+
+from tests.conftest import LOOPBACK_CONFIG, need
+from tests.support.gateway import Sandgate
+from tests.support.pg import PG_URL, pg_available
+
+
+def claims(token: str) -> dict:
+    return jwt.decode(token, options={"verify_signature": False})
+
+
+@pytest.fixture(scope="module")
+def gw(tmp_path_factory):
+    with Sandgate(tmp_path_factory.mktemp("tokens"), LOOPBACK_CONFIG) as sg:
+        sg.admin = sg.token("admin", "root")
+        yield sg
+
+
+def run_cli(sg, *args, env=None):
+    return subprocess.run([sys.executable, "-m", "gateway", *args, "--data-dir", str(sg.data_dir),
+                           "--config", str(sg.config_path)], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, **(env or {})})
+
+
+def test_token_always_expires_default_24h_or_ttl(gw):
+    now = time.time()
+    out = run_cli(gw, "token", "--role", "approver", "--name", "alice")
+    assert out.returncode == 0, out.stderr
+    c = claims(out.stdout.strip())
+    assert abs(c["exp"] - (now + 24 * 3600)) < 60 and c["jti"] in out.stderr
+    c = claims(run_cli(gw, "token", "--role", "harness", "--name", "h", "--ttl-s", "90").stdout.strip())
+    assert abs(c["exp"] - (now + 90)) < 60
+    assert run_cli(gw, "token", "--role", "harness").returncode == 2          # --name missing
+
+
+def test_harness_token_is_reminted_at_every_start_with_30_days(tmp_path):
+    sg = Sandgate(tmp_path, LOOPBACK_CONFIG)
+    with sg:
+        first = sg.harness_token
+        c = claims(first)
+        assert abs(c["exp"] - (time.time() + 30 * 86400)) < 120
+    with sg:
+        assert sg.harness_token != first and claims(sg.harness_token)["jti"] != c["jti"]
+        assert sg.call("GET", "/v1/sessions").status_code == 200
+
+
+def test_revoke_cli_refuses_a_harness_token_at_once(gw):
+    harness = gw.token("harness", "ci")
+    assert gw.call("GET", "/v1/sessions", harness).status_code == 200      # verified and cached
+    jti = claims(harness)["jti"]
+    denied = run_cli(gw, "token", "revoke", jti, "--api-url", gw.api, "--token", harness)
+    assert denied.returncode == 1 and "403" in denied.stderr                 # only an admin revokes
+    out = run_cli(gw, "token", "revoke", jti, "--api-url", gw.api, env={"SANDGATE_TOKEN": gw.admin})
+    assert out.returncode == 0, out.stderr
+    assert gw.call("GET", "/v1/sessions", harness).status_code == 401
+    listed = gw.call("GET", "/v1/revocations", gw.admin).json()
+    assert any(r["jti"] == jti and r["revoked_by"] == "admin:root" for r in listed)
+    # Revoking again is harmless; a whole token names its own id.
+    assert run_cli(gw, "token", "revoke", harness, "--api-url", gw.api, "--token", gw.admin).returncode == 0
+    assert gw.call("POST", "/v1/revocations", gw.admin, json={"jti": ""}).status_code == 400
+
+
+def test_revoked_session_token_is_refused_on_an_open_keepalive_connection(gw, upstream):
+    sess = gw.session(allow=["allowed.test"])
+    client = requests.Session()
+    url = f"http://allowed.test:{upstream.port}/keep"
+    assert client.get(url, proxies=sess["proxies"], timeout=10).status_code == 200
+    r = gw.call("POST", "/v1/revocations", gw.admin, json={"jti": claims(sess["token"])["jti"]})
+    assert r.status_code == 201
+    assert client.get(url, proxies=sess["proxies"], timeout=10).status_code == 407
+    assert requests.get(url, proxies=sess["proxies"], timeout=10).status_code == 407
+
+
+def test_revoked_approver_token_ends_its_page_login(gw):
+    approver = gw.token("approver", "pat")
+    page = requests.Session()
+    r = page.post(gw.api + "/login", data={"token": approver, "next": "/"}, allow_redirects=False)
+    assert r.status_code == 303
+    assert page.get(gw.api + "/", allow_redirects=False).status_code == 200
+    gw.call("POST", "/v1/revocations", gw.admin, json={"jti": claims(approver)["jti"]})
+    r = page.get(gw.api + "/", allow_redirects=False)
+    assert r.status_code == 303 and r.headers["Location"].startswith("/login")
+    r = page.post(gw.api + "/login", data={"token": approver, "next": "/"}, allow_redirects=False)
+    assert r.status_code != 303
+
+
+def test_an_expired_token_is_refused_although_it_was_cached(gw):
+    short = gw.token("harness", "brief", ttl_s=2)
+    assert gw.call("GET", "/v1/sessions", short).status_code == 200
+    time.sleep(max(0.0, claims(short)["exp"] - time.time()) + 0.3)
+    assert gw.call("GET", "/v1/sessions", short).status_code == 401
+
+
+def test_revocation_reaches_another_replica_within_a_second(tmp_path):
+    need(pg_available(), "PostgreSQL at 127.0.0.1:5432")
+    cfg = {**LOOPBACK_CONFIG, "store": {"url": PG_URL}}
+    with Sandgate(tmp_path / "a", cfg) as a:
+        b = Sandgate(tmp_path / "b", cfg)
+        b.data_dir.mkdir(parents=True)
+        shutil.copy(a.data_dir / "signing.key", b.data_dir / "signing.key")   # one key for the deployment
+        with b:
+            admin = a.token("admin", "root")
+            victim = a.token("harness", "victim")
+            assert b.call("GET", "/v1/sessions", victim).status_code == 200      # cached on b
+            assert a.call("POST", "/v1/revocations", admin, json={"jti": claims(victim)["jti"]}).status_code == 201
+            revoked_at = time.monotonic()
+            while b.call("GET", "/v1/sessions", victim).status_code != 401:
+                assert time.monotonic() - revoked_at < 1.0, "replica b still accepts a revoked token"
+                time.sleep(0.02)
