@@ -8,21 +8,21 @@
 from __future__ import annotations
 
 import asyncio
-import ipaddress
 import os
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from broker.backends import (CachedResolver, EnvBackend, LocalBackend, SecretUnavailable,
                              VaultBackend, parse_source)
-from broker.inject import LOCATIONS, Binding, normalise_host
+from broker.inject import LOCATIONS, Binding
 from broker.placeholders import PlaceholderFormat, RandomSource, make_placeholder, parse_format
 
 DEFAULT_INJECT_IN = frozenset({"header", "query"})
-SPEC_KEYS = frozenset({"source", "hosts", "env", "format", "inject_in"})
+SPEC_KEYS = frozenset({"source", "hosts", "env", "format", "inject_in", "allow_plaintext", "ports"})
+HostNormaliser = Callable[[str], str]     # the gateway's one normalise_host (ValueError for a bad host)
 # Variables sandgate itself sets in the sandbox: a secret must not shadow them.
 RESERVED_ENV = frozenset({
     "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "ALL_PROXY", "SSL_CERT_FILE", "REQUESTS_CA_BUNDLE",
@@ -41,27 +41,40 @@ class SecretSpec:
     inject_in: frozenset[str] = DEFAULT_INJECT_IN
     env: str = ""  # "" -> NAME upper-cased, '-' and '.' as '_'
     format: PlaceholderFormat | None = None
+    allow_plaintext: bool = False              # inject over cleartext http too (default: TLS only)
+    ports: frozenset[int] = frozenset()        # only these destination ports (empty: any)
 
     def __post_init__(self) -> None:
         if not self.env:
             object.__setattr__(self, "env", re.sub(r"[^A-Z0-9_]", "_", self.name.upper()))
 
 
-def _host(name: str, entry: Any) -> str:
+def _host(name: str, entry: Any, normalise: HostNormaliser) -> str:
     if not isinstance(entry, str) or not entry.strip():
         raise ValueError(f"secrets.{name}.hosts: entries must be non-empty strings")
-    host = normalise_host(entry)
+    text = entry.strip()
+    if "/" in text or (text.count(":") == 1 and not text.startswith("[")):
+        raise ValueError(f"secrets.{name}.hosts: {entry!r} is not a host name (no scheme, port or path)")
+    try:
+        wildcard = text.startswith("*.")
+        host = ("*." if wildcard else "") + normalise(text[2:] if wildcard else text.strip("[]"))
+    except ValueError:
+        raise ValueError(f"secrets.{name}.hosts: {entry!r} is not a host name (no scheme, port or path)") from None
     if ":" in host and not host.startswith("*"):
-        try:  # an IPv6 literal is fine; "host:port" is not
-            return str(ipaddress.IPv6Address(host))
-        except ValueError:
-            pass
+        return host                                 # a canonical IPv6 literal
     if not _HOST.match(host) or len(host) > 253:
         raise ValueError(f"secrets.{name}.hosts: {entry!r} is not a host name (no scheme, port or path)")
     return host
 
 
-def _spec(name: str, table: Any) -> SecretSpec:
+def _ports(name: str, value: Any) -> frozenset[int]:
+    if isinstance(value, (str, bytes)) or not isinstance(value, Sequence) or not all(
+            isinstance(p, int) and not isinstance(p, bool) and 1 <= p <= 65535 for p in value):
+        raise ValueError(f"secrets.{name}.ports: a list of port numbers (1-65535)")
+    return frozenset(value)
+
+
+def _spec(name: str, table: Any, normalise: HostNormaliser) -> SecretSpec:
     if not isinstance(name, str) or not _NAME.match(name):
         raise ValueError(f"secret name {name!r}: use letters, digits, '_', '.', '-' (max 64)")
     if not isinstance(table, Mapping):
@@ -91,19 +104,24 @@ def _spec(name: str, table: Any) -> SecretSpec:
         fmt = parse_format(table.get("format"))
     except ValueError as exc:
         raise ValueError(f"secrets.{name}.format: {exc}") from None
+    allow_plaintext = table.get("allow_plaintext", False)
+    if not isinstance(allow_plaintext, bool):
+        raise ValueError(f"secrets.{name}.allow_plaintext must be true or false")
     spec = SecretSpec(name=name, source=table["source"].strip(),
-                      hosts=tuple(dict.fromkeys(_host(name, h) for h in hosts)),
-                      inject_in=frozenset(inject_in), env=env, format=fmt)
+                      hosts=tuple(dict.fromkeys(_host(name, h, normalise) for h in hosts)),
+                      inject_in=frozenset(inject_in), env=env, format=fmt, allow_plaintext=allow_plaintext,
+                      ports=_ports(name, table.get("ports", [])))
     if spec.env.upper() in RESERVED_ENV or not _ENV.match(spec.env):
         raise ValueError(f"secrets.{name}.env: {spec.env!r} is reserved or invalid; set env explicitly")
     return spec
 
 
-def parse_secret_specs(config_secrets: Mapping[str, Mapping]) -> dict[str, SecretSpec]:
-    """Validate the `[secrets.NAME]` tables. ValueError on anything wrong."""
+def parse_secret_specs(config_secrets: Mapping[str, Mapping], normalise: HostNormaliser) -> dict[str, SecretSpec]:
+    """Validate the `[secrets.NAME]` tables (hosts put in canonical form by `normalise`). ValueError on anything
+    wrong."""
     if not isinstance(config_secrets, Mapping):
         raise ValueError("[secrets] must be a table of tables")
-    specs = {name: _spec(name, table) for name, table in config_secrets.items()}
+    specs = {name: _spec(name, table, normalise) for name, table in config_secrets.items()}
     seen: dict[str, str] = {}
     for spec in specs.values():
         if spec.env in seen:
@@ -128,11 +146,11 @@ class Broker:
 
     @classmethod
     def from_config(cls, secrets: Mapping[str, Mapping], vault: Mapping[str, Any] | None,
-                    data_dir: str | os.PathLike, cache_ttl_s: float = 30.0,
+                    data_dir: str | os.PathLike, *, normalise_host: HostNormaliser, cache_ttl_s: float = 30.0,
                     environ: Mapping[str, str] | None = None) -> Broker:
         """Build from the `[secrets]` and `[vault]` sections. Vault is set up only if a
         secret uses it (ValueError if it is then not configured)."""
-        specs = parse_secret_specs(secrets)
+        specs = parse_secret_specs(secrets, normalise_host)
         backends: dict[str, Any] = {"local": LocalBackend(Path(data_dir)), "env": EnvBackend(environ)}
         if any(parse_source(s.source).kind == "vault" for s in specs.values()):
             backends["vault"] = VaultBackend.from_config(vault, environ=environ)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import ipaddress
 import json
 import re
 from collections import deque
@@ -118,32 +117,14 @@ def _b64decode(text: str) -> bytes:
 
 # ---------------------------------------------------------------- destination
 
-def normalise_host(host: str) -> str:
-    """Lower case, no trailing dot, punycode, IP literals in canonical text without brackets.
-
-    Minimal and fail-closed: an odd spelling simply matches nothing.
-    """
-    host = host.strip().lower()
-    host = host[:-1] if host.endswith(".") else host
-    if host.startswith("[") and host.endswith("]"):
-        host = host[1:-1]
-    try:
-        return str(ipaddress.ip_address(host))
-    except ValueError:
-        pass
-    if not host.isascii():
-        try:
-            host = host.encode("idna").decode("ascii")
-        except UnicodeError:
-            pass
-    return host
-
-
 def host_matches(host: str, allowed: Iterable[str]) -> bool:
-    """Exact match, or "*.example.com" for subdomains of example.com (not the apex)."""
-    host = normalise_host(host)
+    """Exact match, or "*.example.com" for subdomains of example.com (not the apex).
+
+    Both sides are canonical host names: the gateway normalises the destination and every configured host
+    with its one `normalise_host` (gateway/egress/hosts.py) before they reach the broker. A spelling that is
+    not canonical matches nothing.
+    """
     for entry in allowed:
-        entry = normalise_host(entry)
         if entry == host or (entry.startswith("*.") and host.endswith(entry[1:]) and host != entry[2:]):
             return True
     return False
@@ -158,13 +139,34 @@ B = TypeVar("B", bound=Bound)
 
 
 def check_destination(host: str, bindings_found: Iterable[B]) -> list[B]:
-    """The bindings found in a request that are NOT bound to `host`; non-empty means block.
+    """The bindings found in a request that are NOT bound to `host` (canonical); non-empty means block.
 
     Takes anything with `name` and `hosts` (a `Binding`, or a `SecretSpec`, so a request
     can be refused before any real value is read).
     """
     bad = {id(b): b for b in bindings_found if not host_matches(host, b.hosts)}
     return sorted(bad.values(), key=lambda b: b.name)
+
+
+class Transported(Protocol):
+    name: str
+    allow_plaintext: bool
+    ports: Collection[int]
+
+
+T2 = TypeVar("T2", bound=Transported)
+
+
+def check_transport(tls: bool, port: int, found: Iterable[T2]) -> tuple[list[T2], list[T2]]:
+    """(secrets that would travel in cleartext, secrets not allowed to this port); either non-empty blocks.
+
+    A secret is injected only into TLS-protected requests (https, wss) unless it allows plaintext, and only
+    to its `ports` when it lists any.
+    """
+    unique = {id(s): s for s in found}.values()
+    cleartext = sorted((s for s in unique if not tls and not s.allow_plaintext), key=lambda s: s.name)
+    wrong_port = sorted((s for s in unique if s.ports and port not in s.ports), key=lambda s: s.name)
+    return cleartext, wrong_port
 
 
 # ---------------------------------------------------------------- substitution

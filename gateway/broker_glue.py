@@ -17,10 +17,11 @@ from typing import TYPE_CHECKING, Any
 from mitmproxy import http
 
 from broker.backends import SecretUnavailable
-from broker.broker import Broker, SecretSpec
-from broker.inject import (check_destination, find_placeholders, substitute_body, substitute_headers,
-                           substitute_query)
+from broker.broker import Broker, SecretSpec, parse_secret_specs
+from broker.inject import (check_destination, check_transport, find_placeholders, substitute_body,
+                           substitute_headers, substitute_query)
 from broker.scrub import Scrubber, StreamScrubber, replacements_for
+from gateway.egress.hosts import normalise_host
 
 if TYPE_CHECKING:
     from gateway.app import Gateway
@@ -34,7 +35,7 @@ MASK_PREFIX = MASK[:12]
 
 def setup_broker(gw: "Gateway") -> None:
     raw = gw.cfg.raw
-    gw.broker = Broker.from_config(raw["secrets"], raw["vault"], gw.cfg.data_dir,
+    gw.broker = Broker.from_config(raw["secrets"], raw["vault"], gw.cfg.data_dir, normalise_host=normalise_host,
                                    cache_ttl_s=float(raw["broker"]["cache_ttl_s"]))
     gw.broker_hooks = BrokerHooks(gw)
 
@@ -81,22 +82,33 @@ class BrokerHooks:
 
     def exfiltration(self, addon: "EgressAddon", flow: http.HTTPFlow, st: "FlowState",
                      found: set[tuple[str, str]]) -> bool:
-        """Block placeholders of other sessions, or bound to other hosts. True when blocked."""
+        """Block placeholders of other sessions, bound to other hosts, headed for cleartext or another port.
+        True when blocked."""
         sid = st.session["id"]
+        host = normalise_host(flow.request.host)      # the one normaliser: policy, injection and audit agree
         foreign = sorted(name for owner, name in found if owner != sid)
         specs = [self.gw.broker.specs[name] for owner, name in found
                  if owner == sid and name in self.gw.broker.specs]
-        unbound = sorted(s.name for s in check_destination(flow.request.host, specs))
-        if not foreign and not unbound:
+        unbound = sorted(s.name for s in check_destination(host, specs))
+        cleartext, wrong_port = check_transport(flow.request.scheme == "https", flow.request.port, specs)
+        if foreign:
+            code, reason, names = "secret.exfiltration", "a placeholder of another session was sent", []
+        elif unbound:
+            code, reason, names = "secret.exfiltration", f"secret {', '.join(unbound)} is not bound to {host}", unbound
+        elif cleartext:
+            names = [s.name for s in cleartext]
+            code, reason = "secret.plaintext", f"secret {', '.join(names)} is sent only over TLS (https, wss)"
+        elif wrong_port:
+            names = [s.name for s in wrong_port]
+            code, reason = "secret.port", f"secret {', '.join(names)} is not allowed to port {flow.request.port}"
+        else:
             return False
         self.gw.metrics.exfiltration.inc()
-        reason = ("a placeholder of another session was sent" if foreign
-                  else f"secret {', '.join(unbound)} is not bound to {flow.request.host}")
         self.gw.audit.record("exfiltration", session=sid, step=self.gw.sessions.steps.get(sid), action="deny",
-                             reasons=[reason], codes=["secret.exfiltration"], request_id=flow.id,
-                             method=flow.request.method, host=flow.request.host, path=st.path,
-                             http_status=403, detail={"secrets": unbound, "foreign": bool(foreign)})
-        addon.deny(flow, "secret.exfiltration", reason)
+                             reasons=[reason], codes=[code], request_id=flow.id,
+                             method=flow.request.method, host=host, path=st.path,
+                             http_status=403, detail={"secrets": names, "foreign": bool(foreign)})
+        addon.deny(flow, code, reason)
         return True
 
     # -- request ---------------------------------------------------------------------------------
@@ -197,6 +209,5 @@ class BrokerHooks:
 
 
 def local_spec(name: str, hosts: list[str]) -> SecretSpec:
-    from broker.broker import _spec
-
-    return _spec(name, {"source": f"local:{name}", "hosts": list(hosts)})
+    """A secret stored with `sandgate secrets put`: TLS only, any port."""
+    return parse_secret_specs({name: {"source": f"local:{name}", "hosts": list(hosts)}}, normalise_host)[name]

@@ -23,7 +23,8 @@ async def list_secrets(request: web.Request) -> web.Response:
     require(request, "admin")
     gw = _broker(request)
     out = [{"name": s.name, "hosts": list(s.hosts), "backend": parse_source(s.source).kind, "env": s.env,
-            "inject_in": sorted(s.inject_in)} for s in sorted(gw.broker.specs.values(), key=lambda s: s.name)]
+            "inject_in": sorted(s.inject_in), "allow_plaintext": s.allow_plaintext, "ports": sorted(s.ports)}
+           for s in sorted(gw.broker.specs.values(), key=lambda s: s.name)]
     return web.json_response(out)
 
 

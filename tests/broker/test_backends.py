@@ -18,7 +18,9 @@ import pytest
 
 from broker.backends import (FORBIDDEN, INVALID, NOT_FOUND, UNAVAILABLE, CachedResolver, EnvBackend,
                              LocalBackend, SecretUnavailable, Source, VaultBackend, VaultRef, parse_source)
-from broker.broker import Broker, SecretSpec, parse_secret_specs
+from broker.broker import Broker, SecretSpec
+from broker.broker import parse_secret_specs as _parse_secret_specs
+from gateway.egress.hosts import normalise_host
 from broker.placeholders import PlaceholderFormat, parse_format
 
 
@@ -291,6 +293,10 @@ def test_parse_source_rejects(text):
         parse_source(text)
 
 
+def parse_secret_specs(tables):
+    return _parse_secret_specs(tables, normalise_host)
+
+
 def test_parse_secret_specs_defaults_and_normalisation():
     specs = parse_secret_specs({
         "github": {"source": "vault:secret/github#token", "hosts": ["API.GitHub.com.", "github.com"]},
@@ -304,6 +310,11 @@ def test_parse_secret_specs_defaults_and_normalisation():
     assert specs["openai-key"].format == PlaceholderFormat(prefix="sk-", length=51)
     assert specs["openai-key"].inject_in == {"header", "body"}
     assert parse_secret_specs({"my-token": {"source": "local:t", "hosts": ["x.io"]}})["my-token"].env == "MY_TOKEN"
+    assert gh.allow_plaintext is False and gh.ports == frozenset()
+    odd = parse_secret_specs({"o": {"source": "local:o", "hosts": ["Bücher.example.", "[::1]", "*.Corp.test"],
+                                    "allow_plaintext": True, "ports": [443, 8443]}})["o"]
+    assert odd.hosts == ("xn--bcher-kva.example", "::1", "*.corp.test")
+    assert odd.allow_plaintext is True and odd.ports == {443, 8443}
 
 
 @pytest.mark.parametrize("table", [
@@ -321,6 +332,13 @@ def test_parse_secret_specs_defaults_and_normalisation():
     {"source": "local:x", "hosts": ["a.com"], "format": "ghp_:10"},
     {"source": "local:x", "hosts": ["a.com"], "color": "red"},
     {"source": "nope:x", "hosts": ["a.com"]},
+    {"source": "local:x", "hosts": ["a.com"], "allow_plaintext": "yes"},
+    {"source": "local:x", "hosts": ["a.com"], "ports": [0]},
+    {"source": "local:x", "hosts": ["a.com"], "ports": [70000]},
+    {"source": "local:x", "hosts": ["a.com"], "ports": "443"},
+    {"source": "local:x", "hosts": ["a.com"], "ports": [True]},
+    {"source": "local:x", "hosts": ["a com"]},
+    {"source": "local:x", "hosts": ["*"]},
 ])
 def test_parse_secret_specs_rejects(table):
     with pytest.raises(ValueError):
@@ -340,7 +358,8 @@ def test_parse_secret_specs_rejects_duplicate_env_and_bad_names():
 # ---------------------------------------------------------------- the broker
 
 def make_broker(tmp_path, secrets: dict, ttl_s: float = 30.0) -> Broker:
-    return Broker.from_config(secrets, vault=None, data_dir=tmp_path, cache_ttl_s=ttl_s, environ={})
+    return Broker.from_config(secrets, vault=None, data_dir=tmp_path, cache_ttl_s=ttl_s, environ={},
+                              normalise_host=normalise_host)
 
 
 async def test_broker_placeholders_copy_the_shape(tmp_path):
@@ -369,7 +388,8 @@ async def test_broker_placeholders_copy_the_shape(tmp_path):
 async def test_broker_issues_placeholders_when_vault_is_down(tmp_path, openbao_control):
     broker = Broker.from_config(
         {"github": {"source": "vault:secret/github#token", "hosts": ["api.github.com"]}},
-        vault={"url": openbao_control.addr, "token": openbao_control.token}, data_dir=tmp_path, environ={})
+        vault={"url": openbao_control.addr, "token": openbao_control.token}, data_dir=tmp_path, environ={},
+        normalise_host=normalise_host)
     with VaultStore(openbao_control).outage():
         phs = await broker.new_placeholders(["github"])
         assert phs["github"].startswith("sgph_") and len(phs["github"]) == 45
@@ -394,5 +414,5 @@ async def test_broker_binding(tmp_path):
 def test_broker_refuses_vault_specs_without_vault(tmp_path):
     with pytest.raises(ValueError):
         Broker.from_config({"g": {"source": "vault:secret/g#t", "hosts": ["a.io"]}}, vault={"url": ""},
-                           data_dir=tmp_path, environ={})
+                           data_dir=tmp_path, environ={}, normalise_host=normalise_host)
     assert parse_format("") is None

@@ -32,11 +32,14 @@ def broker_env(tmp_path_factory, bao_server):
                    "resolve": {"bound.test": ["127.0.0.1"], "other.test": ["127.0.0.1"]}},
         "broker": {"cache_ttl_s": 0.5},
         "vault": {"url": bao_server.addr, "token": bao_server.token},
+        # These tests talk to a cleartext upstream, so the secrets opt in to plaintext (TLS-only is the
+        # default: tests/broker/test_transport_e2e.py).
         "secrets": {
-            "github": {"source": "local:github", "hosts": ["bound.test"], "format": "ghp_:40"},
+            "github": {"source": "local:github", "hosts": ["bound.test"], "format": "ghp_:40",
+                       "allow_plaintext": True},
             "api": {"source": "env:SG_TEST_API_KEY", "hosts": ["bound.test"],
-                    "inject_in": ["header", "query", "body"]},
-            "deploy": {"source": "vault:secret/deploy#key", "hosts": ["bound.test"]},
+                    "inject_in": ["header", "query", "body"], "allow_plaintext": True},
+            "deploy": {"source": "vault:secret/deploy#key", "hosts": ["bound.test"], "allow_plaintext": True},
         },
     }
     sg = Sandgate(tmp, cfg, env={"SG_TEST_API_KEY": REAL_API_KEY})

@@ -3,16 +3,18 @@ from __future__ import annotations
 import base64
 import json
 import string
+from dataclasses import dataclass
 from urllib.parse import parse_qs, quote
 
 import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from broker.inject import (Binding, check_destination, find_placeholders, normalise_host, substitute_body,
+from broker.inject import (Binding, check_destination, check_transport, find_placeholders, substitute_body,
                            substitute_headers, substitute_query)
 from broker.placeholders import make_placeholder
 from broker.scrub import Scrubber, replacements_for
+from gateway.egress.hosts import normalise_host
 
 PH = "sgph_Ab3dEf6hIj9kLm2nOp5qRs8tUv1wXy4zAb7cDe0f"
 PH2 = "ghp_Zz9yXx8wWv7uUt6sSr5qQp4oOn3mMl2kKj1iIh0g"
@@ -107,7 +109,7 @@ def test_find_never_raises(blob):
 
 @pytest.mark.parametrize("host, hosts, blocked", [
     ("api.github.com", ["api.github.com"], False),
-    ("API.GitHub.com.", ["api.github.com"], False),
+    ("API.GitHub.com.", ["api.github.com"], False),      # the gateway's normalise_host first (see below)
     ("evil.com", ["api.github.com"], True),
     ("api.github.com.evil.com", ["api.github.com"], True),
     ("x.api.github.com", ["api.github.com"], True),
@@ -119,8 +121,14 @@ def test_find_never_raises(blob):
     ("127.0.0.1", ["localhost"], True),
 ])
 def test_check_destination(host, hosts, blocked):
-    b = binding(hosts=hosts)
-    assert check_destination(host, [b]) == ([b] if blocked else [])
+    b = binding(hosts=tuple(normalise_host(h) if not h.startswith("*.") else h for h in hosts))
+    assert check_destination(normalise_host(host), [b]) == ([b] if blocked else [])
+
+
+def test_check_destination_compares_canonical_names_only():
+    """The broker never normalises: a spelling that is not canonical matches nothing (fails closed)."""
+    b = binding(hosts=("api.github.com",))
+    assert check_destination("API.GitHub.com.", [b]) == [b]
 
 
 def test_check_destination_lists_only_foreign_bindings():
@@ -132,10 +140,31 @@ def test_check_destination_lists_only_foreign_bindings():
 def test_check_destination_takes_specs_before_any_value_is_read():
     from broker.broker import parse_secret_specs
 
-    spec = parse_secret_specs({"github": {"source": "local:github", "hosts": ["api.github.com"]}})["github"]
+    spec = parse_secret_specs({"github": {"source": "local:github", "hosts": ["api.github.com"]}},
+                              normalise_host)["github"]
     assert check_destination("evil.example", [spec]) == [spec]
     assert check_destination("api.github.com", [spec]) == []
-    assert normalise_host("Bücher.example.") == "xn--bcher-kva.example"
+
+
+@dataclass(frozen=True)
+class Spec:
+    name: str
+    allow_plaintext: bool = False
+    ports: frozenset = frozenset()
+
+
+@pytest.mark.parametrize("tls, port, spec, cleartext, wrong_port", [
+    (True, 443, Spec("a"), False, False),
+    (False, 80, Spec("a"), True, False),
+    (False, 80, Spec("a", allow_plaintext=True), False, False),
+    (True, 8443, Spec("a", ports=frozenset({443})), False, True),
+    (True, 443, Spec("a", ports=frozenset({443})), False, False),
+    (False, 8080, Spec("a", allow_plaintext=True, ports=frozenset({80})), False, True),
+    (False, 80, Spec("a", ports=frozenset({443})), True, True),
+])
+def test_check_transport(tls, port, spec, cleartext, wrong_port):
+    got = check_transport(tls, port, [spec, spec])
+    assert got == ([spec] if cleartext else [], [spec] if wrong_port else [])
 
 
 # ---------------------------------------------------------------- substitution

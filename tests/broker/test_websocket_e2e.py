@@ -109,3 +109,117 @@ def test_placeholder_in_frame_to_unbound_host_is_dropped(ws_env):
     assert all(ph not in m for m in new)
     assert "bye" in new
     assert any(e["kind"] == "exfiltration" for e in sg.events(sess["id"]))
+
+
+@pytest.fixture(scope="module")
+def plain_ws(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("ws-plain")
+    cfg = {"egress": {**LOOPBACK_CONFIG["egress"],
+                      "resolve": {"bound.test": ["127.0.0.1"], "other.test": ["127.0.0.1"]}},
+           "secrets": {"api": {"source": "env:SG_WS_KEY", "hosts": ["bound.test"]}}}
+    with WsUpstream() as up, Sandgate(tmp / "gw", cfg, env={"SG_WS_KEY": REAL}) as sg:
+        yield sg, up
+
+
+def ws_exchange(sock, target: str, host: str, send: str, headers=()) -> tuple[bytes, list[str]]:
+    """A WebSocket handshake (request-target `target`) and one text message on `sock`, with wsproto.
+    Returns (the handshake response head, the text messages received)."""
+    from wsproto import ConnectionType, WSConnection
+    from wsproto.events import AcceptConnection, CloseConnection, Message, RejectConnection, Request, TextMessage
+
+    ws = WSConnection(ConnectionType.CLIENT)
+    sock.sendall(ws.send(Request(host=host, target=target, extra_headers=list(headers))))
+    sock.settimeout(5)
+    texts: list[str] = []
+    status = b""
+    sent = False
+    try:
+        while len(texts) < 2:
+            data = sock.recv(65536)
+            if not data:
+                break
+            ws.receive_data(data)
+            for event in ws.events():
+                if isinstance(event, AcceptConnection):
+                    status = b"101"
+                elif isinstance(event, RejectConnection):
+                    return str(event.status_code).encode(), texts
+                elif isinstance(event, TextMessage):
+                    texts.append(event.data)
+                elif isinstance(event, CloseConnection):
+                    return status, texts
+            if status == b"101" and not sent:
+                sock.sendall(ws.send(Message(data=send)))
+                sent = True
+    except OSError:
+        pass
+    return status, texts
+
+
+def test_ws_through_the_plain_proxy_works_like_wss(plain_ws):
+    """ws:// through the plain proxy: the handshake as an absolute-form http:// request (mitmproxy 12 refuses a
+    `ws://` request-target itself, with 400 "Invalid request scheme: ws", before any addon runs), or through
+    a CONNECT tunnel as RFC 6455 asks of proxy-aware clients. Frames are relayed both ways and every client
+    frame is still inspected."""
+    import socket
+
+    from tests.support.tunnel import open_tunnel, proxy_auth
+
+    sg, up = plain_ws
+    sess = sg.session(allow=["bound.test", "other.test"], secrets=["api"])
+    authority = f"other.test:{up.port}"
+    with socket.create_connection(("127.0.0.1", sg.proxy_port), timeout=10) as sock:
+        status, texts = ws_exchange(sock, f"http://{authority}/ws", authority, "via plain proxy",
+                                    [("Proxy-Authorization", proxy_auth(sess["token"]))])
+    assert status == b"101" and texts == ["hello -", "echo via plain proxy"]
+    with open_tunnel(sg.proxy_port, sess["token"], authority) as sock:
+        status, texts = ws_exchange(sock, "/ws", authority, "via CONNECT")
+    assert status == b"101" and texts == ["hello -", "echo via CONNECT"]
+    before = list(up.received)
+    with open_tunnel(sg.proxy_port, sess["token"], authority) as sock:
+        ws_exchange(sock, "/ws", authority, f"token={sess['env']['API']}")
+    assert all(sess["env"]["API"] not in m for m in up.received[len(before):])
+    egress = [e for e in sg.events(sess["id"]) if e["kind"] == "egress" and e["path"] == "/ws"]
+    assert len(egress) == 3 and all(e["http_status"] == 101 for e in egress)
+    assert any(e["kind"] == "exfiltration" for e in sg.events(sess["id"]))
+
+
+@pytest.mark.parametrize("via", ["plain", "connect"])
+def test_ws_cleartext_placeholder_to_a_bound_host_is_refused(plain_ws, via):
+    import socket
+
+    from tests.support.tunnel import open_tunnel, proxy_auth
+
+    sg, up = plain_ws
+    sess = sg.session(allow=["bound.test"], secrets=["api"])
+    authority = f"bound.test:{up.port}"
+    auth = ("Authorization", f"Bearer {sess['env']['API']}")
+    if via == "plain":
+        with socket.create_connection(("127.0.0.1", sg.proxy_port), timeout=10) as sock:
+            status, _ = ws_exchange(sock, f"http://{authority}/ws", authority, "x",
+                                    [("Proxy-Authorization", proxy_auth(sess["token"])), auth])
+    else:
+        with open_tunnel(sg.proxy_port, sess["token"], authority) as sock:
+            status, _ = ws_exchange(sock, "/ws", authority, "x", [auth])
+    assert status == b"403"
+    assert any(e["codes"] == ["secret.plaintext"] for e in sg.events(sess["id"]))
+
+
+def test_ws_scheme_request_target_is_refused_by_mitmproxy(plain_ws):
+    """The documented limit: mitmproxy 12 answers a `ws://` absolute-form request-target with 400 before any
+    addon hook (HttpStream.check_invalid allows only http/https), so nothing reaches the upstream."""
+    import socket
+
+    from tests.support.tunnel import proxy_auth, read_response
+
+    sg, up = plain_ws
+    sess = sg.session(allow=["other.test"])
+    before = len(up.received)
+    with socket.create_connection(("127.0.0.1", sg.proxy_port), timeout=10) as sock:
+        sock.sendall(f"GET ws://other.test:{up.port}/ws HTTP/1.1\r\nHost: other.test:{up.port}\r\n"
+                     f"Proxy-Authorization: {proxy_auth(sess['token'])}\r\nUpgrade: websocket\r\n"
+                     "Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+                     "Sec-WebSocket-Version: 13\r\n\r\n".encode())
+        reply = read_response(sock)
+    assert reply.startswith(b"HTTP/1.1 400") and b"Invalid request scheme: ws" in reply
+    assert len(up.received) == before

@@ -132,3 +132,22 @@ def test_onboarding_app_is_off(loopback_gateway):
     sess = loopback_gateway.session(allow=["allowed.test"])
     resp = get(sess, "http://mitm.it/")
     assert resp.status_code == 403 and resp.headers["X-Sandgate-Decision"] == "deny"
+
+
+@pytest.mark.parametrize("spelling", ["allowed.test.", "ALLOWED.Test", "Allowed.TEST."])
+def test_other_spellings_of_a_name_get_its_answer_and_dial_its_normal_form(loopback_gateway, upstream, spelling):
+    from tests.support.tunnel import open_tunnel, read_response
+
+    sess = loopback_gateway.session(allow=["allowed.test"])
+    resp = get(sess, f"http://{spelling}:{upstream.port}/dot")
+    assert resp.status_code == 200
+    assert upstream.recorder.requests[-1].headers["host"] == f"allowed.test:{upstream.port}"
+    other = spelling.lower().replace("allowed", "other").upper() if spelling.isupper() else \
+        spelling.lower().replace("allowed", "Other")
+    denied = get(sess, f"http://{other}:{upstream.port}/")
+    assert denied.status_code == 403 and denied.json()["code"] == "egress.not_allowlisted"
+    with open_tunnel(loopback_gateway.proxy_port, sess["token"], f"{spelling}:{upstream.port}") as sock:
+        sock.sendall(f"GET /dot-tunnel HTTP/1.1\r\nHost: {spelling}:{upstream.port}\r\n\r\n".encode())
+        assert read_response(sock).startswith(b"HTTP/1.1 200")
+    rows = [e for e in loopback_gateway.events(sess["id"]) if e["kind"] == "egress" and e["action"] == "allow"]
+    assert {e["host"] for e in rows} == {"allowed.test"}
