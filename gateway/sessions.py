@@ -85,6 +85,11 @@ def session_status(row: Mapping[str, Any], now: float) -> str:
     return "active"
 
 
+def owns(role: str, ident: str, row: Mapping[str, Any]) -> bool:
+    """Whether a caller may see a session: admin sees every session, a harness only those it created."""
+    return role == "admin" or (role == "harness" and row.get("created_by") == ident)
+
+
 def build_env(proxy_url: str, ca_path: str, placeholder_env: Mapping[str, str]) -> dict[str, str]:
     env = {
         "HTTP_PROXY": proxy_url, "HTTPS_PROXY": proxy_url, "http_proxy": proxy_url, "https_proxy": proxy_url,

@@ -8,6 +8,7 @@ from gateway.api.errors import ApiError
 from gateway.api.sessions import read_json
 from gateway.api.timefmt import rfc3339
 from gateway.approvals import ApprovalError
+from gateway.sessions import owns
 
 routes = web.RouteTableDef()
 
@@ -32,7 +33,7 @@ async def _visible(request: web.Request, row: dict | None, principal) -> dict:
         raise ApiError(404, "not_found", "no such approval")
     if principal.role == "harness":
         sess = await request.app[GW].store.get_session(row["session"])
-        if sess is None or sess.get("created_by") != principal.ident:
+        if sess is None or not owns(principal.role, principal.ident, sess):
             raise ApiError(404, "not_found", "no such approval")
     return row
 
@@ -45,7 +46,7 @@ async def list_approvals(request: web.Request) -> web.Response:
                                          session=request.query.get("session") or None,
                                          kind=request.query.get("kind") or None)
     if principal.role == "harness":
-        mine = {s["id"] for s in await gw.store.list_sessions() if s.get("created_by") == principal.ident}
+        mine = {s["id"] for s in await gw.store.list_sessions() if owns(principal.role, principal.ident, s)}
         rows = [r for r in rows if r["session"] in mine]
     return web.json_response([approval_view(r) for r in rows])
 

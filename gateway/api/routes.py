@@ -9,7 +9,9 @@ from aiohttp import web
 from gateway.api import sessions
 from gateway.api.auth import GW, require
 from gateway.api.errors import ApiError, errors_middleware
+from gateway.api.owned import owned_session
 from gateway.api.timefmt import rfc3339
+from gateway.sessions import owns
 
 if TYPE_CHECKING:
     from gateway.app import Gateway
@@ -50,13 +52,16 @@ async def list_events(request: web.Request) -> web.Response:
     if (after is not None or wait) and not session:
         raise ApiError(400, "bad_request", "after and wait need a session")
     if session and principal.role == "harness":
-        row = await gw.store.get_session(session)
-        if row is not None and row.get("created_by") != principal.ident:
-            raise ApiError(404, "not_found", "no such session")
+        await owned_session(request, principal, session)
+    mine: set | None = None
+    if principal.role == "harness" and not session:
+        mine = {s["id"] for s in await gw.store.list_sessions() if owns(principal.role, principal.ident, s)}
     deadline = asyncio.get_running_loop().time() + wait
     while True:
         await gw.audit.flush()
         rows = await gw.store.list_events(session=session, kind=kind, limit=limit, after_seq=after)
+        if mine is not None:
+            rows = [r for r in rows if r.get("session") in mine]
         if rows or asyncio.get_running_loop().time() >= deadline:
             return web.json_response([event_view(r) for r in rows])
         await asyncio.sleep(min(EVENTS_POLL_S, max(0.0, deadline - asyncio.get_running_loop().time())))

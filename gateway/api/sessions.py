@@ -9,8 +9,9 @@ from aiohttp import web
 from gateway.api.auth import GW, require
 from gateway.api.errors import ApiError
 from gateway.api.timefmt import rfc3339
-from gateway.sessions import (MAX_TTL_S, BadRequest, build_env, new_session_id, parse_session_spec, renewed_expiry,
-                              session_status)
+from gateway.api.owned import owned_session
+from gateway.sessions import (MAX_TTL_S, BadRequest, build_env, new_session_id, owns, parse_session_spec,
+                              renewed_expiry, session_status)
 from gateway.store.models import SessionRow
 
 routes = web.RouteTableDef()
@@ -68,35 +69,28 @@ async def create_session(request: web.Request) -> web.Response:
 
 @routes.get("/v1/sessions")
 async def list_sessions(request: web.Request) -> web.Response:
-    require(request, "harness")
+    principal = require(request, "harness")
     gw = request.app[GW]
     now = time.time()
-    rows = [session_view(r, now) for r in await gw.store.list_sessions()]
+    rows = [session_view(r, now) for r in await gw.store.list_sessions() if owns(principal.role, principal.ident, r)]
     status = request.query.get("status")
     if status:
         rows = [r for r in rows if r["status"] == status]
     return web.json_response(rows)
 
 
-async def _get(request: web.Request) -> dict:
-    gw = request.app[GW]
-    row = await gw.store.get_session(request.match_info["sid"])
-    if row is None:
-        raise ApiError(404, "not_found", "no such session")
-    return row
-
-
 @routes.get("/v1/sessions/{sid}")
 async def get_session(request: web.Request) -> web.Response:
-    require(request, "harness")
-    return web.json_response(session_view(await _get(request), time.time()))
+    principal = require(request, "harness")
+    return web.json_response(session_view(await owned_session(request, principal, request.match_info["sid"]),
+                                          time.time()))
 
 
 @routes.patch("/v1/sessions/{sid}")
 async def patch_session(request: web.Request) -> web.Response:
     principal = require(request, "harness")
     gw = request.app[GW]
-    row = await _get(request)
+    row = await owned_session(request, principal, request.match_info["sid"])
     if session_status(row, time.time()) != "active":
         raise ApiError(409, "session_ended", "the session has ended")
     body = await read_json(request)
@@ -127,7 +121,7 @@ async def patch_session(request: web.Request) -> web.Response:
 async def delete_session(request: web.Request) -> web.Response:
     principal = require(request, "harness")
     gw = request.app[GW]
-    row = await _get(request)
+    row = await owned_session(request, principal, request.match_info["sid"])
     if not row.get("deleted_at"):
         updated = await gw.store.update_session(row["id"], deleted_at=time.time())
         gw.sessions.put(updated)

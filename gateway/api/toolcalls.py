@@ -11,6 +11,7 @@ from aiohttp import web
 
 from gateway.api.auth import GW, require
 from gateway.api.errors import ApiError
+from gateway.api.owned import owned_session
 from gateway.api.sessions import read_json
 from gateway.approvals import binding_hash, canonical_json
 from gateway.mcp.context import parse_mcp_context
@@ -58,9 +59,7 @@ async def post_toolcall(request: web.Request) -> web.Response:
         mcp = parse_mcp_context(body["mcp"]) if body.get("mcp") is not None else None
     except ValueError as exc:
         raise ApiError(400, "bad_request", str(exc)) from None
-    row = await gw.store.get_session(sid)
-    if row is None:
-        raise ApiError(404, "not_found", "no such session")
+    await owned_session(request, principal, sid)
     session = await gw.live_session(sid)
     if session is None:
         raise ApiError(409, "session_ended", "the session has ended")
