@@ -40,6 +40,14 @@ def binding_hash(session: str, kind: str, target: str, canonical: str) -> str:
     return hashlib.sha256(canonical_json([session, kind, target, canonical]).encode()).hexdigest()
 
 
+def reusable(row: dict, session: dict | None, now: float, window_s: float) -> bool:
+    """Whether an approved, unused item may let an identical action through again (pure): within
+    `window_s` of the decision, and only while its session is live and not frozen."""
+    decided = row.get("decided_at")
+    return (row.get("status") == "approved" and row.get("used_at") is None and decided is not None
+            and now - float(decided) <= window_s and session is not None and not session.get("frozen"))
+
+
 def new_approval_id() -> str:
     return "a_" + secrets.token_hex(8)
 
@@ -55,6 +63,7 @@ class ApprovalQueue:
         self.default_ttl_s = float(gw.cfg.raw["approvals"]["ttl_s"])
         self.quorum = int(gw.cfg.raw["approvals"]["quorum"])
         self.hold_timeout_s = float(gw.cfg.raw["egress"]["hold_timeout_s"])
+        self.reuse_window_s = float(gw.cfg.raw["approvals"]["reuse_window_s"])
         self._events: dict[str, asyncio.Event] = {}
         self._waiting: dict[str, int] = {}
         self._subscribers: set[asyncio.Queue] = set()
@@ -123,9 +132,12 @@ class ApprovalQueue:
                 self._events.pop(aid, None)
 
     # -- filing ----------------------------------------------------------------------------------
-    async def find_unused(self, binding: str) -> dict | None:
+    async def find_unused(self, binding: str, session: str) -> dict | None:
+        """An approved, unused item for this exact action that may still be reused (see `reusable`)."""
         rows = await self.gw.store.list_approvals(status="approved", binding=binding)
-        return next((r for r in rows if r["used_at"] is None), None)
+        live = self.gw.sessions.live(session)
+        now = time.time()
+        return next((r for r in rows if reusable(r, live, now, self.reuse_window_s)), None)
 
     async def consume(self, row: dict, by: str) -> bool:
         """Mark an approved item used (once). False when someone else used it first."""

@@ -73,6 +73,10 @@ class BrokerHooks:
     def markers_for(self, session: dict) -> list[str]:
         return list((session.get("placeholders") or {}).values())
 
+    def secrets_in(self, value: str) -> list[str]:
+        """The names of the secrets whose placeholders `value` carries (any session, any encoding)."""
+        return sorted({name for _owner, name in find_placeholders(value, self.owners)}) if self.owners else []
+
     # -- requestheaders --------------------------------------------------------------------------
     def scan_head(self, flow: http.HTTPFlow) -> set[tuple[str, str]]:
         if not self.owners:

@@ -24,7 +24,7 @@ DEFAULTS: dict[str, Any] = {
         "hold_timeout_s": 300,
         "resolve": {},                 # static name -> [addresses] map (like curl --resolve)
     },
-    "approvals": {"ttl_s": 3600, "quorum": 1},
+    "approvals": {"ttl_s": 3600, "quorum": 1, "reuse_window_s": 600},
     "policy": {"dir": "", "engine": "embedded", "opa_url": "http://127.0.0.1:8181",
                "timeout_s": 2.0, "workers": 2, "isolation": "process"},
     "store": {"url": ""},
@@ -155,6 +155,8 @@ def validate(raw: dict) -> None:
     ap = raw["approvals"]
     if int(ap["quorum"]) < 1 or int(ap["ttl_s"]) <= 0:
         raise ValueError("approvals.quorum must be >= 1 and approvals.ttl_s > 0")
+    if not isinstance(ap["reuse_window_s"], (int, float)) or ap["reuse_window_s"] < 0:
+        raise ValueError("approvals.reuse_window_s must be a number of seconds >= 0")
     if raw["policy"]["isolation"] not in ("process", "thread"):
         raise ValueError("policy.isolation must be 'process' or 'thread'")
     if raw["policy"]["engine"] not in ("embedded", "opa"):

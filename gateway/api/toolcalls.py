@@ -93,7 +93,7 @@ async def post_toolcall(request: web.Request) -> web.Response:
     if decision.action == "ask":
         queue = gw.approvals
         binding = binding_hash(sid, "toolcall", tool if mcp is None else mcp.target(tool), canonical_json(args))
-        used = await queue.find_unused(binding)
+        used = await queue.find_unused(binding, sid)
         if used is not None and await queue.consume(used, principal.ident):
             out.update(decision="allow", approval_id=used["id"],
                        reasons=out["reasons"] + [f"approved by {used['decided_by']}"],

@@ -1,0 +1,29 @@
+"""When an approved, unused item may let an identical action through again (pure)."""
+from __future__ import annotations
+
+import pytest
+
+from gateway.approvals import reusable
+
+NOW = 1_900_000_000.0
+LIVE = {"id": "s1", "frozen": False}
+
+
+def row(**kw):
+    return {"status": "approved", "used_at": None, "decided_at": NOW - 10, **kw}
+
+
+@pytest.mark.parametrize("item, session, window, ok", [
+    (row(), LIVE, 600, True),
+    (row(decided_at=NOW - 600), LIVE, 600, True),
+    (row(decided_at=NOW - 601), LIVE, 600, False),        # past the reuse window
+    (row(), LIVE, 0, False),
+    (row(used_at=NOW - 1), LIVE, 600, False),             # used once already
+    (row(status="pending"), LIVE, 600, False),
+    (row(status="denied"), LIVE, 600, False),
+    (row(decided_at=None), LIVE, 600, False),
+    (row(), {"id": "s1", "frozen": True}, 600, False),    # never after a freeze
+    (row(), None, 600, False),                            # never after the session ended
+])
+def test_reusable(item, session, window, ok):
+    assert reusable(item, session, NOW, window) is ok
