@@ -20,7 +20,7 @@ from gateway.egress.tls import sandbox_bundle
 from gateway.metrics import Metrics
 from gateway.policy.factory import make_engine
 from gateway.sessions import SessionCache
-from gateway.store import Store
+from gateway.store import Store, StoreError
 
 log = logging.getLogger("sandgate")
 REVOCATION_POLL_S = 0.25
@@ -32,7 +32,7 @@ class Gateway:
         self.metrics = Metrics()
         self.store = Store(cfg.store_url)
         self.sessions = SessionCache()
-        self.audit = AuditLog(self.store)
+        self.audit = AuditLog(self.store, max_pending=int(cfg.raw["audit"]["max_pending"]))
         self.engine = make_engine(cfg)
         self.signer: TokenSigner | None = None
         self.revocations = Revocations()
@@ -133,6 +133,7 @@ class Gateway:
 
     async def _housekeeping(self) -> None:
         tick = 0
+        store_ok = True
         while True:
             await asyncio.sleep(1.0)
             tick += 1
@@ -142,6 +143,11 @@ class Gateway:
                 self.metrics.sessions_live.set(self.sessions.count_live())
                 if self.approvals is not None:
                     await self.approvals.tick()
+                store_ok = True
+            except StoreError:
+                if store_ok:
+                    log.warning("the store is unreachable; housekeeping retries every second")
+                store_ok = False
             except Exception:  # noqa: BLE001 - keep housekeeping alive
                 log.exception("housekeeping failed")
 

@@ -1,6 +1,8 @@
 """Audit trail: decisions and events queued in memory and written in batches (at most ~100 ms late).
 
-`record()` never blocks and never raises; `close()` flushes what is pending (SIGTERM path).
+`record()` never blocks and never raises; `close()` flushes what is pending (SIGTERM path). With the store
+unreachable, rows wait in memory and are retried; once `max_pending` rows wait, `accepting` turns false and
+the gateway refuses new requests (503 `audit.unavailable`): a gateway that cannot record does not decide.
 """
 from __future__ import annotations
 
@@ -15,20 +17,44 @@ log = logging.getLogger("sandgate.audit")
 
 EVENT_FIELDS = ("session", "step", "kind", "action", "reasons", "codes", "request_id", "method", "host",
                 "path", "http_status", "bytes_in", "bytes_out", "policy_rev", "detail")
+RETRY_S = 0.5
+
+
+def audit_status(pending: int, max_pending: int, writing: bool) -> str:
+    """"ok"; "degraded" while writes fail (rows wait in memory); "refusing" once max_pending rows wait."""
+    if pending >= max_pending:
+        return "refusing"
+    return "ok" if writing else "degraded"
 
 
 class AuditLog:
-    def __init__(self, store: Store, flush_interval_s: float = 0.1, max_batch: int = 500):
+    def __init__(self, store: Store, flush_interval_s: float = 0.1, max_batch: int = 500,
+                 max_pending: int = 100_000):
         self._store = store
         self._interval = flush_interval_s
         self._max_batch = max_batch
+        self.max_pending = max_pending
         self._pending: list[dict] = []
         self._wake = asyncio.Event()
         self._task: asyncio.Task | None = None
-        self._closing = False
+        self._lock = asyncio.Lock()
+        self.writing = True                 # false while the last write failed
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="sandgate-audit")
+
+    @property
+    def pending(self) -> int:
+        return len(self._pending)
+
+    @property
+    def accepting(self) -> bool:
+        """Whether new decisions may be taken (they could be recorded)."""
+        return len(self._pending) < self.max_pending
+
+    @property
+    def status(self) -> str:
+        return audit_status(len(self._pending), self.max_pending, self.writing)
 
     def record(self, kind: str, **fields: Any) -> None:
         row = {k: fields.get(k) for k in EVENT_FIELDS}
@@ -42,17 +68,23 @@ class AuditLog:
         if len(self._pending) >= self._max_batch:
             self._wake.set()
 
-    async def flush(self) -> None:
-        while self._pending:
-            batch, self._pending = self._pending[: self._max_batch], self._pending[self._max_batch:]
-            try:
-                await self._store.append_events(batch)
-            except Exception:  # noqa: BLE001 - keep the rows and retry; never lose audit silently
-                log.exception("audit write failed; %d rows kept for retry", len(batch))
-                self._pending[:0] = batch
-                if self._closing:
-                    return
-                await asyncio.sleep(0.5)
+    async def flush(self) -> bool:
+        """Write what is pending, batch by batch; stop at the first failure (rows kept). True when all written."""
+        async with self._lock:
+            while self._pending:
+                batch, self._pending = self._pending[: self._max_batch], self._pending[self._max_batch:]
+                try:
+                    await self._store.append_events(batch)
+                except Exception:  # noqa: BLE001 - keep the rows and retry; never lose audit silently
+                    self._pending[:0] = batch
+                    if self.writing:
+                        log.exception("audit write failed; %d rows kept for retry", len(self._pending))
+                    self.writing = False
+                    return False
+            if not self.writing:
+                log.warning("audit writes resumed")
+            self.writing = True
+            return True
 
     async def _run(self) -> None:
         while True:
@@ -61,14 +93,15 @@ class AuditLog:
             except asyncio.TimeoutError:
                 pass
             self._wake.clear()
-            await self.flush()
+            if not await self.flush():
+                await asyncio.sleep(RETRY_S)
 
     async def close(self) -> None:
-        self._closing = True
         if self._task:
             self._task.cancel()
             try:
                 await self._task
             except asyncio.CancelledError:
                 pass
-        await self.flush()
+        if not await self.flush():
+            log.error("sandgate stopped with %d audit rows unwritten (the store is unreachable)", self.pending)

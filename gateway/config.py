@@ -25,6 +25,7 @@ DEFAULTS: dict[str, Any] = {
         "resolve": {},                 # static name -> [addresses] map (like curl --resolve)
     },
     "approvals": {"ttl_s": 3600, "quorum": 1, "reuse_window_s": 600},
+    "audit": {"max_pending": 100000},
     "policy": {"dir": "", "engine": "embedded", "opa_url": "http://127.0.0.1:8181",
                "timeout_s": 2.0, "workers": 2, "isolation": "process"},
     "store": {"url": ""},
@@ -157,6 +158,9 @@ def validate(raw: dict) -> None:
         raise ValueError("approvals.quorum must be >= 1 and approvals.ttl_s > 0")
     if not isinstance(ap["reuse_window_s"], (int, float)) or ap["reuse_window_s"] < 0:
         raise ValueError("approvals.reuse_window_s must be a number of seconds >= 0")
+    mp = raw["audit"]["max_pending"]
+    if not isinstance(mp, int) or isinstance(mp, bool) or mp < 1:
+        raise ValueError("audit.max_pending must be a positive integer")
     if raw["policy"]["isolation"] not in ("process", "thread"):
         raise ValueError("policy.isolation must be 'process' or 'thread'")
     if raw["policy"]["engine"] not in ("embedded", "opa"):

@@ -17,6 +17,10 @@ class Metrics:
         self._children: dict = {}
         self.exfiltration = Counter("sandgate_exfiltration_blocked", "Placeholders sent to unbound hosts",
                                     registry=self.registry)
+        self.audit_refused = Counter("sandgate_audit_refused", "Requests refused because audit cannot record "
+                                     "(503 audit.unavailable)", ["kind"], registry=self.registry)
+        self.audit_pending = Gauge("sandgate_audit_pending", "Audit rows waiting to be written",
+                                   registry=self.registry)
 
     def decision(self, kind: str, action: str) -> None:
         """Count a decision (labelled children cached: this runs on every request)."""

@@ -69,14 +69,19 @@ async def list_events(request: web.Request) -> web.Response:
 
 @routes.get("/healthz")
 async def healthz(request: web.Request) -> web.Response:
+    """200 {"status": "ok"}; "degraded" while audit rows cannot be written (503 once requests are refused)."""
     gw = request.app[GW]
-    return web.json_response({"status": "ok", "policy_rev": gw.engine.rev,
-                              "policy_error": gw.engine.last_error is not None})
+    audit = gw.audit.status
+    body = {"status": "ok" if audit == "ok" else "degraded", "policy_rev": gw.engine.rev,
+            "policy_error": gw.engine.last_error is not None,
+            "audit": {"status": audit, "pending": gw.audit.pending, "max_pending": gw.audit.max_pending}}
+    return web.json_response(body, status=503 if audit == "refusing" else 200)
 
 
 @routes.get("/metrics")
 async def metrics(request: web.Request) -> web.Response:
     gw = request.app[GW]
+    gw.metrics.audit_pending.set(gw.audit.pending)
     return web.Response(body=gw.metrics.render(), content_type="text/plain", charset="utf-8")
 
 

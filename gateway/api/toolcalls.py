@@ -43,6 +43,9 @@ def toolcall_summary(tool: str, args: dict) -> str:
 async def post_toolcall(request: web.Request) -> web.Response:
     principal = require(request, "harness")
     gw = request.app[GW]
+    if not gw.audit.accepting:
+        gw.metrics.audit_refused.labels("toolcall").inc()
+        raise ApiError(503, "audit.unavailable", "sandgate cannot record decisions right now; try again")
     body = await read_json(request)
     if not isinstance(body, dict):
         raise ApiError(400, "bad_request", "body must be a JSON object")

@@ -166,6 +166,13 @@ class EgressAddon:
     # -- the decision ----------------------------------------------------------------------------
     async def decide(self, flow: http.HTTPFlow) -> None:
         started = time.perf_counter()
+        if not self.gw.audit.accepting:
+            # A gateway that cannot record does not decide (the refusal itself is counted, not audited).
+            flow.response = denial("audit.unavailable", "sandgate cannot record decisions right now; try again",
+                                   flow.id, status=503)
+            flow.metadata["sandgate_denied"] = ("audit.unavailable", "")
+            self.gw.metrics.audit_refused.labels("egress").inc()
+            return
         principal, why = self.authenticate(flow)
         if principal is None:
             flow.response = auth_required(flow.id, why)
@@ -284,7 +291,7 @@ class EgressAddon:
         """mitmproxy reads a refused request's whole body into memory before it sends our answer. For a body
         that is large or of unknown size, close the connection instead (the denial is audited): a sandbox must
         not be able to exhaust the gateway's memory with uploads to denied hosts."""
-        if flow.response is not None and flow.response.status_code in (403, 407) and self.body_too_large(flow):
+        if flow.response is not None and flow.response.status_code in (403, 407, 503) and self.body_too_large(flow):
             flow.metadata["sandgate_killed"] = True
             flow.kill()
 
