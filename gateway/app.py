@@ -114,9 +114,9 @@ class Gateway:
         from gateway.api.routes import create_app
 
         host, port = self.cfg.api_listen
-        self._runner = web.AppRunner(create_app(self), access_log=None, handle_signals=False)
+        self._runner = web.AppRunner(create_app(self), access_log=None, handle_signals=False, shutdown_timeout=1.0)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, host, port, shutdown_timeout=1.0)
+        site = web.TCPSite(self._runner, host, port)
         await site.start()
         sock = site._server.sockets[0].getsockname()  # type: ignore[union-attr]
         self.api_addr = (sock[0], sock[1])

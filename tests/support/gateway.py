@@ -52,7 +52,8 @@ class Sandgate:
     """A sandgate process. `config` is merged into a loopback-friendly test configuration."""
 
     def __init__(self, tmp: Path, config: dict | None = None, env: dict | None = None,
-                 proxy_host: str = "127.0.0.1"):
+                 proxy_host: str = "127.0.0.1", python: str = sys.executable):
+        self.python = python            # the interpreter whose installed sandgate runs (default: this one)
         self.tmp = tmp
         tmp.mkdir(parents=True, exist_ok=True)
         self.data_dir = tmp / "data"
@@ -82,7 +83,7 @@ class Sandgate:
         if listen.exists():
             listen.unlink()
         self._log = open(self.log_path, "ab")
-        self.proc = subprocess.Popen([sys.executable, "-m", "gateway", "serve", "--config", str(self.config_path),
+        self.proc = subprocess.Popen([self.python, "-m", "gateway", "serve", "--config", str(self.config_path),
                                       "--data-dir", str(self.data_dir)], stdout=self._log, stderr=self._log,
                                      env=self.env, cwd=str(self.tmp))
         deadline = time.time() + timeout
@@ -126,7 +127,7 @@ class Sandgate:
 
     # -- API helpers -----------------------------------------------------------------------------
     def token(self, role: str, name: str, ttl_s: int | None = None) -> str:
-        cmd = [sys.executable, "-m", "gateway", "token", "--role", role, "--name", name,
+        cmd = [self.python, "-m", "gateway", "token", "--role", role, "--name", name,
                "--data-dir", str(self.data_dir), "--config", str(self.config_path)]
         if ttl_s is not None:
             cmd += ["--ttl-s", str(ttl_s)]

@@ -28,8 +28,8 @@ def wait_for(predicate, timeout=15.0, interval=0.1):
     raise AssertionError("condition not reached in time")
 
 
-def test_h11_is_patched():
-    """mitmproxy 11.0.x pins h11<=0.14 (CVE-2025-43859); the install puts h11>=0.16 over the pin."""
+def test_h11_refuses_the_malformed_chunk():
+    """CVE-2025-43859: h11 < 0.16 took `5\\r\\nhelloXX0` for a chunk; mitmproxy 12.3 pins h11 0.16 (refuses it)."""
     assert tuple(int(x) for x in h11.__version__.split(".")[:2]) >= (0, 16)
 
 
@@ -58,14 +58,19 @@ def test_policy_hot_reload_and_bad_edit_keeps_last_good(tmp_path, upstream):
 
 
 def test_malformed_chunk_never_reaches_upstream(loopback_gateway, upstream):
-    sess = loopback_gateway.session(allow=["allowed.test"])
+    assert_malformed_chunk_refused(loopback_gateway, upstream)
+
+
+def assert_malformed_chunk_refused(sg: Sandgate, upstream) -> None:
+    """Request smuggling with CVE-2025-43859's malformed chunk: neither request reaches the upstream."""
+    sess = sg.session(allow=["allowed.test"])
     cred = base64.b64encode(f"sandbox:{sess['token']}".encode()).decode()
     raw = (f"POST http://allowed.test:{upstream.port}/smuggle HTTP/1.1\r\n"
            f"Host: allowed.test:{upstream.port}\r\nProxy-Authorization: Basic {cred}\r\n"
            "Transfer-Encoding: chunked\r\n\r\n5\r\nhelloXX0\r\n\r\n"
            f"GET http://allowed.test:{upstream.port}/second HTTP/1.1\r\n"
            f"Host: allowed.test:{upstream.port}\r\nProxy-Authorization: Basic {cred}\r\n\r\n").encode()
-    with socket.create_connection(("127.0.0.1", loopback_gateway.proxy_port), timeout=10) as sock:
+    with socket.create_connection(("127.0.0.1", sg.proxy_port), timeout=10) as sock:
         sock.sendall(raw)
         sock.settimeout(3)
         reply = b""

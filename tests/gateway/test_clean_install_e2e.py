@@ -1,0 +1,52 @@
+"""A plain `pip install .` into a clean virtualenv (no -e, no extras, no overrides) gives a set that refuses
+CVE-2025-43859's malformed chunk: the smuggling test runs against that venv's own sandgate and mitmproxy."""
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import LOOPBACK_CONFIG, need
+from tests.gateway.egress.test_robustness_e2e import assert_malformed_chunk_refused
+from tests.support.gateway import ROOT, Sandgate
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1200)]
+
+SKIP = shutil.ignore_patterns(".git", ".venv", "__pycache__", "*.egg-info", "build", "dist", ".sandgate",
+                              "test-artifacts", ".pytest_cache", ".hypothesis", "tests")
+
+
+@pytest.fixture(scope="module")
+def clean_venv(tmp_path_factory) -> Path:
+    tmp = tmp_path_factory.mktemp("clean-install")
+    src = tmp / "src"
+    shutil.copytree(ROOT, src, ignore=SKIP)         # build from a copy: the checkout stays clean
+    env_dir = tmp / "venv"
+    venv.EnvBuilder(with_pip=True).create(env_dir)
+    python = env_dir / "bin" / "python"
+    out = subprocess.run([str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", str(src)],
+                         capture_output=True, text=True, timeout=1100, cwd=tmp)
+    need(out.returncode == 0, f"`pip install .` into a clean venv (registry reachable): {out.stderr[-600:]}")
+    return python
+
+
+def test_clean_install_pins_a_safe_h11_and_mitmproxy_12(clean_venv):
+    probe = ("import gateway, h11, mitmproxy.version as m; "
+             "print(h11.__version__, m.VERSION, gateway.__file__)")
+    out = subprocess.run([str(clean_venv), "-c", probe], capture_output=True, text=True, timeout=60,
+                         cwd=clean_venv.parent)
+    assert out.returncode == 0, out.stderr
+    h11_version, mitm_version, where = out.stdout.split()
+    assert tuple(int(x) for x in h11_version.split(".")[:2]) >= (0, 16)
+    assert mitm_version.startswith("12.")
+    assert where.startswith(str(clean_venv.parent.parent)), "sandgate must come from the clean venv"
+
+
+def test_smuggling_refused_by_the_clean_install(clean_venv, tmp_path, upstream):
+    with Sandgate(tmp_path, LOOPBACK_CONFIG, python=str(clean_venv)) as sg:
+        assert_malformed_chunk_refused(sg, upstream)
+    assert sys.executable != str(clean_venv)
