@@ -134,6 +134,17 @@ class EgressAddon:
             state.principal = principal
         return principal, ""
 
+    def connection_valid(self, client: connection.Client) -> bool:
+        """Whether the connection's session is still live and its token neither expired nor revoked."""
+        state = self.conns.get(client)
+        if state is None:
+            return False
+        try:
+            self.gw.tokens.check(state.principal)
+        except AuthError:
+            return False
+        return self.gw.sessions.live(state.principal.session_id or "") is not None
+
     def session_of(self, client: connection.Client) -> str | None:
         """The session authenticated on a client connection (None before its first request)."""
         state = self.conns.get(client)
@@ -361,6 +372,11 @@ class EgressAddon:
         if st is None or flow.websocket is None or not flow.websocket.messages:
             return
         try:
+            if not self.connection_valid(flow.client_conn):
+                # The session ended or its token was revoked: no frame passes any more (mitmproxy cannot kill
+                # a WebSocket flow in transit, so every further frame is dropped).
+                flow.websocket.messages[-1].drop()
+                return
             message = flow.websocket.messages[-1]
             hooks = self.gw.broker_hooks
             if hooks is None:

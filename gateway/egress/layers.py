@@ -74,12 +74,14 @@ class LayerGate:
     """mitmproxy addon: `next_layer` plus the `tcp_*` hooks of the raw tunnels it allows."""
 
     def __init__(self, *, raw_tcp: Sequence[AllowEntry], passthrough: Sequence[AllowEntry], audit: Recorder,
-                 session_of: Callable[[connection.Client], str | None], on_refused: Callable[[str], None]):
+                 session_of: Callable[[connection.Client], str | None], on_refused: Callable[[str], None],
+                 connection_valid: Callable[[connection.Client], bool]):
         self.raw_tcp = list(raw_tcp)
         self.passthrough = list(passthrough)
         self.audit = audit
         self.session_of = session_of
         self.on_refused = on_refused
+        self.connection_valid = connection_valid
         self.flows: "weakref.WeakKeyDictionary[tcp.TCPFlow, TcpState]" = weakref.WeakKeyDictionary()
         self._modes: "weakref.WeakKeyDictionary[connection.Server, str]" = weakref.WeakKeyDictionary()
 
@@ -139,6 +141,13 @@ class LayerGate:
     def tcp_message(self, flow: tcp.TCPFlow) -> None:
         st = self.flows.get(flow)
         if st is None or not flow.messages:
+            return
+        if not self.connection_valid(flow.client_conn):
+            # The session ended or its token was revoked: no byte passes any more (mitmproxy's TCP layer
+            # cannot be killed from a hook, so every further message is emptied).
+            for message in flow.messages:
+                message.content = b""
+            flow.messages.clear()
             return
         for message in flow.messages:
             if message.from_client:

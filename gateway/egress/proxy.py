@@ -49,7 +49,7 @@ def build_master(gw: "Gateway", host: str, port: int) -> tuple[DumpMaster, Ready
     addon = EgressAddon(gw)
     gate = LayerGate(raw_tcp=[parse_allow_entry(e) for e in egress["raw_tcp"]],
                      passthrough=[parse_allow_entry(e) for e in egress["passthrough"]],
-                     audit=gw.audit, session_of=addon.session_of,
+                     audit=gw.audit, session_of=addon.session_of, connection_valid=addon.connection_valid,
                      on_refused=lambda code: gw.metrics.decision("egress", "deny"))
     master.addons.add(ready, gate, addon)
     return master, ready, addon

@@ -255,3 +255,17 @@ def test_tls_to_the_proxy_listener_itself_is_refused(env):
         with pytest.raises((ssl.SSLError, ConnectionError, OSError)):
             with ctx.wrap_socket(raw, server_hostname="proxy.test") as tls:
                 tls.recv(10)
+
+
+def test_raw_tcp_tunnel_stops_when_its_session_ends(env):
+    sg, _plain, _secure, echo, _cert = env
+    sess = sg.session(allow=["echo.test"])
+    with open_tunnel(sg.proxy_port, sess["token"], f"echo.test:{echo.port}") as sock:
+        sock.sendall(b"\x00first")
+        sock.settimeout(5)
+        assert sock.recv(100) == b"\x00first"
+        assert sg.call("DELETE", f"/v1/sessions/{sess['id']}").status_code == 204
+        before = len(echo.received)
+        sock.sendall(b"\x00after-the-end")
+        reply, _ = read_until_closed(sock, timeout_s=1.5)
+    assert reply == b"" and b"after-the-end" not in echo.received[before:]
