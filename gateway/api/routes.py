@@ -69,13 +69,22 @@ async def list_events(request: web.Request) -> web.Response:
 
 @routes.get("/healthz")
 async def healthz(request: web.Request) -> web.Response:
-    """200 {"status": "ok"}; "degraded" while audit rows cannot be written (503 once requests are refused)."""
+    """Liveness: 200 while the process serves; "status" is "degraded" while audit rows cannot be written (a
+    restart would lose the rows waiting in memory, so this never fails for that)."""
     gw = request.app[GW]
     audit = gw.audit.status
-    body = {"status": "ok" if audit == "ok" else "degraded", "policy_rev": gw.engine.rev,
-            "policy_error": gw.engine.last_error is not None,
-            "audit": {"status": audit, "pending": gw.audit.pending, "max_pending": gw.audit.max_pending}}
-    return web.json_response(body, status=503 if audit == "refusing" else 200)
+    return web.json_response({"status": "ok" if audit == "ok" else "degraded", "policy_rev": gw.engine.rev,
+                              "policy_error": gw.engine.last_error is not None,
+                              "audit": {"status": audit, "pending": gw.audit.pending,
+                                        "max_pending": gw.audit.max_pending}})
+
+
+@routes.get("/readyz")
+async def readyz(request: web.Request) -> web.Response:
+    """Readiness: 503 while sandgate refuses new requests (audit.max_pending rows wait to be written)."""
+    gw = request.app[GW]
+    ready = gw.audit.accepting
+    return web.json_response({"ready": ready, "audit": gw.audit.status}, status=200 if ready else 503)
 
 
 @routes.get("/metrics")

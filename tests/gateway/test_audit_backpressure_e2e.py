@@ -42,8 +42,11 @@ def test_store_down_caps_pending_audit_then_refuses(tmp_path, upstream):
                 open_tunnel(sg.proxy_port, sess["token"], f"allowed.test:{upstream.port}")
             assert sg.call("POST", "/v1/toolcalls", json=tool).json()["error"] == "audit.unavailable"
             health = requests.get(sg.api + "/healthz", timeout=10)
-            assert health.status_code == 503 and health.json()["status"] == "degraded"
+            assert health.status_code == 200 and health.json()["status"] == "degraded"   # alive: no restart
+            assert health.json()["audit"] == {"status": "refusing", "pending": health.json()["audit"]["pending"],
+                                              "max_pending": MAX_PENDING}
             assert health.json()["audit"]["pending"] >= MAX_PENDING
+            assert requests.get(sg.api + "/readyz", timeout=10).status_code == 503
             metrics = requests.get(sg.api + "/metrics", timeout=10).text
             assert 'sandgate_audit_refused_total{kind="egress"}' in metrics
             assert 'sandgate_audit_refused_total{kind="toolcall"} 1.0' in metrics
@@ -54,6 +57,7 @@ def test_store_down_caps_pending_audit_then_refuses(tmp_path, upstream):
                 assert time.time() < deadline, "audit did not recover"
                 time.sleep(0.2)
             assert requests.get(url, proxies=sess["proxies"], timeout=10).status_code == 200
+            assert requests.get(sg.api + "/readyz", timeout=10).status_code == 200
             rows = [e for e in sg.events(sess["id"]) if e["kind"] == "egress" and e["path"] == "/during"]
             assert len(rows) == forwarded + 1, "every forwarded request was recorded once the store came back"
 
