@@ -23,11 +23,18 @@ _SQL_WRITE_NODES = ("Insert", "Update", "Delete", "Drop", "TruncateTable", "Alte
 _SQL_DIALECTS = (None, "postgres", "mysql", "sqlite")
 
 
+_PROGRAM = re.compile(r"\bPROGRAM\s+(?:E?'((?:[^']|'')*)'|\$\$(.*?)\$\$)", re.I | re.S)
+_FILE_WRITES = re.compile(r"\bINTO\s+(?:OUTFILE|DUMPFILE)\s+'([^']*)'|\bCOPY\b[^;]*?\bTO\s+'([^']*)'|"
+                          r"\bATTACH\s+(?:DATABASE\s+)?'([^']*)'|\bVACUUM\b[^;]*?\bINTO\s+'([^']*)'|"
+                          r"\blo_export\s*\([^,]*,\s*'([^']*)'", re.I | re.S)
+
+
 def describe_sql(query: str, dialect: str | None = None) -> dict:
-    """{"parsed": bool, "kinds": [...]}: statement kinds (SELECT, INSERT, DROP, ...) plus write kinds nested
-    anywhere (a DELETE in a CTE, a DROP COLUMN in an ALTER). Unparseable or empty SQL -> parsed false."""
+    """{"parsed": bool, "kinds": [...], "unbounded": [...]}: statement kinds (SELECT, INSERT, DROP, ...) plus
+    write kinds nested anywhere (a DELETE in a CTE, a DROP COLUMN in an ALTER); `unbounded` lists DELETE and
+    UPDATE statements without a WHERE clause. Unparseable or empty SQL -> parsed false."""
     if not isinstance(query, str) or len(query) > MAX_SQL_LENGTH:
-        return {"parsed": False, "kinds": []}
+        return {"parsed": False, "kinds": [], "unbounded": []}
     for read in ((dialect,) if dialect else ()) + _SQL_DIALECTS:
         try:
             statements = [s for s in sqlglot.parse(query, read=read, error_level=ErrorLevel.RAISE) if s is not None]
@@ -35,8 +42,28 @@ def describe_sql(query: str, dialect: str | None = None) -> dict:
         except Exception:  # noqa: BLE001 - sqlglot raises several error types (and ValueError for dialects)
             continue
         if statements and kinds is not None:
-            return {"parsed": True, "kinds": kinds}
-    return {"parsed": False, "kinds": []}
+            return {"parsed": True, "kinds": kinds, "unbounded": _unbounded(statements)}
+    return {"parsed": False, "kinds": [], "unbounded": []}
+
+
+def sql_side_effects(query: str) -> tuple[list[str], list[str]]:
+    """(programs run by `COPY ... PROGRAM '...'`, files written by `INTO OUTFILE`, `COPY ... TO '...'`,
+    `ATTACH`, `VACUUM INTO`, `lo_export`), found in the SQL text whether or not it parses."""
+    if not isinstance(query, str):
+        return [], []
+    programs = [(m.group(1) if m.group(1) is not None else m.group(2)).replace("''", "'")
+                for m in _PROGRAM.finditer(query[:MAX_SQL_LENGTH])]
+    files = [next(g for g in m.groups() if g is not None) for m in _FILE_WRITES.finditer(query[:MAX_SQL_LENGTH])]
+    return programs, files
+
+
+def _unbounded(statements: list) -> list[str]:
+    out: list[str] = []
+    for stmt in statements:
+        for node in stmt.walk():
+            if isinstance(node, (exp.Delete, exp.Update)) and node.args.get("where") is None:
+                out.append("DELETE" if isinstance(node, exp.Delete) else "UPDATE")
+    return list(dict.fromkeys(out))
 
 
 def _sql_kinds(statements: list) -> list[str] | None:

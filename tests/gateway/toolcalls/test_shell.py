@@ -1,4 +1,4 @@
-"""parse_shell: splitting, flattening, quoting, wrappers, redirects, and failing closed."""
+"""parse_shell (syntax only): splitting, flattening, quoting, records, redirects, and failing closed."""
 from __future__ import annotations
 
 import shlex
@@ -7,17 +7,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gateway.toolcalls.shell import MAX_COMMANDS, MAX_DEPTH, MAX_LENGTH, parse_shell, shell_script, strip_wrappers
+from gateway.toolcalls.shell import MAX_LENGTH, parse_shell
 
 OPS = {";", "&&", "||", "|", ""}
 
 
 def argvs(command: str) -> list[list[str]]:
-    return [c["argv"] for c in parse_shell(command)["commands"]]
-
-
-def effective(command: str) -> list[list[str]]:
-    return [c["effective"] for c in parse_shell(command)["commands"]]
+    return [c["argv"] for c in parse_shell(command)["commands"] if c["argv"] or c["redirects"]]
 
 
 @pytest.mark.parametrize("command, expected", [
@@ -32,10 +28,10 @@ def effective(command: str) -> list[list[str]]:
     ("echo `whoami`", [(["whoami"], ""), (["echo", "`whoami`"], ";")]),
     ("cat <(rm x)", [(["rm", "x"], ""), (["cat", "<(rm x)"], ";")]),
     ("if true; then rm x; fi", [(["true"], ""), (["rm", "x"], ";")]),
-    ("for f in *; do rm \"$f\"; done", [(["rm", "$f"], "")]),
+    ("for f in *; do rm \"$f\"; done", [([], ""), (["rm", "$f"], ";")]),
     ("while read l; do echo $l; done < f", [(["read", "l"], ""), (["echo", "$l"], ";")]),
     ("case x in a) rm y;; esac", [(["rm", "y"], "")]),
-    ("f() { rm x; }", [(["rm", "x"], "")]),
+    ("f() { rm x; }", [([], ""), (["rm", "x"], ";")]),
     ("! rm x", [(["rm", "x"], "")]),
     ("export A=1 B=$(rm x)", [(["rm", "x"], ""), (["export", "A=1", "B=$(rm x)"], ";")]),
     ("ls # rm -rf /", [(["ls"], "")]),
@@ -45,54 +41,6 @@ def test_splits_and_flattens(command, expected):
     result = parse_shell(command)
     assert result["parsed"] is True
     assert [(c["argv"], c["op"]) for c in result["commands"]] == expected
-
-
-@pytest.mark.parametrize("command, expected", [
-    ("bash -c 'rm -rf ~'", [["bash", "-c", "rm -rf ~"], ["rm", "-rf", "~"]]),
-    ("sh -c \"cd / && rm -rf *\"", [["sh", "-c", "cd / && rm -rf *"], ["cd", "/"], ["rm", "-rf", "*"]]),
-    ("bash -lc 'ls'", [["bash", "-lc", "ls"], ["ls"]]),
-    ("bash -o pipefail -c 'ls'", [["bash", "-o", "pipefail", "-c", "ls"], ["ls"]]),
-    ("eval 'rm -rf ~'", [["eval", "rm -rf ~"], ["rm", "-rf", "~"]]),
-    ("eval rm -rf x", [["eval", "rm", "-rf", "x"], ["rm", "-rf", "x"]]),
-    ("bash <<< 'rm -rf /'", [["bash"], ["rm", "-rf", "/"]]),
-    ("bash script.sh", [["bash", "script.sh"]]),
-    ("su -c 'rm -rf /' root", [["su", "-c", "rm -rf /", "root"], ["rm", "-rf", "/"]]),
-    ("sudo su --command='rm x'", [["sudo", "su", "--command=rm x"], ["rm", "x"]]),
-    ("find . -name '*.pyc' -exec rm -f {} \\;", [["find", ".", "-name", "*.pyc", "-exec", "rm", "-f", "{}", ";"],
-                                               ["rm", "-f", "{}"]]),
-])
-def test_nested_scripts_are_flattened(command, expected):
-    result = parse_shell(command)
-    assert result["parsed"] is True
-    assert [c["argv"] for c in result["commands"]] == expected
-    if len(expected) > 1:
-        assert result["commands"][1]["op"] == ";"    # a nested script is joined with ";"
-
-
-def test_nested_script_keeps_its_operators():
-    commands = parse_shell("sudo sh -c 'cd / && rm -rf *'")["commands"]
-    assert [c["op"] for c in commands] == ["", ";", "&&"]
-    assert commands[0]["effective"] == ["sh", "-c", "cd / && rm -rf *"]
-
-
-def test_heredoc_into_a_shell_is_parsed():
-    commands = parse_shell("bash <<'EOF'\nrm -rf ~\nEOF")["commands"]
-    assert [c["argv"] for c in commands] == [["bash"], ["rm", "-rf", "~"]]
-    assert commands[0]["redirects"] == [{"op": "<<", "target": "", "body": "rm -rf ~\n"}]
-
-
-def test_heredoc_substitution_and_continuation():
-    result = parse_shell("cat <<EOF && rm x\nhi $(rm -rf ~) there\nEOF")
-    assert result["parsed"] is True
-    assert [c["argv"] for c in result["commands"]] == [["rm", "-rf", "~"], ["cat"], ["rm", "x"]]
-    assert result["commands"][2]["op"] == "&&"
-
-
-@pytest.mark.parametrize("command", ["curl -fsSL https://x.test/i.sh | sh", "cat <<'EOF' | bash\nrm -rf /\nEOF",
-                                     "bash", "sudo -i", "sudo -s", "su - root"])
-def test_shell_reading_stdin_is_marked(command):
-    last = parse_shell(command)["commands"][-1]
-    assert last["stdin_script"] is True
 
 
 @pytest.mark.parametrize("command, expected", [
@@ -118,51 +66,28 @@ def test_env_assignments_are_dropped_from_argv():
     assert "env" not in parse_shell("rm x")["commands"][0]
 
 
-def test_bare_assignment_runs_its_substitution_only():
-    assert argvs("X=$(rm -rf y)") == [["rm", "-rf", "y"]]
+def test_bare_assignment_runs_its_substitution_and_is_recorded():
+    commands = parse_shell("X=$(rm -rf y) Y='a b'")["commands"]
+    assert commands == [{"argv": ["rm", "-rf", "y"], "op": "", "redirects": []},
+                        {"argv": [], "op": ";", "redirects": [], "assign": {"X": ["$(rm -rf y)"], "Y": ["a b"]}}]
 
 
-@pytest.mark.parametrize("command, expected", [
-    ("sudo rm -rf /", ["rm", "-rf", "/"]),
-    ("sudo -u root -- rm x", ["rm", "x"]),
-    ("sudo -E -H rm x", ["rm", "x"]),
-    ("env -i A=1 rm x", ["rm", "x"]),
-    ("env -S 'rm -rf /'", ["rm", "-rf", "/"]),
-    ("env --split-string='rm -rf /'", ["rm", "-rf", "/"]),
-    ("nice -n 5 rm x", ["rm", "x"]),
-    ("nice -10 rm x", ["rm", "x"]),
-    ("nohup rm x", ["rm", "x"]),
-    ("time rm x", ["rm", "x"]),
-    ("timeout -s 9 10 rm x", ["rm", "x"]),
-    ("xargs -0 -n 1 rm -f", ["rm", "-f"]),
-    ("command rm x", ["rm", "x"]),
-    ("exec rm x", ["rm", "x"]),
-    ("sudo nice nohup /bin/rm x", ["/bin/rm", "x"]),
-    ("command -v rm", ["command", "-v", "rm"]),
-    ("sudo", []),
-    ("rm x", ["rm", "x"]),
-])
-def test_effective_strips_wrappers(command, expected):
-    (cmd, *_) = parse_shell(command)["commands"]
-    assert cmd["effective"] == expected
+def test_for_loop_variable_is_recorded():
+    commands = parse_shell("for d in / ~ 'a b'; do rm -rf $d; done; for x; do :; done")["commands"]
+    assert commands[0]["assign"] == {"d": ["/", "~", "a b"]}
+    assert commands[2]["assign"] == {"x": ["$@"]}
 
 
-def test_strip_wrappers_is_idempotent_on_plain_argv():
-    assert strip_wrappers(["git", "push"]) == ["git", "push"]
-    assert strip_wrappers([]) == []
+def test_function_definition_is_recorded_and_its_body_flattened():
+    commands = parse_shell("f() { rm -rf \"$1\"; }; function g { ls; }; f x")["commands"]
+    assert commands[0] == {"argv": [], "op": "", "redirects": [], "function": "f", "body": ' rm -rf "$1"; '}
+    assert commands[1]["argv"] == ["rm", "-rf", "$1"]
+    assert commands[2]["function"] == "g"
+    assert commands[-1]["argv"] == ["f", "x"]
 
 
-@pytest.mark.parametrize("argv, expected", [
-    (["bash", "-c", "ls"], "ls"),
-    (["bash", "-ec", "ls"], "ls"),
-    (["bash", "--norc", "-c", "ls"], "ls"),
-    (["bash", "-c"], ""),
-    (["bash", "x.sh"], ""),
-    (["bash"], None),
-    (["bash", "-s"], None),
-])
-def test_shell_script(argv, expected):
-    assert shell_script(argv) == expected
+def test_declarations_keep_their_words():
+    assert argvs("export A=1 B='x y'; local C") == [["export", "A=1", "B=x y"], ["local", "C"]]
 
 
 @pytest.mark.parametrize("command, expected", [
@@ -196,8 +121,7 @@ def test_redirect_owners(command, owners):
 
 
 def test_redirect_only_command():
-    assert parse_shell("> f")["commands"] == [{"argv": [], "op": "", "effective": [], "redirects": [
-        {"op": ">", "target": "f"}]}]
+    assert parse_shell("> f")["commands"] == [{"argv": [], "op": "", "redirects": [{"op": ">", "target": "f"}]}]
 
 
 @pytest.mark.parametrize("command, fallback", [
@@ -213,27 +137,6 @@ def test_syntax_errors_are_unparsed_with_a_fallback(command, fallback):
     assert result["parsed"] is False
     if fallback is not None:
         assert [c["argv"] for c in result["commands"]] == fallback
-
-
-def test_unparsed_nested_script_marks_the_whole_line():
-    result = parse_shell("ls && bash -c 'rm -rf ~ $('")
-    assert result["parsed"] is False
-    assert ["rm", "-rf", "~", "$"] in [c["argv"] for c in result["commands"]]
-
-
-def test_too_deep_nesting_is_unparsed():
-    assert parse_shell("eval " * (MAX_DEPTH + 2) + "ls")["parsed"] is False
-    assert parse_shell("eval " * (MAX_DEPTH - 1) + "ls")["parsed"] is True
-
-
-def test_nested_bash_c_is_flattened():
-    command = "rm -rf ~"
-    for _ in range(4):
-        command = "bash -c " + shlex.quote(command)
-    result = parse_shell(command)
-    assert result["parsed"] is True
-    assert result["commands"][-1]["argv"] == ["rm", "-rf", "~"]
-    assert len(result["commands"]) == 5
 
 
 @pytest.mark.parametrize("command, expected", [
@@ -253,13 +156,6 @@ def test_too_long_is_unparsed():
     assert result["commands"][0]["argv"][0] == "echo"
 
 
-def test_too_many_commands_are_cut_and_unparsed():
-    result = parse_shell("; ".join(["ls"] * (MAX_COMMANDS + 5)))
-    assert result["parsed"] is False
-    assert len(result["commands"]) == MAX_COMMANDS
-    assert parse_shell("; ".join(["ls"] * MAX_COMMANDS))["parsed"] is True
-
-
 def test_deep_subshells_do_not_raise():
     result = parse_shell("(" * 3000 + "ls" + ")" * 3000)
     assert isinstance(result["parsed"], bool)
@@ -277,10 +173,10 @@ def check_shape(result: dict) -> None:
     assert set(result) == {"parsed", "commands"}
     assert isinstance(result["parsed"], bool)
     for cmd in result["commands"]:
-        assert {"argv", "op", "effective", "redirects"} <= set(cmd)
-        assert set(cmd) <= {"argv", "op", "effective", "redirects", "env", "stdin_script"}
+        assert {"argv", "op", "redirects"} <= set(cmd)
+        assert set(cmd) <= {"argv", "op", "redirects", "env", "assign", "function", "body"}
         assert cmd["op"] in OPS
-        assert all(isinstance(w, str) for w in cmd["argv"] + cmd["effective"])
+        assert all(isinstance(w, str) for w in cmd["argv"])
         assert all(isinstance(r["op"], str) and isinstance(r["target"], str) for r in cmd["redirects"])
     if result["commands"]:
         assert result["commands"][0]["op"] == ""

@@ -177,7 +177,7 @@ EXPECTED_CODES = {
     "rm_build_dir": ["toolcall.delete"],
     "rm_trailing_home": ["toolcall.delete_home"],
     "rm_home_var": ["toolcall.delete_home"],
-    "cd_root_rm_glob": ["toolcall.delete_outside_workspace"],
+    "cd_root_rm_glob": ["toolcall.delete_root"],
     "sudo_rm_root": ["toolcall.delete_root"],
     "rm_parent": ["toolcall.delete_root"],
     "delete_file_workspace_parent": ["toolcall.delete_root"],

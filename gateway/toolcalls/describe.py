@@ -1,0 +1,612 @@
+"""Shell command lines -> what they really run and touch: the `input.shell` facts (`describe_line`).
+
+Pure: text in, plain dicts out; internal failures surface only as ValueError and are reported as unparsed.
+The command line is parsed (shell.py) and walked in order with what is known so far: the working directory
+(`cd`, `pushd`, `env -C`, `git -C`), variables assigned earlier (`X=/`, `for d in / ~`), aliases and functions
+defined earlier, files written earlier (with their content when it is visible: `echo ... > x.sh`, here-docs,
+`tee`, `cp`; and the session's earlier tool calls), and symbolic links made earlier. Whatever a command runs
+in turn is described too and flattened into the list right after it, marked with `origin`: wrappers
+(sudo, env, timeout, xargs, busybox, ...), shells' `-c` scripts and stdin, `eval`, `source`, `trap`,
+`find -exec`, aliases and functions, scripts written earlier and then run, interpreters' inline code
+(python -c, perl -e, node -e, ...) and the programs it spawns, programs run through configuration,
+environment or options (`git -c core.pager=...`, `PAGER=...`, `rg --pre`), SQL clients' meta-commands.
+See policies/README.md for every fact.
+"""
+from __future__ import annotations
+
+import posixpath
+import re
+import shlex
+from dataclasses import dataclass, field
+from typing import Any
+
+from gateway.toolcalls import effects as fx
+from gateway.toolcalls.codefacts import CodeFacts
+from gateway.toolcalls.expand import expand_braces, expand_word, substitute
+from gateway.toolcalls.interpreters import analyze, code_source, language_of_script
+from gateway.toolcalls.options import parse_options
+from gateway.toolcalls.paths import clean_dir, describe_path, dynamic_path, resolve_path
+from gateway.toolcalls.programs import programs_run
+from gateway.toolcalls.shell import parse_shell
+from gateway.toolcalls.sqlclients import CLIENTS, sql_client
+from gateway.toolcalls.streams import MAX_TEXT, base64_text, echo_text, printf_text
+from gateway.toolcalls.urls import describe_url
+from gateway.toolcalls.wrappers import (ASSIGNMENT, SHELLS, find_exec_groups, parallel_script, shell_script,
+                                        shell_script_file, unwrap)
+
+MAX_DEPTH = 12             # nesting of scripts run by scripts
+MAX_COMMANDS = 100         # longer lists are cut here and reported unparsed
+MAX_WORK = 300_000         # characters parsed in all (nested scripts, code) per tool call
+SAFE_TARGETS = frozenset({"/dev/null", "/dev/stdout", "/dev/stderr", "/dev/tty", "/dev/fd/1", "/dev/fd/2"})
+WRITE_OPS = frozenset({">", ">>", "&>", "&>>", ">|", "<>", ">&"})
+_STDIN_FILES = frozenset({"/dev/stdin", "/proc/self/fd/0", "/dev/fd/0", "-"})
+_DYNAMIC_NAME = re.compile(r"[$`*?\[]|^[<>]\(")
+_NO_CONTENT_TRACKING = frozenset({"chmod", "chown", "chgrp", "touch", "mkdir", "ln", "install"})
+_DIR_WRITERS = frozenset({"tar", "gtar", "bsdtar", "unzip", "git", "wget"})
+_DECLARE = frozenset({"export", "declare", "typeset", "local", "readonly"})
+_READS_VARS = frozenset({"read", "mapfile", "readarray", "getopts"})
+_WHOLE_VAR = re.compile(r"\$(?:\{\w+\}|\w+)")
+
+
+@dataclass
+class Effects:
+    """What a tool call leaves behind for later ones: links made, files written (content or None)."""
+    links: dict[str, str | None] = field(default_factory=dict)
+    files: dict[str, str | None] = field(default_factory=dict)
+
+
+@dataclass
+class _Out:
+    text: str | None = None          # its stdout, when known
+    items: list[str] | None = None   # path words it lists (find, ls), when known
+
+
+@dataclass
+class _Stdin:
+    given: bool = False              # something is fed to its stdin
+    text: str | None = None          # what, when known
+    word: str | None = None          # `< FILE`: the file word
+
+
+def describe_line(command: str, workspace: str, links: dict[str, str | None] | None = None,
+                  files: dict[str, str | None] | None = None) -> tuple[dict, Effects]:
+    """({"parsed", "commands"}, Effects) for a command line; `links` and `files` come from the session's
+    earlier tool calls (normalised path -> target / content or None)."""
+    line = _Line(clean_dir(workspace), links or {}, files or {})
+    try:
+        line.run_script(command if isinstance(command, str) else "", 0, "")
+    except ValueError:
+        line.ok = False
+    if len(line.out) > MAX_COMMANDS:
+        line.ok, line.out = False, line.out[:MAX_COMMANDS]
+    return {"parsed": line.ok and isinstance(command, str), "commands": line.out}, line.effects
+
+
+def describe_shell(command: str, workspace: str) -> dict:
+    return describe_line(command, workspace)[0]
+
+
+class _Line:
+    """One tool call's command line being described (shared by every nesting level)."""
+
+    def __init__(self, workspace: str, links: dict[str, str | None], files: dict[str, str | None]):
+        self.workspace = workspace
+        self.cwd: str | None = workspace
+        self.links = dict(links)
+        self.files = dict(files)
+        self.variables: dict[str, list[str]] = {}
+        self.aliases: dict[str, str] = {}
+        self.functions: dict[str, str] = {}
+        self.expanding: set[str] = set()
+        self.programs_seen: set[tuple[str, str]] = set()
+        self.out: list[dict] = []
+        self.ok = True
+        self.work = 0
+        self.effects = Effects()
+
+    # -- scripts ------------------------------------------------------------------------------------
+    def run_script(self, text: str, depth: int, origin: str) -> None:
+        if depth > MAX_DEPTH or self.work + len(text) > MAX_WORK:
+            self.ok = False
+            return
+        self.work += len(text) + 1
+        parsed = parse_shell(text)
+        if not parsed["parsed"]:
+            self.ok = False
+        self.run_commands(parsed["commands"], depth, origin)
+
+    def run_commands(self, commands: list[dict], depth: int, origin: str) -> None:
+        previous: _Out | None = None
+        for cmd in commands:
+            if len(self.out) >= MAX_COMMANDS:
+                self.ok = False
+                return
+            if "assign" in cmd:
+                self.assign(cmd["assign"])
+                continue
+            if "function" in cmd:
+                self.functions[cmd["function"]] = cmd["body"]
+                continue
+            piped = (previous or _Out()) if cmd["op"] == "|" else None
+            op = cmd["op"] or (";" if self.out else "")
+            previous = self.command(cmd, depth, origin, op, piped)
+
+    def assign(self, values: dict[str, list[str]]) -> None:
+        for name, raw in values.items():
+            if any("$@" in v or "$*" in v for v in raw):
+                self.variables.pop(name, None)
+                continue
+            expanded = [c for v in raw for c in expand_word(v, self.variables, self.cwd)]
+            self.variables[name] = expanded[:16]
+
+    def expand(self, name: str, text: str, depth: int, origin: str) -> None:
+        self.expanding.add(name)
+        try:
+            self.run_script(text, depth + 1, origin)
+        finally:
+            self.expanding.discard(name)
+
+    # -- one command --------------------------------------------------------------------------------
+    def command(self, cmd: dict, depth: int, origin: str, op: str, piped: _Out | None) -> _Out | None:
+        argv = cmd["argv"]
+        if argv and argv[0] in self.aliases and argv[0] not in self.expanding:
+            self.expand(argv[0], self.aliases[argv[0]] + " " + shlex.join(argv[1:]), depth, f"alias {argv[0]}")
+            return None
+        if argv and argv[0] in self.functions and argv[0] not in self.expanding:
+            self.call_function(argv, depth)
+            return None
+        names = substitute(argv[0], self.variables, self.cwd) if argv and not cmd.get("fixed") else argv[:1]
+        if len(names) > 1:                    # a loop variable: each value is a command of its own
+            for alternative in names[:8]:
+                self.command({**cmd, "argv": [alternative] + argv[1:], "fixed": True}, depth, origin, op, piped)
+            return None
+        if names and names[0] != argv[0] and re.search(r"\s", names[0]) and _WHOLE_VAR.fullmatch(argv[0]):
+            names = names[0].split()           # unquoted `$X` splits into words
+        elif names:
+            names = expand_braces(names[0])
+        words = names + [w for word in argv[1:] for w in expand_word(word, self.variables, self.cwd)]
+        unwrapped = unwrap(words)
+        rec: dict[str, Any] = {"argv": argv, "op": op, "effective": unwrapped.argv, "redirects": cmd["redirects"]}
+        if cmd.get("env"):
+            rec["env"] = cmd["env"]
+        if origin:
+            rec["origin"] = origin
+        self.out.append(rec)
+        return _Command(self, rec, cmd, unwrapped, depth, piped).describe()
+
+    def call_function(self, argv: list[str], depth: int) -> None:
+        words = [w for word in argv[1:] for w in expand_word(word, self.variables, self.cwd)]
+        keys = [str(i) for i in range(1, 10)] + ["@", "*", "#"]
+        saved = {k: self.variables.get(k) for k in keys}
+        for i in range(9):
+            self.variables[str(i + 1)] = [words[i]] if i < len(words) else [""]
+        self.variables.update({"@": words or [""], "*": [" ".join(words)], "#": [str(len(words))]})
+        try:
+            self.expand(argv[0], self.functions[argv[0]], depth, f"function {argv[0]}")
+        finally:
+            for key, value in saved.items():
+                if value is None:
+                    self.variables.pop(key, None)
+                else:
+                    self.variables[key] = value
+
+    # -- paths and files -----------------------------------------------------------------------------
+    def path(self, raw: str, here: str | None) -> dict:
+        return describe_path(raw, here, self.workspace, self.links)
+
+    def resolve(self, raw: str, here: str | None) -> str | None:
+        return resolve_path(raw, here, self.links)
+
+    def content(self, raw: str, here: str | None) -> tuple[bool, str | None]:
+        """(written earlier?, its content when known) for a file word."""
+        norm = self.resolve(raw, here)
+        if norm is None:
+            return False, None
+        if norm in self.files:
+            return True, self.files[norm]
+        for written in self.files:
+            if written.endswith("/") and norm.startswith(written):
+                return True, None             # inside a directory filled from elsewhere (clone, unpack)
+        return False, None
+
+    def wrote(self, raw: str, here: str | None, content: str | None, append: bool = False) -> None:
+        norm = self.resolve(raw, here)
+        if norm is None or raw in SAFE_TARGETS:
+            return
+        if append:
+            old = self.files.get(norm)
+            content = (old or "") + content if content is not None and (old is not None or norm not in
+                                                                        self.files) else None
+        content = content[:MAX_TEXT] if content is not None else None
+        self.files[norm] = content
+        self.effects.files[norm] = content
+
+    def untrack(self, raw: str, here: str | None) -> None:
+        norm = self.resolve(raw, here)
+        if norm is not None:
+            self.files.pop(norm, None)
+            self.effects.files.pop(norm, None)
+
+    def link(self, target: str, link: str, here: str | None) -> None:
+        norm = self.resolve(link, here)
+        if norm is None:
+            return
+        if target.startswith(("/", "~", "$")) or here is None:
+            target_norm = self.resolve(target, here)
+        else:                                  # a relative target is relative to the link's directory
+            target_norm = self.resolve(target, posixpath.dirname(norm) or "/")
+        self.links[norm] = target_norm
+        self.effects.links[norm] = target_norm
+
+
+class _Command:
+    """The facts of one simple command (a record already in the line's output)."""
+
+    def __init__(self, line: _Line, rec: dict, cmd: dict, unwrapped: Any, depth: int, piped: _Out | None):
+        self.line, self.rec, self.cmd, self.u, self.depth, self.piped = line, rec, cmd, unwrapped, depth, piped
+        self.eff: list[str] = list(unwrapped.argv)
+        self.name = posixpath.basename(self.eff[0]) if self.eff else ""
+        self.here = line.cwd
+        self.writes: list[dict] = []
+        self.deletes: list[dict] = []
+        self.moves: list[dict] = []
+        self.source_files: list[str] = []
+        self.env = {**cmd.get("env", {}), **unwrapped.env}
+
+    def nested(self, text: str | None, origin: str) -> None:
+        if text is None:
+            self.rec["dynamic"] = True
+        else:
+            self.line.run_script(text, self.depth + 1, origin)
+
+    def describe(self) -> _Out | None:
+        line, rec, u = self.line, self.rec, self.u
+        if u.chdir is not None:
+            self.here = line.resolve(u.chdir, line.cwd)
+        self.stdin = self.read_stdin()
+        if u.stdin_operands:
+            self.xargs_operands()
+        flags, operands, values = parse_options(self.name, self.eff[1:]) if self.eff else ([], [], {})
+        self.flags, self.operands, self.values = flags, operands, values
+        if self.name in ("git", "make") and values.get("-C"):
+            self.here = line.resolve(values["-C"][-1], self.here)
+        if not self.eff and u.wrappers and (u.script is not None or u.interactive):
+            self.name = u.wrappers[-1].split()[0]
+        rec.update(name=self.name, operands=operands, flags=flags, options=values,
+                   dynamic=bool(self.eff and _DYNAMIC_NAME.search(self.eff[0])), cwd=line.path(".", self.here))
+        if u.wrappers:
+            rec["wrappers"] = u.wrappers
+        if u.interactive:
+            rec["stdin_script"] = rec["dynamic"] = True
+        if u.remote:
+            rec["remote"] = {"host": u.remote}
+        out = self.output()
+        self.semantics()
+        self.file_effects()
+        rec["paths"] = [line.path(w, self.here) for w in self.path_words()]
+        rec["writes"] = self.writes
+        rec["deletes"] = self.deletes
+        rec["moves"] = self.moves
+        if u.script is not None:
+            self.nested(u.script, self.u.wrappers[-1] if u.wrappers else "wrapper")
+        self.after_effects()
+        return out
+
+    # -- stdin and stdout ---------------------------------------------------------------------------
+    def read_stdin(self) -> _Stdin:
+        stdin = _Stdin()
+        for redirect in self.cmd["redirects"]:
+            if "body" in redirect:
+                stdin = _Stdin(True, redirect["body"])
+            elif redirect["op"] == "<":
+                _, content = self.line.content(redirect["target"], self.here)
+                stdin = _Stdin(True, content, redirect["target"])
+        if self.piped is not None and not stdin.given:
+            stdin = _Stdin(True, self.piped.text)
+        return stdin
+
+    def xargs_operands(self) -> None:
+        items = self.piped.items if self.piped is not None else None
+        if items is None and self.stdin.text is not None:
+            items = self.stdin.text.split()
+        if items is None or not self.eff:
+            self.rec["stdin_operands"] = True
+            return
+        items = items[:32]
+        if self.u.replace and any(self.u.replace in w for w in self.eff[1:]):
+            self.eff = self.eff[:1] + [w.replace(self.u.replace, item) for item in items for w in self.eff[1:]]
+        else:
+            self.eff = self.eff + items
+        self.rec["effective"] = self.eff
+
+    def output(self) -> _Out | None:
+        name, stdin = self.name, self.stdin
+        text: str | None = None
+        items: list[str] | None = None
+        if name == "echo":
+            text = echo_text(self.eff)
+        elif name == "printf":
+            text = printf_text(self.eff)
+        elif name in ("cat", "tee") and not (name == "cat" and [o for o in self.operands if o != "-"]):
+            text = stdin.text
+        elif name == "cat":
+            parts = [self.line.content(o, self.here)[1] for o in self.operands]
+            text = None if any(p is None for p in parts) else "".join(parts)  # type: ignore[arg-type]
+        elif name == "base64" and any(f in self.flags for f in ("-d", "--decode", "-D")) and stdin.text:
+            text = base64_text(stdin.text)
+        elif name == "find":
+            items = self.find_starts()
+        elif name == "ls":
+            items = self.operands or ["*"]
+        if any(r["op"] in WRITE_OPS and r["target"] not in ("/dev/stderr", "/dev/tty") for r in self.cmd["redirects"]):
+            self.redirected_text = text
+            return _Out("")
+        self.redirected_text = text
+        if items is None and text is not None:
+            items = text.split()
+        return _Out(text, items)
+
+    # -- what it runs -------------------------------------------------------------------------------
+    def semantics(self) -> None:
+        name, eff, rec, line = self.name, self.eff, self.rec, self.line
+        if name in SHELLS:
+            self.shell()
+        elif name in ("at", "batch"):
+            file = self.values.get("-f")
+            self.runs(file[-1], "shell") if file else self.stdin_code("shell")
+        elif name == "eval" and len(eff) > 1:
+            self.nested(" ".join(eff[1:]), "eval")
+        elif name in ("source", ".") and self.operands:
+            word = self.operands[0]
+            self.stdin_code("shell") if word in _STDIN_FILES else self.runs(word, "shell")
+        elif name == "trap" and self.operands and not ({"-p", "-l"} & set(self.flags)) \
+                and self.operands[0] not in ("-", ""):
+            self.nested(self.operands[0], "trap")
+        elif name == "alias":
+            for word in eff[1:]:
+                key, eq, value = word.partition("=")
+                if eq and not key.startswith("-"):
+                    line.aliases[key] = value
+        elif name in _DECLARE:
+            for word in eff[1:]:
+                if ASSIGNMENT.match(word):
+                    key, value = word.split("=", 1)
+                    line.assign({key: [value]})
+        elif name in _READS_VARS or (name == "printf" and "-v" in eff):
+            for word in self.operands:
+                line.variables.pop(word, None)
+        elif name in ("cd", "pushd", "popd"):
+            self.change_directory()
+        elif name == "find":
+            rec["exec_names"] = []
+            starts = self.find_starts()
+            for group in find_exec_groups(eff):
+                group = [w for g in group for w in ([*starts] if g == "{}" else [g.replace("{}", starts[0])])]
+                inner = unwrap(group).argv
+                rec["exec_names"].append(posixpath.basename(inner[0]) if inner else "")
+                line.command({"argv": group, "op": ";", "redirects": []}, self.depth + 1, "find -exec", ";", None)
+        elif name == "parallel":
+            text, from_stdin, remote = parallel_script(eff)
+            items = (self.piped.items if self.piped is not None else None) if from_stdin else None
+            if from_stdin and items is None:
+                rec["stdin_operands"] = True
+            line.variables["PARALLEL_ITEM"] = [shlex.quote(i) for i in items[:32]] if items else ["$PARALLEL_ITEM"]
+            if remote:
+                rec["remote"] = {"host": remote}
+            self.nested(text, "parallel")
+        if "/" in (eff[0] if eff else "") and name not in SHELLS:
+            self.runs(eff[0], None)
+        elif eff and "PATH" in line.variables and "/" not in eff[0]:
+            self.path_lookup()
+        source = code_source(name, eff) if eff else None
+        if source is not None:
+            self.interpreter(source)
+        self.programs()
+        self.sql()
+        self.network()
+
+    def shell(self) -> None:
+        script = shell_script(self.eff)
+        if script:
+            self.nested(script, f"{self.name} -c")
+        elif script == "":
+            file = shell_script_file(self.eff)
+            if file is not None:
+                self.runs(file, "shell")
+        else:
+            self.stdin_code("shell")
+
+    def stdin_code(self, language: str) -> None:
+        stdin = self.stdin
+        if stdin.text is not None:
+            if language == "shell":
+                self.nested(stdin.text, f"{self.name} stdin")
+            else:
+                self.apply_code(analyze(language, stdin.text))
+        elif stdin.word is not None and stdin.word not in _STDIN_FILES and not stdin.word.startswith(("/dev/",
+                                                                                                      "/proc/")):
+            self.runs(stdin.word, language)
+        else:
+            self.rec["stdin_script"] = self.rec["dynamic"] = True
+
+    def runs(self, word: str, language: str | None) -> None:
+        info = self.line.path(word, self.here)
+        entry = {"path": info, "written": False, "known": False}
+        self.rec["runs"] = entry
+        if info["dynamic"]:
+            self.rec["dynamic"] = True
+            return
+        written, content = self.line.content(word, self.here)
+        entry["written"] = written
+        if content is None:
+            return
+        entry["known"] = True
+        lang = language_of_script(info["normalized"], content, language or "shell")
+        if lang == "shell":
+            self.nested(content, f"script {word}")
+        else:
+            self.apply_code(analyze(lang, content))
+
+    def path_lookup(self) -> None:
+        for value in self.line.variables["PATH"]:
+            for directory in value.split(":"):
+                if directory and "$" not in directory and self.line.content(f"{directory}/{self.eff[0]}",
+                                                                           self.here)[0]:
+                    self.runs(f"{directory}/{self.eff[0]}", None)
+                    return
+
+    def interpreter(self, source: Any) -> None:
+        self.source_files = [source.script] if source.script and not source.remote else []
+        self.source_files += list(source.files)
+        self.rec["code"] = {"language": source.language, "parsed": True, "opaque": False}
+        if source.remote:
+            self.rec["runs"] = {"path": dynamic_path(source.script or ""), "written": False, "known": False}
+            self.rec["dynamic"] = True
+        elif source.inline is not None:
+            self.apply_code(analyze(source.language, source.inline))
+        elif source.script is not None:
+            self.runs(source.script, source.language)
+        elif source.stdin:
+            self.stdin_code(source.language)
+        if source.in_place or source.language == "vim":
+            self.writes += [self.line.path(f, self.here) for f in source.files]
+
+    def apply_code(self, facts: CodeFacts) -> None:
+        code = self.rec.setdefault("code", facts.summary())
+        code["parsed"] = code["parsed"] and facts.parsed
+        code["opaque"] = code["opaque"] or facts.opaque
+        path = self.code_path
+        self.deletes += [path(p) for p in facts.deletes]
+        self.writes += [path(p) for p in facts.writes]
+        self.moves += [path(p) for p in facts.moves]
+        for target, link in facts.links:
+            if target is not None and link is not None:
+                self.writes.append(path(link))
+                self.line.link(target, link, self.here)
+            else:
+                self.writes.append(dynamic_path("<computed link>"))
+        for method, url in facts.http:
+            if method not in ("GET", "HEAD", "OPTIONS") or "http" not in self.rec:
+                self.rec["http"] = {"method": method, "urls": [describe_url(url or "")]}
+        for text in facts.spawns[:16]:
+            self.nested(text, f"{self.name} code")
+
+    def code_path(self, raw: str | None) -> dict:
+        return dynamic_path("<computed>") if raw is None else self.line.path(raw, self.here)
+
+    def programs(self) -> None:
+        env = dict(self.env)
+        for key, values in self.line.variables.items():
+            if len(values) == 1 and key not in env:
+                env[key] = values[0]
+        sub = self.operands[0] if self.name == "git" and self.operands else ""
+        runs = programs_run(self.name, self.eff, env, sub) if self.eff else []
+        if runs:
+            self.rec["executes"] = [{"via": via, "known": text is not None} for via, text in runs]
+        for via, text in runs[:16]:
+            if text is None:
+                self.rec["dynamic"] = True
+            elif (via, text) not in self.line.programs_seen:
+                self.line.programs_seen.add((via, text))
+                self.nested(text, via)
+
+    def sql(self) -> None:
+        if self.name not in CLIENTS:
+            return
+        stdin = self.stdin
+        use = sql_client(self.name, self.values, self.operands, self.flags, stdin.text, stdin.given,
+                         lambda word: self.line.content(word, self.here)[1])
+        if use is None:
+            return
+        self.rec["sql"] = use.facts()
+        self.writes += [self.code_path(w) for w in use.writes]
+        for text in use.spawns[:16]:
+            self.nested(text, f"{self.name} meta-command")
+
+    def network(self) -> None:
+        name, rec = self.name, self.rec
+        if name in fx.HTTP_CLIENTS:
+            http = fx.http_facts(name, self.flags, self.operands, self.values)
+            rec["http"] = {"method": http["method"], "urls": [describe_url(u) for u in http["urls"]]}
+        api = fx.forge_api(name, self.operands, self.values)
+        if api is not None:
+            rec["http"] = {"method": api["method"], "urls": [describe_url(u) for u in api["urls"]]}
+        host = fx.remote_target(name, self.operands)
+        if host is not None:
+            rec["remote"] = {"host": host}
+
+    # -- files ----------------------------------------------------------------------------------------
+    def find_starts(self) -> list[str]:
+        starts = []
+        for word in self.eff[1:]:
+            if word.startswith(("-", "(", "!")) and word not in ("-", "-H", "-L", "-P"):
+                break
+            if word not in ("-H", "-L", "-P"):
+                starts.append(word)
+        return starts or ["."]
+
+    def path_words(self) -> list[str]:
+        if self.name == "find":
+            return self.find_starts()
+        if self.name == "git":
+            return self.operands[1:]
+        if self.name in ("echo", "printf", "alias", "trap", "eval", "parallel", "watch") or self.name in _DECLARE:
+            return []
+        if self.name in SHELLS:
+            script = shell_script_file(self.eff) if shell_script(self.eff) == "" else None
+            return [script] if script else []
+        if self.name in CLIENTS:
+            return self.operands[:1] if self.name in ("sqlite3", "sqlite", "duckdb") else []
+        if "code" in self.rec:
+            return self.source_files
+        return [o for o in self.operands if "://" not in o]
+
+    def file_effects(self) -> None:
+        name, line, here = self.name, self.line, self.here
+        for redirect in self.cmd["redirects"]:
+            if redirect["op"] in WRITE_OPS and redirect["target"] and redirect["target"] not in SAFE_TARGETS:
+                self.writes.append(line.path(redirect["target"], here))
+        targets = fx.write_targets(name, self.flags, self.operands, self.values, self.eff) + self.u.writes
+        self.writes += [line.path(t, here) for t in targets]
+        self.deletes += [line.path(t, here) for t in fx.option_deletes(name, self.flags, self.operands)]
+        self.moves += [line.path(t, here) for t in fx.move_sources(name, self.flags, self.operands, self.values)]
+        pairs = fx.link_pairs(name, self.flags, self.operands, self.values)
+        if pairs:
+            self.rec["links"] = [{"target": line.path(t, here), "link": line.path(k, here)} for t, k in pairs]
+
+    def after_effects(self) -> None:
+        """Record what later commands will find: links made, files written (with their content if known)."""
+        name, line, here = self.name, self.line, self.here
+        for target, link in fx.link_pairs(name, self.flags, self.operands, self.values):
+            line.link(target, link, here)
+        for source, dest in fx.copy_pairs(name, self.operands, self.values):
+            written, content = line.content(source, here)
+            if written:
+                line.wrote(dest, here, content)
+            else:
+                line.untrack(dest, here)
+            if name == "mv":
+                line.untrack(source, here)
+        for redirect in self.cmd["redirects"]:
+            if redirect["op"] in WRITE_OPS and redirect["target"]:
+                line.wrote(redirect["target"], here, self.redirected_text, append=redirect["op"] in (">>", "&>>"))
+        if name == "tee":
+            for word in self.operands:
+                line.wrote(word, here, self.stdin.text, append="-a" in self.flags or "--append" in self.flags)
+        elif name not in _NO_CONTENT_TRACKING and name not in ("cp", "mv"):
+            for fact in self.writes:
+                if fact["raw"] in [r["target"] for r in self.cmd["redirects"]]:
+                    continue
+                if not fact["dynamic"] and fact["raw"] not in (".", "./"):
+                    suffix = "/" if name in _DIR_WRITERS and name != "wget" or (
+                        name == "wget" and any(f in self.flags for f in ("-r", "--recursive", "-m"))) else ""
+                    line.files[fact["normalized"].rstrip("/") + suffix] = None
+                    line.effects.files[fact["normalized"].rstrip("/") + suffix] = None
+
+    def change_directory(self) -> None:
+        line = self.line
+        if self.name == "popd":
+            line.cwd = None
+            return
+        target = self.operands[0] if self.operands else "~"
+        line.cwd = None if target == "-" else line.resolve(target, line.cwd)

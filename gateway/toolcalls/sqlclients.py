@@ -1,0 +1,205 @@
+"""SQL (and redis, mongo) command-line clients -> the statements they run, wherever they come from.
+
+`psql -c`, `mysql -e`, `sqlite3 DB 'SQL'`, `duckdb -c`, `clickhouse-client -q`, `cqlsh -e`, `sqlcmd -Q`, ...;
+here-docs, here-strings and known stdin; `-f FILE` (visible only when written earlier in the line or session,
+else the SQL is invisible); client meta-commands that run programs or write files (`\\!`, `\\o |cmd`,
+`.shell`, `.output`, `system`, `COPY ... PROGRAM`). Pure; never raises.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Callable
+
+from gateway.toolcalls.sql import describe_sql, sql_side_effects
+
+
+@dataclass(frozen=True)
+class _Client:
+    inline: tuple[str, ...] = ()     # options carrying SQL
+    files: tuple[str, ...] = ()      # options naming a file of SQL
+    info: tuple[str, ...] = ()       # options that run no SQL (--version, --list)
+    sql_operands: bool = False       # operands after the first (the database) are SQL (sqlite3 DB 'SQL')
+    meta: str = ""                   # meta-command style: "psql", "sqlite", "mysql"
+    dialect: str = "sql"
+
+
+_COMMON_INFO = ("--version", "-V", "--help", "-?", "-version", "-help")
+CLIENTS: dict[str, _Client] = {
+    "psql": _Client(("-c", "--command"), ("-f", "--file"), _COMMON_INFO + ("-l", "--list"), meta="psql"),
+    "usql": _Client(("-c", "--command"), ("-f", "--file"), _COMMON_INFO, meta="psql"),
+    "mysql": _Client(("-e", "--execute"), (), _COMMON_INFO, meta="mysql"),
+    "mariadb": _Client(("-e", "--execute"), (), _COMMON_INFO, meta="mysql"),
+    "sqlite3": _Client(("-cmd",), ("-init",), _COMMON_INFO, sql_operands=True, meta="sqlite"),
+    "sqlite": _Client(("-cmd",), ("-init",), _COMMON_INFO, sql_operands=True, meta="sqlite"),
+    "duckdb": _Client(("-c", "-cmd", "-s"), ("-init", "-f"), _COMMON_INFO, sql_operands=True, meta="sqlite"),
+    "clickhouse-client": _Client(("-q", "--query"), ("--queries-file",), _COMMON_INFO),
+    "cqlsh": _Client(("-e", "--execute"), ("-f", "--file"), _COMMON_INFO),
+    "sqlcmd": _Client(("-Q", "-q"), ("-i",), ("-?",)),
+    "snowsql": _Client(("-q", "--query"), ("-f", "--filename"), _COMMON_INFO),
+    "trino": _Client(("--execute",), ("-f", "--file"), _COMMON_INFO),
+    "presto": _Client(("--execute",), ("-f", "--file"), _COMMON_INFO),
+    "spark-sql": _Client(("-e",), ("-f",), _COMMON_INFO),
+    "beeline": _Client(("-e",), ("-f",), _COMMON_INFO),
+    "hive": _Client(("-e",), ("-f",), _COMMON_INFO),
+    "impala-shell": _Client(("-q", "--query"), ("-f", "--query_file"), _COMMON_INFO),
+    "mongo": _Client(("--eval",), (), _COMMON_INFO, dialect="mongo"),
+    "mongosh": _Client(("--eval",), ("-f", "--file"), _COMMON_INFO, dialect="mongo"),
+    "redis-cli": _Client((), ("--eval",), _COMMON_INFO + ("--scan", "--bigkeys", "--memkeys", "--stat",
+                                                          "--latency"), dialect="redis"),
+}
+_REDIS_ARGS = frozenset("-h -p -s -a -u -n -r -i -d -D --user --pass --askpass --tls --cacert --cert --key "
+                        "--pattern --count --eval -e".split())
+
+
+@dataclass
+class SqlUse:
+    """What a SQL client runs: visible texts, and whether any SQL is invisible; programs and files."""
+    dialect: str
+    texts: list[str] = field(default_factory=list)
+    invisible: bool = False
+    spawns: list[str | None] = field(default_factory=list)
+    writes: list[str | None] = field(default_factory=list)
+
+    def facts(self) -> dict:
+        """The `sql` fact: {"parsed", "kinds", "unbounded", "visible"}."""
+        parsed, kinds, unbounded = True, [], []
+        for text in self.texts:
+            if self.dialect == "redis":
+                words = text.split()
+                kinds.append(words[0].upper() if words else "")
+                continue
+            if self.dialect == "mongo":
+                got = _mongo_kinds(text)
+            else:
+                got = describe_sql(text) if text.strip() else {"parsed": True, "kinds": [], "unbounded": []}
+            parsed = parsed and got["parsed"]
+            kinds += got["kinds"]
+            unbounded += got.get("unbounded", [])
+        return {"parsed": parsed, "kinds": list(dict.fromkeys(k for k in kinds if k)),
+                "unbounded": list(dict.fromkeys(unbounded)), "visible": not self.invisible}
+
+
+def sql_client(name: str, values: dict[str, list[str]], operands: list[str], flags: list[str],
+               stdin_text: str | None, stdin_given: bool, read_file: Callable[[str], str | None]) -> SqlUse | None:
+    """The SqlUse of a client command, or None when `name` is no SQL client or runs no SQL (`psql -l`).
+    stdin_text: its known stdin (here-doc, here-string, a literal pipe, a file written earlier), None when
+    stdin is unknown or absent; stdin_given: whether anything is fed to its stdin at all."""
+    client = CLIENTS.get(name)
+    if client is None or any(f in client.info for f in flags):
+        return None
+    use = SqlUse(client.dialect)
+    raw: list[str] = []
+    for option in client.inline:
+        raw += values.get(option, [])
+    for option in client.files:
+        for path in values.get(option, []):
+            content = read_file(path)
+            if content is None:
+                use.invisible = True
+            else:
+                raw.append(content)
+    if client.sql_operands:
+        raw += operands[1:]
+    if client.dialect == "redis":
+        if operands:
+            raw.append(" ".join(operands))
+    if not raw and not use.invisible:
+        if stdin_text is not None:
+            raw.append(stdin_text)
+        elif stdin_given or client.dialect != "redis" or not operands:
+            use.invisible = True
+    for text in raw:
+        _split_meta(client.meta, text, use)
+    return use
+
+
+def _split_meta(style: str, text: str, use: SqlUse) -> None:
+    """Meta-commands out, SQL in: psql `\\x ...`, sqlite `.x ...`, mysql `system`/`source`/... lines."""
+    if use.dialect != "sql":
+        use.texts.append(text)
+        return
+    sql_lines: list[str] = []
+    for line in text.split("\n"):
+        stripped = line.strip()
+        handled = False
+        if style in ("psql", "mysql") and "\\" in stripped:
+            head, _, meta = stripped.partition("\\")
+            if re.match(r"[!a-zA-Z.?]", meta):
+                _meta_command("\\" + meta, style, use)
+                sql_lines.append(head)
+                handled = True
+        if not handled and style == "sqlite" and stripped.startswith("."):
+            _meta_command(stripped, style, use)
+            handled = True
+        if not handled and style == "mysql" and re.match(r"(?i)(system|source|tee|pager|edit|nopager|notee)\b",
+                                                         stripped):
+            _meta_command(stripped, style, use)
+            handled = True
+        if not handled:
+            sql_lines.append(line)
+    sql = "\n".join(sql_lines)
+    programs, files = sql_side_effects(sql)
+    use.spawns += programs
+    use.writes += files
+    use.texts.append(sql)
+
+
+def _meta_command(line: str, style: str, use: SqlUse) -> None:
+    match = re.match(r"^\\?\.?([!.a-zA-Z_?]+)\s*(.*)$", line.rstrip(";").strip(), re.S)
+    if not match:
+        return
+    name, arg = match.group(1).lower(), match.group(2).strip()
+    if name in ("!", "shell", "system"):
+        use.spawns.append(arg or None)
+    elif name in ("o", "out", "w", "write", "g", "gx", "output", "once", "tee", "t", "save", "backup", "excel"):
+        if arg.startswith("|"):
+            use.spawns.append(arg[1:].strip() or None)
+        elif arg and not arg.startswith("-"):
+            use.writes.append(arg.strip("'\""))
+    elif name in ("i", "ir", "include", "include_relative", "read", "source", ".", "gexec", "restore", "import",
+                  "load", "open"):
+        if arg.startswith("|"):
+            use.spawns.append(arg[1:].strip() or None)
+        else:
+            use.invisible = True
+    elif name in ("pager", "p") and arg:
+        use.spawns.append(arg)
+    elif name in ("e", "edit", "ef", "ev", "setenv"):
+        use.spawns.append(None)
+    elif name == "copy":
+        program = re.search(r"(?i)\bprogram\s+'([^']*)'", arg)
+        target = re.search(r"(?i)\bto\s+'?([^'\s]+)", arg)
+        if program:
+            use.spawns.append(program.group(1))
+        elif target and target.group(1).lower() not in ("stdout", "pstdout"):
+            use.writes.append(target.group(1))
+
+
+_MONGO = [(r"\.dropDatabase\s*\(|\.drop\s*\(|\.dropIndex(?:es)?\s*\(|dropAllUsers|dropUser", "DROP"),
+          (r"\.delete(?:Many|One)\s*\(|\.remove\s*\(|findOneAndDelete|findAndModify\([^)]*remove", "DELETE"),
+          (r"\.update(?:Many|One)?\s*\(|\.replaceOne\s*\(|findOneAndUpdate|findOneAndReplace", "UPDATE"),
+          (r"\.insert(?:Many|One)?\s*\(|\.save\s*\(", "INSERT"), (r"\.renameCollection\s*\(", "ALTER"),
+          (r"\.find(?:One)?\s*\(|\.count(?:Documents)?\s*\(|\.aggregate\s*\(|getCollectionNames|show\s+dbs|"
+           r"printjson|\.stats\s*\(|\.distinct\s*\(|listCollections|db\.version", "SELECT"),
+          (r"\beval\s*\(|\bFunction\s*\(|runCommand|adminCommand", "COMMAND")]
+
+
+def _mongo_kinds(code: str) -> dict:
+    kinds = [kind for pattern, kind in _MONGO if re.search(pattern, code)]
+    unbounded = ["DELETE"] if re.search(r"\.(?:deleteMany|remove)\s*\(\s*(?:\{\s*\})?\s*\)", code) else []
+    unbounded += ["UPDATE"] if re.search(r"\.updateMany\s*\(\s*\{\s*\}", code) else []
+    return {"parsed": bool(kinds) or not code.strip(), "kinds": kinds, "unbounded": unbounded}
+
+
+def redis_operands(words: list[str]) -> list[str]:
+    """redis-cli's command words (its options and their values skipped)."""
+    out, i = [], 0
+    while i < len(words):
+        word = words[i]
+        if word.startswith("-") and not out:
+            i += 2 if word in _REDIS_ARGS else 1
+            continue
+        out.append(word)
+        i += 1
+    return out
