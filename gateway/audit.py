@@ -35,6 +35,7 @@ class AuditLog:
         self._max_batch = max_batch
         self.max_pending = max_pending
         self._pending: list[dict] = []
+        self._inflight: list[dict] = []       # the batch being written (readers see it until it is stored)
         self._wake = asyncio.Event()
         self._task: asyncio.Task | None = None
         self._lock = asyncio.Lock()
@@ -68,11 +69,17 @@ class AuditLog:
         if len(self._pending) >= self._max_batch:
             self._wake.set()
 
+    def queued(self, kind: str, session: str) -> list[dict]:
+        """Rows of this kind and session recorded but not yet written, oldest first (the batch being written
+        included: a reader never misses a row between the queue and the store)."""
+        return [dict(r) for r in self._inflight + self._pending if r["kind"] == kind and r["session"] == session]
+
     async def flush(self) -> bool:
         """Write what is pending, batch by batch; stop at the first failure (rows kept). True when all written."""
         async with self._lock:
             while self._pending:
                 batch, self._pending = self._pending[: self._max_batch], self._pending[self._max_batch:]
+                self._inflight = batch
                 try:
                     await self._store.append_events(batch)
                 except Exception:  # noqa: BLE001 - keep the rows and retry; never lose audit silently
@@ -81,6 +88,8 @@ class AuditLog:
                         log.exception("audit write failed; %d rows kept for retry", len(self._pending))
                     self.writing = False
                     return False
+                finally:
+                    self._inflight = []
             if not self.writing:
                 log.warning("audit writes resumed")
             self.writing = True

@@ -6,6 +6,7 @@ import functools
 import logging
 import secrets
 import time
+from typing import Any
 
 from aiohttp import web
 
@@ -16,6 +17,9 @@ from gateway.api.sessions import read_json
 from gateway.approvals import binding_hash, canonical_json
 from gateway.mcp.context import parse_mcp_context
 from gateway.policy.inputs import build_session_input
+from gateway.store import StoreError
+from gateway.toolcalls.enrich import Enriched, enrich_toolcall
+from gateway.toolcalls.history import HISTORY_SIZE, audit_facts, history_entries, path_rows, paths_from_rows
 
 log = logging.getLogger("sandgate.toolcalls")
 ENRICH_TIMEOUT_S = 5.0
@@ -70,29 +74,38 @@ async def post_toolcall(request: web.Request) -> web.Response:
         gw.sessions.steps[sid] = step
     gw.sessions.count(sid, toolcalls=1)
     session = gw.sessions.with_stats(session)
-    from gateway.toolcalls.enrich import build_toolcall_input
-
+    now = time.time()
+    history, links, files = await _session_memory(gw, sid, now)
+    mcp_input = mcp.to_input() if mcp is not None else None
     try:
-        # Parsing (tree-sitter, sqlglot) can take a while on hostile input: off the loop, bounded.
-        doc = await asyncio.wait_for(asyncio.to_thread(
-            functools.partial(build_toolcall_input, session=session, tool=tool, args=args, step=step,
-                              now=time.time())), ENRICH_TIMEOUT_S)
+        # Parsing (tree-sitter, sqlglot, ast) can take a while on hostile input: off the loop, bounded.
+        enriched = await asyncio.wait_for(asyncio.to_thread(functools.partial(
+            enrich_toolcall, session=session, tool=tool, args=args, step=step, now=now, history=history,
+            links=links, files=files, mcp=mcp_input)), ENRICH_TIMEOUT_S)
     except Exception:  # noqa: BLE001 - enrichment failure must not allow: the policy sees it unparsed
         log.warning("tool-call enrichment failed for session %s tool %s", sid, tool)
-        doc = {"kind": "toolcall", "session": build_session_input(session, time.time()),
-               "tool": {"name": tool, "args": args}, "step": step,
-               "shell": {"parsed": False, "commands": []}, "sql": {"parsed": False, "kinds": []}}
-    if mcp is not None:
-        doc["mcp"] = mcp.to_input()
+        enriched = Enriched({"kind": "toolcall", "session": build_session_input(session, now),
+                             "tool": {"name": tool, "args": args}, "step": step, "history": history,
+                             "shell": {"parsed": False, "commands": []},
+                             "sql": {"parsed": False, "kinds": [], "unbounded": [], "visible": False}})
+        if mcp_input is not None:
+            enriched.doc["mcp"] = mcp_input
+    doc = enriched.doc
     decision = await gw.engine.decide("toolcall", doc)
     gw.metrics.decision("toolcall", decision.action)
     tcid = "t_" + secrets.token_hex(8)
     out = {"id": tcid, "decision": decision.action, "reasons": list(decision.reasons),
            "codes": list(decision.codes)}
     summary = toolcall_summary(tool, args) if mcp is None else f"mcp {mcp.server}/{tool} {canonical_json(args)}"[:300]
-    detail = {"toolcall_id": tcid, "tool": tool, "summary": summary}
+    detail = {"toolcall_id": tcid, "tool": tool, "summary": summary, **audit_facts(doc)}
     if mcp is not None:
         detail["mcp_server"] = mcp.server
+    if decision.action != "deny":
+        try:                                  # links and scripts this call leaves, for the session's later calls
+            await gw.store.append_session_paths(path_rows(sid, enriched.effects, now))
+        except StoreError:
+            log.warning("could not record the paths of tool call %s", tcid)
+            raise ApiError(503, "store_unavailable", "the store is unavailable; try again") from None
     if decision.action == "ask":
         queue = gw.approvals
         binding = binding_hash(sid, "toolcall", tool if mcp is None else mcp.target(tool), canonical_json(args))
@@ -111,3 +124,17 @@ async def post_toolcall(request: web.Request) -> web.Response:
     gw.audit.record("toolcall", session=sid, step=step, action=out["decision"], reasons=out["reasons"],
                     codes=out["codes"], request_id=tcid, policy_rev=decision.rev, detail=detail)
     return web.json_response(out)
+
+
+async def _session_memory(gw: Any, sid: str, now: float) -> tuple[list[dict], dict, dict]:
+    """The session's recent tool calls (stored and still queued audit rows) and the links and files its
+    earlier calls left. A store that cannot answer is an error (503): deciding without them could allow what
+    a sequence makes dangerous."""
+    queued = gw.audit.queued("toolcall", sid)   # first: a flush during the reads below moves rows to the store
+    try:
+        events = await gw.store.list_events(session=sid, kind="toolcall", limit=HISTORY_SIZE, newest=True)
+        rows = await gw.store.list_session_paths(sid)
+    except StoreError:
+        raise ApiError(503, "store_unavailable", "the store is unavailable; try again") from None
+    links, files = paths_from_rows(rows)
+    return history_entries(events + queued, now), links, files

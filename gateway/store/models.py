@@ -1,9 +1,9 @@
-"""Tables: sessions, approvals, audit events. Plain SQL types so SQLite and PostgreSQL both work."""
+"""Tables: sessions, approvals, audit events, session paths. Plain SQL types so SQLite and PostgreSQL both work."""
 from __future__ import annotations
 
 from typing import Any, Optional
 
-from sqlalchemy import JSON, Column, Index
+from sqlalchemy import JSON, Column, Index, Text
 from sqlmodel import Field, SQLModel
 
 
@@ -79,6 +79,20 @@ class RevocationRow(SQLModel, table=True):
     jti: str = Field(index=True, unique=True)
     revoked_at: float
     revoked_by: str = ""
+
+
+class SessionPathRow(SQLModel, table=True):
+    """What a session's tool calls left behind: a symbolic link (path -> target) or a written file (its
+    content when the call showed it). Later rows for the same path replace earlier ones."""
+    __tablename__ = "session_paths"
+    __table_args__ = (Index("ix_session_paths_session", "session", "id"),)
+    id: Optional[int] = Field(default=None, primary_key=True)
+    session: str
+    path: str
+    kind: str                          # "link" or "file"
+    target: Optional[str] = None       # a link's target (None: only known at run time)
+    content: Optional[str] = Field(default=None, sa_column=Column(Text, nullable=True))  # None: not visible
+    ts: float = 0.0
 
 
 def row_dict(row: Any) -> dict:

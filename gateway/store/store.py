@@ -16,7 +16,7 @@ from sqlalchemy import event, func, inspect, select, update
 from sqlalchemy.engine import Engine
 from sqlmodel import Session, SQLModel, create_engine
 
-from gateway.store.models import ApprovalRow, EventRow, RevocationRow, SessionRow, row_dict
+from gateway.store.models import ApprovalRow, EventRow, RevocationRow, SessionPathRow, SessionRow, row_dict
 
 T = TypeVar("T")
 
@@ -272,3 +272,24 @@ class Store:
         """Events in order; `after_seq` (with `session`) keeps only those past that sequence number."""
         return await self.run(self._list_events, session, kind, limit, newest, after_seq)
 
+
+    # -- session paths (links and files left by tool calls) -----------------------------------------
+    def _append_session_paths(self, rows: list[dict]) -> None:
+        with Session(self.engine) as db:
+            db.add_all([SessionPathRow(**row) for row in rows])
+            db.commit()
+
+    async def append_session_paths(self, rows: list[dict]) -> None:
+        if rows:
+            await self.run(self._append_session_paths, rows)
+
+    def _list_session_paths(self, session: str, limit: int) -> list[dict]:
+        q = (select(SessionPathRow).where(SessionPathRow.session == session)
+             .order_by(SessionPathRow.id.desc()).limit(limit))
+        with Session(self.engine) as db:
+            rows = [row_dict(r) for r in db.execute(q).scalars().all()]
+        return list(reversed(rows))
+
+    async def list_session_paths(self, session: str, limit: int = 500) -> list[dict]:
+        """The session's newest `limit` path rows, oldest first."""
+        return await self.run(self._list_session_paths, session, limit)

@@ -45,6 +45,8 @@ _NO_CONTENT_TRACKING = frozenset({"chmod", "chown", "chgrp", "touch", "mkdir", "
 _DIR_WRITERS = frozenset({"tar", "gtar", "bsdtar", "unzip", "git", "wget"})
 _DECLARE = frozenset({"export", "declare", "typeset", "local", "readonly"})
 _READS_VARS = frozenset({"read", "mapfile", "readarray", "getopts"})
+_RESERVED = frozenset({"then", "else", "elif", "fi", "do", "done", "esac", "in", "}", "{", "if", "while", "until",
+                       "for", "case", "select", "function"})
 _WHOLE_VAR = re.compile(r"\$(?:\{\w+\}|\w+)")
 
 
@@ -86,6 +88,28 @@ def describe_shell(command: str, workspace: str) -> dict:
     return describe_line(command, workspace)[0]
 
 
+def _split_items(text: str, separator: str | None) -> list[str]:
+    """xargs's items: separated by the separator (-0, -d, lines for -I/-L), else by blanks."""
+    if separator is None:
+        return text.split()
+    return [item for item in text.rstrip("\n").split(separator) if item]
+
+
+def _substitution_output(word: str) -> str | None:
+    """The output of a process substitution `<(echo ...)` / `<(printf ...)` when it is literal."""
+    if not (word.startswith("<(") and word.endswith(")")):
+        return None
+    commands = [c for c in parse_shell(word[2:-1])["commands"] if c["argv"]]
+    if len(commands) != 1 or len(word) > MAX_TEXT:
+        return None
+    argv = commands[0]["argv"]
+    if argv[0] == "echo":
+        return echo_text(argv)
+    if argv[0] == "printf":
+        return printf_text(argv)
+    return None
+
+
 class _Line:
     """One tool call's command line being described (shared by every nesting level)."""
 
@@ -97,7 +121,7 @@ class _Line:
         self.variables: dict[str, list[str]] = {}
         self.aliases: dict[str, str] = {}
         self.functions: dict[str, str] = {}
-        self.expanding: set[str] = set()
+        self.expanding: set[tuple[str, str]] = set()     # (name, definition) being expanded
         self.programs_seen: set[tuple[str, str]] = set()
         self.out: list[dict] = []
         self.ok = True
@@ -139,22 +163,30 @@ class _Line:
             expanded = [c for v in raw for c in expand_word(v, self.variables, self.cwd)]
             self.variables[name] = expanded[:16]
 
-    def expand(self, name: str, text: str, depth: int, origin: str) -> None:
-        self.expanding.add(name)
+    def expand(self, key: tuple[str, str], text: str, depth: int, origin: str) -> None:
+        self.expanding.add(key)
         try:
             self.run_script(text, depth + 1, origin)
         finally:
-            self.expanding.discard(name)
+            self.expanding.discard(key)
 
     # -- one command --------------------------------------------------------------------------------
     def command(self, cmd: dict, depth: int, origin: str, op: str, piped: _Out | None) -> _Out | None:
         argv = cmd["argv"]
-        if argv and argv[0] in self.aliases and argv[0] not in self.expanding:
-            self.expand(argv[0], self.aliases[argv[0]] + " " + shlex.join(argv[1:]), depth, f"alias {argv[0]}")
+        while argv and argv[0] in _RESERVED:      # `x; then rm ...`: bash refuses it, tree-sitter does not
+            self.ok = False
+            argv = argv[1:]
+            cmd = {**cmd, "argv": argv}
+        if argv and argv[0] in self.aliases and (argv[0], self.aliases[argv[0]]) not in self.expanding:
+            self.expand((argv[0], self.aliases[argv[0]]), self.aliases[argv[0]] + " " + shlex.join(argv[1:]), depth,
+                        f"alias {argv[0]}")
             return None
-        if argv and argv[0] in self.functions and argv[0] not in self.expanding:
-            self.call_function(argv, depth)
-            return None
+        if argv and argv[0] in self.functions:
+            if (argv[0], self.functions[argv[0]]) in self.expanding:
+                self.ok = False                   # a function calling itself: not followed further
+            else:
+                self.call_function(argv, depth)
+                return None
         names = substitute(argv[0], self.variables, self.cwd) if argv and not cmd.get("fixed") else argv[:1]
         if len(names) > 1:                    # a loop variable: each value is a command of its own
             for alternative in names[:8]:
@@ -176,13 +208,20 @@ class _Line:
 
     def call_function(self, argv: list[str], depth: int) -> None:
         words = [w for word in argv[1:] for w in expand_word(word, self.variables, self.cwd)]
-        keys = [str(i) for i in range(1, 10)] + ["@", "*", "#"]
+        key = (argv[0], self.functions[argv[0]])
+        self.with_positional(words, None, lambda: self.expand(key, key[1], depth, f"function {argv[0]}"))
+
+    def with_positional(self, words: list[str], zero: list[str] | None, run: Any) -> None:
+        """run() with $1..$9, $@, $*, $# (and $0 when given) set to words."""
+        keys = [str(i) for i in range(10)] + ["@", "*", "#"]
         saved = {k: self.variables.get(k) for k in keys}
         for i in range(9):
             self.variables[str(i + 1)] = [words[i]] if i < len(words) else [""]
         self.variables.update({"@": words or [""], "*": [" ".join(words)], "#": [str(len(words))]})
+        if zero:
+            self.variables["0"] = zero
         try:
-            self.expand(argv[0], self.functions[argv[0]], depth, f"function {argv[0]}")
+            run()
         finally:
             for key, value in saved.items():
                 if value is None:
@@ -272,8 +311,8 @@ class _Command:
             self.here = line.resolve(values["-C"][-1], self.here)
         if not self.eff and u.wrappers and (u.script is not None or u.interactive):
             self.name = u.wrappers[-1].split()[0]
-        rec.update(name=self.name, operands=operands, flags=flags, options=values,
-                   dynamic=bool(self.eff and _DYNAMIC_NAME.search(self.eff[0])), cwd=line.path(".", self.here))
+        rec.update(name=self.name, operands=operands, flags=flags, options=values, cwd=line.path(".", self.here),
+                   dynamic=rec.get("dynamic", False) or bool(self.eff and _DYNAMIC_NAME.search(self.eff[0])))
         if u.wrappers:
             rec["wrappers"] = u.wrappers
         if u.interactive:
@@ -307,10 +346,14 @@ class _Command:
 
     def xargs_operands(self) -> None:
         items = self.piped.items if self.piped is not None else None
-        if items is None and self.stdin.text is not None:
-            items = self.stdin.text.split()
+        text = self.piped.text if self.piped is not None and self.piped.text is not None else self.stdin.text
+        if text is not None and (items is None or self.u.separator is not None):
+            items = _split_items(text, self.u.separator)
         if items is None or not self.eff:
             self.rec["stdin_operands"] = True
+            name = posixpath.basename(self.eff[0]) if self.eff else ""
+            if name in SHELLS or name == "eval" or code_source(name, self.eff) is not None:
+                self.rec["dynamic"] = True     # its code is among the operands it reads
             return
         items = items[:32]
         if self.u.replace and any(self.u.replace in w for w in self.eff[1:]):
@@ -355,7 +398,7 @@ class _Command:
             file = self.values.get("-f")
             self.runs(file[-1], "shell") if file else self.stdin_code("shell")
         elif name == "eval" and len(eff) > 1:
-            self.nested(" ".join(eff[1:]), "eval")
+            self.eval_text()
         elif name in ("source", ".") and self.operands:
             word = self.operands[0]
             self.stdin_code("shell") if word in _STDIN_FILES else self.runs(word, "shell")
@@ -363,7 +406,7 @@ class _Command:
                 and self.operands[0] not in ("-", ""):
             self.nested(self.operands[0], "trap")
         elif name == "alias":
-            for word in eff[1:]:
+            for word in self.cmd["argv"][1:]:       # as written: quoted braces expand only when it is used
                 key, eq, value = word.partition("=")
                 if eq and not key.startswith("-"):
                     line.aliases[key] = value
@@ -380,6 +423,8 @@ class _Command:
         elif name == "find":
             rec["exec_names"] = []
             starts = self.find_starts()
+            if find_exec_groups(eff):
+                rec.setdefault("executes", []).append({"via": "find -exec", "known": True})
             for group in find_exec_groups(eff):
                 group = [w for g in group for w in ([*starts] if g == "{}" else [g.replace("{}", starts[0])])]
                 inner = unwrap(group).argv
@@ -394,6 +439,8 @@ class _Command:
             if remote:
                 rec["remote"] = {"host": remote}
             self.nested(text, "parallel")
+        if name in ("make", "gmake"):
+            self.runs((self.values.get("-f") or self.values.get("--file") or ["Makefile"])[-1], "make")
         if "/" in (eff[0] if eff else "") and name not in SHELLS:
             self.runs(eff[0], None)
         elif eff and "PATH" in line.variables and "/" not in eff[0]:
@@ -405,10 +452,21 @@ class _Command:
         self.sql()
         self.network()
 
+    def eval_text(self) -> None:
+        """eval's words joined: variables substituted but not split (quoted "$X" is the common form)."""
+        words = self.cmd["argv"][1:] if posixpath.basename(self.cmd["argv"][0]) == "eval" else self.eff[1:]
+        options = [substitute(w, self.line.variables, self.line.cwd)[:4] for w in words]
+        texts = [""]
+        for choices in options:
+            texts = [f"{t} {c}".strip() for t in texts for c in choices][:8]
+        for text in texts:
+            self.nested(text, "eval")
+
     def shell(self) -> None:
         script = shell_script(self.eff)
         if script:
-            self.nested(script, f"{self.name} -c")
+            rest = self.eff[self.eff.index(script) + 1:] if script in self.eff else []
+            self.line.with_positional(rest[1:], rest[:1], lambda: self.nested(script, f"{self.name} -c"))
         elif script == "":
             file = shell_script_file(self.eff)
             if file is not None:
@@ -430,6 +488,17 @@ class _Command:
             self.rec["stdin_script"] = self.rec["dynamic"] = True
 
     def runs(self, word: str, language: str | None) -> None:
+        produced = _substitution_output(word)
+        if produced is not None:                 # `bash <(echo ...)`: the script is that output
+            self.rec["runs"] = {"path": dynamic_path(word), "written": False, "known": True}
+            if (language or "shell") == "shell":
+                self.nested(produced, f"{self.name} <(...)")
+            else:
+                self.apply_code(analyze(language or "shell", produced))
+            return
+        if word in _STDIN_FILES:                # `bash /dev/stdin <<< ...`: the script is its stdin
+            self.stdin_code(language or "shell")
+            return
         info = self.line.path(word, self.here)
         entry = {"path": info, "written": False, "known": False}
         self.rec["runs"] = entry
@@ -442,7 +511,10 @@ class _Command:
             return
         entry["known"] = True
         lang = language_of_script(info["normalized"], content, language or "shell")
-        if lang == "shell":
+        if language == "make":                  # its recipes are shell lines
+            recipes = "\n".join(line[1:].lstrip("@-+") for line in content.split("\n") if line.startswith("\t"))
+            self.nested(recipes, f"make recipes in {word}")
+        elif lang == "shell":
             self.nested(content, f"script {word}")
         else:
             self.apply_code(analyze(lang, content))
@@ -580,7 +652,7 @@ class _Command:
         for target, link in fx.link_pairs(name, self.flags, self.operands, self.values):
             line.link(target, link, here)
         for source, dest in fx.copy_pairs(name, self.operands, self.values):
-            written, content = line.content(source, here)
+            written, content = (True, self.stdin.text) if source in _STDIN_FILES else line.content(source, here)
             if written:
                 line.wrote(dest, here, content)
             else:
@@ -597,7 +669,7 @@ class _Command:
             for fact in self.writes:
                 if fact["raw"] in [r["target"] for r in self.cmd["redirects"]]:
                     continue
-                if not fact["dynamic"] and fact["raw"] not in (".", "./"):
+                if not fact["dynamic"] and fact["raw"] not in (".", "./") and fact["normalized"] not in line.links:
                     suffix = "/" if name in _DIR_WRITERS and name != "wget" or (
                         name == "wget" and any(f in self.flags for f in ("-r", "--recursive", "-m"))) else ""
                     line.files[fact["normalized"].rstrip("/") + suffix] = None

@@ -52,8 +52,12 @@ def write_targets(name: str, flags: list[str], operands: list[str], values: dict
         targets += values.get("-d", []) or ["."]
     elif name == "zip" and operands:
         targets.append(operands[0])
+    elif name in ("7z", "7za", "7zz", "7zr") and operands[:1] in (["x"], ["e"]):
+        targets += [w[2:] for w in argv[1:] if w.startswith("-o") and len(w) > 2] or ["."]
     elif name == "git" and operands:
         targets += _git_writes(operands)
+    elif name in ("docker", "podman", "nerdctl") and operands[:1] in (["run"], ["create"]):
+        targets += _bind_sources(values)
     elif name == "find":
         words = argv[1:]
         for i, word in enumerate(words):
@@ -107,6 +111,18 @@ def _tar_writes(flags: list[str], operands: list[str], values: dict[str, list[st
     if create:
         return archive
     return []
+
+
+def _bind_sources(values: dict[str, list[str]]) -> list[str]:
+    """Host paths a container gets to write: `-v SRC:DST`, `--mount type=bind,source=SRC`."""
+    out = [v.split(":", 1)[0] for v in values.get("-v", []) + values.get("--volume", [])
+           if v.startswith(("/", "~", ".", "$"))]
+    for mount in values.get("--mount", []):
+        fields = dict(part.split("=", 1) for part in mount.split(",") if "=" in part)
+        source = fields.get("source") or fields.get("src")
+        if source and fields.get("type", "volume") == "bind":
+            out.append(source)
+    return out
 
 
 def _git_writes(operands: list[str]) -> list[str]:

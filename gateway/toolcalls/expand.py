@@ -15,7 +15,7 @@ USER = "sandbox-user"        # $USER, $(whoami): some user name (only its shape 
 _VAR = re.compile(r"\$(?:\{([A-Za-z_][A-Za-z0-9_]*|[0-9@*#])\}|([A-Za-z_][A-Za-z0-9_]*|[0-9@*#]))")
 _USER_FORMS = re.compile(r"\$\{?(?:USER|LOGNAME)\}?(?![A-Za-z0-9_])|\$\((?:whoami|id -un)\)|`(?:whoami|id -un)`")
 _PWD_FORMS = re.compile(r"\$\(\s*pwd\s*\)|`\s*pwd\s*`")
-_ECHO_SUB = re.compile(r"\$\(\s*echo\s+([^()`$;|&<>]*?)\s*\)|`\s*echo\s+([^()`$;|&<>]*?)\s*`")
+_SUBSTITUTION = re.compile(r"\$\(([^()`]*)\)|`([^`]*)`")
 # ${HOME...} parameter forms that still name the home directory, and those naming its parent
 _HOME_SAME = re.compile(r"\$\{HOME(?::?[-=][^}]*|%%?/+)\}")
 _HOME_PARENT = re.compile(r"\$\{HOME%%?/\*\}")
@@ -105,7 +105,7 @@ def substitute(word: str, variables: dict[str, list[str]], cwd: str | None) -> l
     word = _HOME_SAME.sub("~", word)
     if cwd is not None:
         word = _PWD_FORMS.sub(lambda _m: cwd, word)
-    word = _ECHO_SUB.sub(lambda m: (m.group(1) if m.group(1) is not None else m.group(2)).strip("'\""), word)
+    word = _SUBSTITUTION.sub(_literal_output, word)
     if "$" not in word or not variables:
         return [word]
     pieces: list[list[str]] = []
@@ -127,6 +127,20 @@ def substitute(word: str, variables: dict[str, list[str]], cwd: str | None) -> l
         if len(out) > MAX_CANDIDATES:
             return [word]
     return out
+
+
+def _literal_output(match: re.Match) -> str:
+    """A command substitution whose output is known (`$(echo ~)`, `$(printf %s /)`), or itself."""
+    from gateway.toolcalls.shell import parse_shell            # the parser does not import this module
+    from gateway.toolcalls.streams import echo_text, printf_text
+
+    inner = match.group(1) if match.group(1) is not None else match.group(2)
+    commands = [c for c in parse_shell(inner)["commands"] if c["argv"]] if len(inner) < 1000 else []
+    if len(commands) != 1 or commands[0]["redirects"]:
+        return match.group()
+    argv = commands[0]["argv"]
+    text = echo_text(argv) if argv[0] == "echo" else printf_text(argv) if argv[0] == "printf" else None
+    return match.group() if text is None else text.rstrip("\n")
 
 
 def expand_word(word: str, variables: dict[str, list[str]], cwd: str | None) -> list[str]:

@@ -104,8 +104,8 @@ def git_config(argv: list[str], env: dict[str, str]) -> list[tuple[str, str | No
         elif word.startswith(("-c", "--config=")) and word not in ("-c", "--config") and "=" in word:
             pairs.append(_pair(word[len("--config="):] if word.startswith("--config=") else word[2:]))
         elif word.startswith("--config-env="):
-            key, _, var = word[len("--config-env="):].partition("=")
-            pairs.append((key.lower(), env.get(var)))
+            key = word[len("--config-env="):].partition("=")[0]
+            pairs.append((key.lower(), None))       # the environment's value when it runs: not visible here
     count = env.get("GIT_CONFIG_COUNT", "")
     if count.isdigit():
         for n in range(min(int(count), 64)):
@@ -157,6 +157,8 @@ def _git(argv: list[str], env: dict[str, str], sub: str) -> list[Program]:
     if sub == "submodule" and "foreach" in words:
         rest = [w for w in words[words.index("foreach") + 1:] if w not in ("--recursive", "-q", "--quiet")]
         out.append(("git submodule foreach", " ".join(rest) or None))
+    if sub in ("clone", "init") and any(w == "--template" or w.startswith("--template=") for w in words):
+        out.append((f"git {sub} --template", None))           # hooks copied from a template directory
     for word in words:
         if word.startswith("ext::"):
             out.append(("git ext:: transport", word[5:].replace("% ", " ").replace("%%", "%") or None))

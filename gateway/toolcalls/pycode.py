@@ -13,6 +13,7 @@ from __future__ import annotations
 import ast
 import posixpath
 import shlex
+import warnings
 
 from gateway.toolcalls.codefacts import MAX_CODE, CodeFacts, unparsed
 
@@ -35,6 +36,9 @@ _OPAQUE = {"base64.b64decode", "base64.b32decode", "base64.b16decode", "base64.a
            "importlib.util.spec_from_file_location", "code.InteractiveInterpreter", "code.interact"}
 _OPAQUE_MODULES = ("ctypes", "cffi", "_posixsubprocess", "posix")
 _HTTP = {"requests", "httpx", "requests.Session", "httpx.Client"}
+_RAW_NETWORK = ("socket.socket", "socket.create_connection", "smtplib.SMTP", "smtplib.SMTP_SSL", "ftplib.FTP",
+                "telnetlib.Telnet", "paramiko.SSHClient", "http.client.HTTPConnection",
+                "http.client.HTTPSConnection", "asyncio.open_connection")
 _PATH_CLASSES = {"pathlib.Path", "pathlib.PosixPath", "pathlib.PurePath", "pathlib.PurePosixPath", "Path"}
 _PATH_METHODS_DELETE = {"unlink", "rmdir"}
 _PATH_METHODS_WRITE = {"write_text", "write_bytes", "touch", "mkdir", "chmod", "lchmod"}
@@ -63,7 +67,9 @@ class _Analyzer:
         self.loops: dict[str, list[str]] = {}      # loop variable -> glob patterns
 
     def run(self) -> CodeFacts:
-        tree = ast.parse(self.code)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")         # SyntaxWarning for odd escapes: the code is still Python
+            tree = ast.parse(self.code)
         nodes = list(ast.walk(tree))
         for node in nodes:
             self.collect(node)
@@ -103,6 +109,14 @@ class _Analyzer:
             patterns = self.listing(node.iter)
             if patterns is not None:
                 self.loops.setdefault(node.target.id, []).extend(patterns)
+        elif isinstance(node, (ast.For, ast.comprehension)) and isinstance(node.target, ast.Tuple) \
+                and isinstance(node.iter, ast.Call) and self.qualname(node.iter.func) == "os.walk" and node.iter.args:
+            top = self.strings(node.iter.args[0])           # for root, dirs, files in os.walk(top)
+            names = [e.id for e in node.target.elts if isinstance(e, ast.Name)]
+            if top is not None and names:
+                self.loops.setdefault(names[0], []).extend(top)
+                for name in names[1:]:
+                    self.loops.setdefault(name, []).append("*")
         elif isinstance(node, (ast.With, ast.AsyncWith)):
             for item in node.items:
                 if isinstance(item.optional_vars, ast.Name):
@@ -216,7 +230,10 @@ class _Analyzer:
         return None
 
     def listing(self, node: ast.AST) -> list[str] | None:
-        """Glob patterns for what a loop iterates: glob.glob(p), os.listdir(d), Path(d).iterdir()/glob(p)."""
+        """Glob patterns for what a loop iterates: glob.glob(p), os.listdir(d), Path(d).iterdir()/glob(p), and
+        the name lists of os.walk."""
+        if isinstance(node, ast.Name) and node.id in self.loops:
+            return ["*"]
         if not isinstance(node, ast.Call):
             return None
         name = self.qualname(node.func) or ""
@@ -275,6 +292,8 @@ class _Analyzer:
         elif name.rsplit(".", 1)[0] in _HTTP and name.rsplit(".", 1)[-1] in ("post", "put", "patch", "delete",
                                                                               "request"):
             self.http(node, name)
+        elif name in _RAW_NETWORK:
+            facts.http.append(("SEND", None))     # a raw connection: whatever it sends is not visible
         elif name in ("urllib.request.urlopen", "urllib.request.Request") and (
                 len(args) > 1 or any(k.arg in ("data", "method") for k in node.keywords)):
             method = self.keyword(node, "method")

@@ -313,11 +313,28 @@ def _literal(text: str, concat: str) -> str | None:
         elif re.search(r"\$\{|#\{|(?<!\\)\$[A-Za-z_{]", value) and match.group(1) is None:
             return None                                   # interpolation: computed
         else:
-            pieces.append(value.replace(_HOME_MARK, "~").replace("\\'", "'").replace('\\"', '"'))
+            pieces.append(_unescape(value, match.group(1) is not None).replace(_HOME_MARK, "~"))
         pos = match.end()
     if text[pos:].strip() or not pieces:
         return None
     return "".join(pieces)
+
+
+_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "0": "\0", "a": "\a", "b": "\b", "f": "\f", "v": "\v", "e": "\x1b"}
+
+
+def _unescape(value: str, single: bool) -> str:
+    """A string literal's text: single quotes take \\ and \' only, double quotes the usual escapes."""
+    if single:
+        return re.sub(r"\\([\\'])", r"\1", value)
+
+    def repl(match: re.Match) -> str:
+        esc = match.group(1)
+        if esc[0] in "xu" and len(esc) > 1:
+            return chr(int(esc[1:].strip("{}"), 16))
+        return _ESCAPES.get(esc, esc)
+
+    return re.sub(r"\\(x[0-9a-fA-F]{2}|u\{?[0-9a-fA-F]{1,6}\}?|.)", repl, value, flags=re.S)
 
 
 def _perl_open(code: str, facts: CodeFacts) -> None:

@@ -61,7 +61,9 @@ def _unbounded(statements: list) -> list[str]:
     out: list[str] = []
     for stmt in statements:
         for node in stmt.walk():
-            if isinstance(node, (exp.Delete, exp.Update)) and node.args.get("where") is None:
+            where = node.args.get("where") if isinstance(node, (exp.Delete, exp.Update)) else None
+            # no WHERE, or one that names no column (WHERE 1=1, WHERE true): every row
+            if isinstance(node, (exp.Delete, exp.Update)) and (where is None or where.find(exp.Column) is None):
                 out.append("DELETE" if isinstance(node, exp.Delete) else "UPDATE")
     return list(dict.fromkeys(out))
 

@@ -158,6 +158,7 @@ class Unwrapped:
     writes: list[str] = field(default_factory=list)
     remote: str | None = None
     replace: str | None = None         # xargs -I: the word replaced by each stdin item
+    separator: str | None = None       # xargs: what separates its items (-0, -d, lines for -I/-L); None: blanks
 
 
 def _spec_for(words: list[str]) -> tuple[_Spec | None, int, str]:
@@ -242,10 +243,21 @@ def _strip_one(spec: _Spec, name: str, words: list[str], i: int, out: Unwrapped)
             out.remote = value
         elif name == "xargs" and key in ("-I", "-i", "--replace"):
             out.replace = value or "{}"
+            out.separator = out.separator or "\n"
+        elif name == "xargs" and key in ("-0", "--null"):
+            out.separator = "\0"
+        elif name == "xargs" and key in ("-d", "--delimiter") and value is not None:
+            out.separator = value.encode().decode("unicode_escape", "replace") if value else "\n"
+        elif name == "xargs" and key in ("-L", "--max-lines"):
+            out.separator = out.separator or "\n"
         elif name == "sudo" and key in ("-e", "--edit"):
             out.argv = ["sudoedit"] + words[i:]
             return False
     rest = words[i:] if split is None else split + words[i:]
+    while rest and not spec.join and ASSIGNMENT.match(rest[0]):   # `timeout 5 A=1 cmd`: fails in bash; env (strict)
+        key, value = rest[0].split("=", 1)
+        out.env[key] = value
+        rest = rest[1:]
     if name in ("su", "runuser") and skip == 0 and out.script is None and "-u" not in words[:i]:
         rest = []                                  # `su USER ARGS`: ARGS go to an interactive shell
     if name == "script":

@@ -1,394 +1,279 @@
 # Tool-call decisions: the harness asks before it runs each tool call.
 #
-# Deny beats ask beats allow. Deletes, deploys, external writes, writes outside the workspace, unknown tools,
-# commands computed at run time and anything unparsed ask; a delete of /, the home directory, a parent of the
-# workspace or anything else outside the workspace is denied. A frozen session asks for every mutating action
-# but still allows reads. Any command no sensitive rule matches is allowed (non-frozen).
+# Rules add {"code", "reason"} items to `deny`, `ask` and `allow`; any deny wins, then any ask, then any
+# allow, else deny (data.sandgate.lib.decision.combine). This file judges the call as a whole: known tool
+# names, file tools, HTTP, SQL, messages, deploys, a frozen session, and sequences in the session's history.
+# toolcall_shell.rego judges the commands of shell-like tools, toolcall_mcp.rego tools called through the
+# MCP proxy (input.mcp): the rules here do not fire for those.
 #
-# The facts come from sandgate (gateway/toolcalls/enrich.py): input.shell.commands[_] carries name,
-# operands, flags, paths, writes, cwd, sql, http and dynamic; input.path, input.url and input.sql describe
-# tool arguments. Missing facts count as unknown, and unknown never allows a delete or a write outside.
-#
-# Written as functions of the input document (`decide(inp)`): the embedded engine (regopy) crashes on
-# `with input as` for rules that depend on other rules. regopy quirks kept in mind here: sprintf("%s") quotes
-# strings produced by builtins (so messages use concat), `x in y` is only used in rule bodies, set iteration
-# order is not sorted (lists are de-duplicated in order with uniq).
+# Facts come from sandgate (gateway/toolcalls/): input.shell.commands[_], input.path, input.url, input.sql,
+# input.history. Tunables and tables: data.sandgate.config.toolcall. A missing fact is unknown, and unknown
+# never allows a delete or a write outside the workspace.
 package sandgate.toolcall
 
 import rego.v1
 
+import data.sandgate.lib.decision as decision_lib
 import data.sandgate.lib.hosts
+import data.sandgate.lib.paths
+
+decision := decision_lib.combine(deny, ask, allow)
 
 default cfg := {}
 
 cfg := data.sandgate.config.toolcall
 
-decision := decide(input)
-
-# -- accessors (missing fields become empty values) -------------------------------------------------------
-
+# conf reads a list (or object) from the configuration; conf_map an object.
 conf(key) := object.get(cfg, key, [])
 
 conf_map(key) := object.get(cfg, key, {})
 
-tool_name(inp) := object.get(object.get(inp, "tool", {}), "name", "")
+tool_name := object.get(input, ["tool", "name"], "")
 
-tool_args(inp) := object.get(object.get(inp, "tool", {}), "args", {})
+tool_args := object.get(input, ["tool", "args"], {})
 
-sess(inp) := object.get(inp, "session", {})
+history := object.get(input, "history", [])
 
-frozen(inp) if object.get(sess(inp), "frozen", false) == true
+# native: the call did not come through the MCP proxy (toolcall_mcp.rego judges those).
+native if not input.mcp
 
-tool_in(inp, key) if tool_name(inp) in conf(key)
+frozen if input.session.frozen == true
 
-is_shell(inp) if tool_in(inp, "shell_tools")
+tool_in(key) if tool_name in conf(key)
 
-cmds(inp) := object.get(object.get(inp, "shell", {}), "commands", []) if is_shell(inp) else := []
+valid_name if {
+	is_string(tool_name)
+	tool_name != ""
+}
 
-cname(c) := object.get(c, "name", "")
-
-operands(c) := object.get(c, "operands", [])
-
-flags(c) := object.get(c, "flags", [])
-
-sub(c) := operands(c)[0]
-
-argv_text(c) := concat(" ", object.get(c, "argv", []))
-
-in_ws(p) if object.get(p, "in_workspace", false) == true
-
-known(p) if object.get(p, "dynamic", true) == false
-
-known_tool(inp) if {
+known_tool if {
 	some key in ["shell_tools", "read_tools", "write_tools", "delete_tools", "deploy_tools", "message_tools", "other_tools"]
-	tool_in(inp, key)
+	tool_in(key)
 }
 
-flatten(lists) := [x | some xs in lists; some x in xs]
+# -- invalid, unknown, unconfigured ---------------------------------------------------------------------
 
-uniq(xs) := [x | some i; x := xs[i]; not x in array.slice(xs, 0, i)]
-
-item(code, reason) := {"code": code, "reason": reason}
-
-# -- deletes ----------------------------------------------------------------------------------------------
-
-file_delete(c) if cname(c) in conf("delete_commands")
-
-file_delete(c) if {
-	some prefix in conf("delete_command_prefixes")
-	startswith(cname(c), prefix)
+deny contains {"code": "toolcall.invalid_input", "reason": "the tool call has no tool name"} if {
+	native
+	not valid_name
 }
 
-file_delete(c) if {
-	cname(c) == "find"
-	"-delete" in flags(c)
+ask contains {"code": "toolcall.unknown_tool", "reason": sprintf("unknown tool %s needs approval", [tool_name])} if {
+	native
+	valid_name
+	not known_tool
 }
 
-file_delete(c) if {
-	cname(c) == "find"
-	some name in object.get(c, "exec_names", [])
-	name in conf("delete_commands")
+ask contains {"code": "toolcall.no_config", "reason": "the tool-call policy has no configuration"} if {
+	count(object.keys(cfg)) == 0
 }
 
-file_delete(c) if {
-	cname(c) == "git"
-	sub(c) in conf("git_delete_subcommands")
+# -- file tools -----------------------------------------------------------------------------------------
+
+file_path := input.path if is_object(input.path)
+
+ask contains {"code": "toolcall.unparsed", "reason": sprintf("%s needs a path argument", [tool_name])} if {
+	native
+	tool_in("path_tools")
+	not file_path
 }
 
-file_delete(c) if {
-	cname(c) == "git"
-	sub(c) == "reset"
-	"--hard" in flags(c)
+ask contains {"code": "toolcall.delete", "reason": sprintf("%s needs approval", [tool_name])} if {
+	native
+	tool_in("delete_tools")
 }
 
-# delete_targets: what a delete may remove (git works on its working directory, too).
-delete_targets(c) := array.concat(object.get(c, "paths", []), [object.get(c, "cwd", {})]) if {
-	cname(c) == "git"
-} else := object.get(c, "paths", [])
-
-all_delete_targets(inp) := array.concat(
-	[p | some c in cmds(inp); file_delete(c); some p in delete_targets(c)],
-	[object.get(inp, "path", {}) | tool_in(inp, "delete_tools")],
-)
-
-target_problem(p) := "toolcall.delete_root" if {
-	object.get(p, "is_root", false) == true
-} else := "toolcall.delete_home" if {
-	object.get(p, "is_home", false) == true
-} else := "toolcall.delete_workspace_parent" if {
-	object.get(p, "is_workspace_parent", false) == true
-} else := "toolcall.delete_outside_workspace" if {
-	known(p)
-	not in_ws(p)
+deny contains {"code": code, "reason": sprintf("delete target %s%s", [paths.shown(file_path), paths.problem_text[code]])} if {
+	native
+	tool_in("delete_tools")
+	code := paths.delete_problem(file_path)
 }
 
-problem_text := {
-	"toolcall.delete_root": " is the root directory",
-	"toolcall.delete_home": " is the home directory",
-	"toolcall.delete_workspace_parent": " is a parent of the workspace",
-	"toolcall.delete_outside_workspace": " is outside the workspace",
+ask contains {"code": "toolcall.write_outside_workspace", "reason": msg} if {
+	native
+	tool_in("write_tools")
+	not paths.inside(object.get(input, "path", {}))
+	msg := sprintf("writing %s outside the workspace needs approval", [paths.shown(object.get(input, "path", {}))])
 }
 
-delete_denies(inp) := [item(code, concat("", ["delete target ", object.get(p, "raw", "?"), problem_text[code]])) |
-	some p in all_delete_targets(inp)
-	code := target_problem(p)
-]
-
-delete_asks(inp) := array.concat(
-	[item("toolcall.delete", concat("", ["deleting needs approval: ", argv_text(c)])) | some c in cmds(inp); file_delete(c)],
-	[item("toolcall.delete", concat("", [tool_name(inp), " needs approval"])) | tool_in(inp, "delete_tools")],
-)
-
-# -- SQL (the sql tool, and psql -c / mysql -e / sqlite3 in shell commands) ---------------------------------
-
-sql_infos(inp) := array.concat(
-	[object.get(inp, "sql", {}) | tool_name(inp) == "sql"],
-	[c.sql | some c in cmds(inp); is_object(object.get(c, "sql", null))],
-)
-
-sql_known_kind(k) if k in conf("sql_read_kinds")
-
-sql_known_kind(k) if k in conf("sql_write_kinds")
-
-sql_known_kind(k) if k in conf("sql_delete_kinds")
-
-sql_asks(inp) := flatten([
-	[item("toolcall.unparsed", "the SQL could not be parsed") | some s in sql_infos(inp); object.get(s, "parsed", false) != true],
-	[item("toolcall.delete", concat("", ["SQL ", k, " deletes data"])) |
-		some s in sql_infos(inp)
-		some k in object.get(s, "kinds", [])
-		k in conf("sql_delete_kinds")
-	],
-	[item("toolcall.sql_unknown", concat("", ["SQL statement ", k, " is not known to the policy"])) |
-		some s in sql_infos(inp)
-		some k in object.get(s, "kinds", [])
-		not sql_known_kind(k)
-	],
-])
-
-sql_read(s) if {
-	object.get(s, "parsed", false) == true
-	count([k | some k in object.get(s, "kinds", []); not k in conf("sql_read_kinds")]) == 0
+deny contains {"code": "toolcall.device", "reason": sprintf("writing %s%s", [paths.shown(file_path), paths.problem_text["toolcall.device"]])} if {
+	native
+	tool_in("write_tools")
+	file_path.device == true
 }
 
-# -- deploys ----------------------------------------------------------------------------------------------
+# -- deploys and messages -------------------------------------------------------------------------------
 
-deploy_cmd(c) if sub(c) in object.get(conf_map("deploy_subcommands"), cname(c), [])
-
-deploy_cmd(c) if cname(c) in conf("deploy_commands")
-
-deploy_cmd(c) if {
-	cname(c) in conf("deploy_operand_commands")
-	"deploy" in operands(c)
+ask contains {"code": "toolcall.deploy", "reason": sprintf("%s needs approval", [tool_name])} if {
+	native
+	tool_in("deploy_tools")
 }
 
-deploy_cmd(c) if {
-	cname(c) in conf("deploy_bare_commands")
-	count(operands(c)) == 0
+ask contains {"code": "toolcall.external_write", "reason": sprintf("%s sends a message and needs approval", [tool_name])} if {
+	native
+	tool_in("message_tools")
 }
 
-deploy_cmd(c) if {
-	some flag in object.get(conf_map("deploy_flags"), cname(c), [])
-	flag in flags(c)
-}
+# -- HTTP requests --------------------------------------------------------------------------------------
 
-deploy_cmd(c) if risky_push(c)
-
-git_push(c) if {
-	cname(c) == "git"
-	sub(c) == "push"
-}
-
-# risky_push: forced, deleting, mirroring, to a protected branch, or without an explicit refspec (the
-# current branch may be main). `git push origin feature` is allowed here (egress still asks for pushes).
-risky_push(c) if {
-	git_push(c)
-	some flag in conf("git_push_risky_flags")
-	flag in flags(c)
-}
-
-risky_push(c) if {
-	git_push(c)
-	count(operands(c)) < 3
-}
-
-risky_push(c) if {
-	git_push(c)
-	some refspec in array.slice(operands(c), 2, count(operands(c)))
-	risky_refspec(refspec)
-}
-
-risky_refspec(r) if startswith(r, "+")
-
-risky_refspec(r) if startswith(r, ":")
-
-risky_refspec(r) if refspec_dest(r) in conf("protected_branches")
-
-risky_refspec(r) if refspec_dest(r) in ["HEAD", "@"]
-
-refspec_dest(r) := trim_prefix(dest, "refs/heads/") if {
-	parts := split(r, ":")
-	dest := parts[count(parts) - 1]
-}
-
-deploy_asks(inp) := array.concat(
-	[item("toolcall.deploy", concat("", ["deploying needs approval: ", argv_text(c)])) | some c in cmds(inp); deploy_cmd(c)],
-	[item("toolcall.deploy", concat("", [tool_name(inp), " needs approval"])) | tool_in(inp, "deploy_tools")],
-)
-
-# -- external writes --------------------------------------------------------------------------------------
-
-http_method(inp) := upper(m) if {
-	m := object.get(tool_args(inp), "method", "GET")
+http_method := upper(m) if {
+	m := object.get(tool_args, "method", "GET")
 	is_string(m)
 } else := "?"
 
-url_allowed(u, inp) if {
+url_allowed(u) if {
 	object.get(u, "parsed", false) == true
-	hosts.allowlisted(object.get(sess(inp), "allow", []), object.get(u, "host", ""), object.get(u, "port", 0))
+	hosts.allowlisted(object.get(input, ["session", "allow"], []), object.get(u, "host", ""), object.get(u, "port", 0))
 }
 
-shell_http_write(c, inp) if {
-	h := object.get(c, "http", null)
-	is_object(h)
-	not object.get(h, "method", "GET") in conf("read_methods")
-	urls := object.get(h, "urls", [])
-	count([u | some u in urls; url_allowed(u, inp)]) < max([count(urls), 1])
+ask contains {"code": "toolcall.external_write", "reason": sprintf("%s to a host outside the allow list needs approval", [http_method])} if {
+	native
+	tool_name == "http_request"
+	not http_method in conf("read_methods")
+	not url_allowed(object.get(input, "url", {}))
 }
 
-external_asks(inp) := flatten([
-	[item("toolcall.external_write", concat("", [http_method(inp), " to a host outside the allow list needs approval"])) |
-		tool_name(inp) == "http_request"
-		not http_method(inp) in conf("read_methods")
-		not url_allowed(object.get(inp, "url", {}), inp)
-	],
-	[item("toolcall.external_write", concat("", [tool_name(inp), " sends a message and needs approval"])) | tool_in(inp, "message_tools")],
-	[item("toolcall.external_write", concat("", ["sending data to a host outside the allow list: ", argv_text(c)])) |
-		some c in cmds(inp)
-		shell_http_write(c, inp)
-	],
-])
-
-# -- writes outside the workspace -------------------------------------------------------------------------
-
-outside_write_asks(inp) := array.concat(
-	[item("toolcall.write_outside_workspace", concat("", ["writing ", object.get(p, "raw", "?"), " outside the workspace needs approval"])) |
-		tool_in(inp, "write_tools")
-		p := object.get(inp, "path", {})
-		not in_ws(p)
-	],
-	[item("toolcall.write_outside_workspace", concat("", ["writing ", object.get(p, "raw", "?"), " outside the workspace needs approval"])) |
-		some c in cmds(inp)
-		some p in object.get(c, "writes", [])
-		not in_ws(p)
-	],
-)
-
-# -- unknown, unparsed and run-time computed --------------------------------------------------------------
-
-unparsed_asks(inp) := flatten([
-	[item("toolcall.unparsed", "the shell command could not be parsed") |
-		is_shell(inp)
-		object.get(object.get(inp, "shell", {}), "parsed", false) != true
-	],
-	[item("toolcall.unparsed", "the URL could not be parsed") |
-		tool_name(inp) == "http_request"
-		object.get(object.get(inp, "url", {}), "parsed", false) != true
-	],
-	[item("toolcall.unparsed", concat("", [tool_name(inp), " needs a path argument"])) |
-		tool_in(inp, "path_tools")
-		not is_object(object.get(inp, "path", null))
-	],
-])
-
-dynamic_asks(inp) := [item("toolcall.dynamic", concat("", ["the command to run is only known at run time: ", argv_text(c)])) |
-	some c in cmds(inp)
-	object.get(c, "dynamic", false) == true
-]
-
-unknown_asks(inp) := [item("toolcall.unknown_tool", concat("", ["unknown tool ", tool_name(inp), " needs approval"]))] if {
-	not known_tool(inp)
-} else := []
-
-config_asks(inp) := [item("toolcall.no_config", "the tool-call policy has no configuration")] if {
-	count(object.keys(cfg)) == 0
-} else := []
-
-# -- frozen sessions: reads only --------------------------------------------------------------------------
-
-read_cmd(c) if {
-	plain_read(c)
-	not file_delete(c)
-	count(object.get(c, "writes", [])) == 0
-	object.get(c, "dynamic", false) == false
+ask contains {"code": "toolcall.delete", "reason": "an HTTP DELETE needs approval"} if {
+	native
+	tool_name == "http_request"
+	http_method == "DELETE"
 }
 
-plain_read(c) if cname(c) in conf("read_commands")
+ask contains {"code": "toolcall.unparsed", "reason": "the URL could not be parsed"} if {
+	native
+	tool_name == "http_request"
+	object.get(input, ["url", "parsed"], false) != true
+}
 
-plain_read(c) if sub(c) in object.get(conf_map("read_subcommands"), cname(c), [])
+# -- SQL (the sql tool, and SQL clients in shell commands) -----------------------------------------------
 
-plain_read(c) if sql_read(object.get(c, "sql", {}))
+sql_facts contains s if {
+	native
+	tool_name == "sql"
+	s := object.get(input, "sql", {})
+}
 
-mutating(inp) if {
+sql_facts contains c.sql if {
+	some c in commands
+	is_object(c.sql)
+}
+
+sql_kind_known(k) if k in conf("sql_read_kinds")
+
+sql_kind_known(k) if k in conf("sql_write_kinds")
+
+sql_kind_known(k) if k in conf("sql_delete_kinds")
+
+ask contains {"code": "toolcall.unparsed", "reason": "the SQL could not be parsed"} if {
+	some s in sql_facts
+	object.get(s, "parsed", false) != true
+}
+
+ask contains {"code": "toolcall.sql_invisible", "reason": "the SQL it runs is not visible (a file, stdin or an interactive session)"} if {
+	some s in sql_facts
+	object.get(s, "visible", true) != true
+}
+
+ask contains {"code": "toolcall.delete", "reason": sprintf("SQL %s deletes data", [k])} if {
+	some s in sql_facts
+	some k in object.get(s, "kinds", [])
+	k in conf("sql_delete_kinds")
+}
+
+ask contains {"code": "toolcall.sql_unbounded", "reason": sprintf("SQL %s without WHERE changes every row", [k])} if {
+	some s in sql_facts
+	some k in object.get(s, "unbounded", [])
+}
+
+ask contains {"code": "toolcall.sql_unknown", "reason": sprintf("SQL statement %s is not known to the policy", [k])} if {
+	some s in sql_facts
+	some k in object.get(s, "kinds", [])
+	not sql_kind_known(k)
+}
+
+sql_read(s) if {
+	object.get(s, "parsed", false) == true
+	object.get(s, "visible", true) == true
+	every k in object.get(s, "kinds", []) {
+		k in conf("sql_read_kinds")
+	}
+}
+
+# -- frozen sessions: reads only ------------------------------------------------------------------------
+
+mutating if {
 	some key in ["write_tools", "delete_tools", "deploy_tools", "message_tools"]
-	tool_in(inp, key)
+	tool_in(key)
 }
 
-mutating(inp) if {
-	tool_name(inp) == "http_request"
-	not http_method(inp) in conf("read_methods")
+mutating if {
+	tool_name == "http_request"
+	not http_method in conf("read_methods")
 }
 
-mutating(inp) if {
-	tool_name(inp) == "sql"
-	not sql_read(object.get(inp, "sql", {}))
+mutating if {
+	tool_name == "sql"
+	not sql_read(object.get(input, "sql", {}))
 }
 
-mutating(inp) if {
-	some c in cmds(inp)
-	not read_cmd(c)
+mutating if {
+	some i, _ in commands
+	not i in reads
 }
 
-frozen_asks(inp) := [item("toolcall.frozen", concat("", ["the session is frozen: ", mutation_text(inp), " needs approval"]))] if {
-	frozen(inp)
-	mutating(inp)
-} else := []
-
-mutation_text(inp) := concat("; ", [argv_text(c) | some c in cmds(inp); not read_cmd(c)]) if {
-	is_shell(inp)
-} else := tool_name(inp)
-
-# -- the decision -----------------------------------------------------------------------------------------
-
-denies(inp) := flatten([
-	[item("toolcall.invalid_input", "the tool call has no tool name") | not valid_name(tool_name(inp))],
-	delete_denies(inp),
-])
-
-valid_name(name) if {
-	is_string(name)
-	name != ""
+ask contains {"code": "toolcall.frozen", "reason": sprintf("the session is frozen: %s needs approval", [mutation_text])} if {
+	native
+	frozen
+	mutating
 }
 
-asks(inp) := flatten([
-	config_asks(inp), unknown_asks(inp), unparsed_asks(inp), dynamic_asks(inp), delete_asks(inp),
-	sql_asks(inp), deploy_asks(inp), external_asks(inp), outside_write_asks(inp), frozen_asks(inp),
-])
+mutation_text := concat("; ", [shown(c) | some i, c in commands; not i in reads]) if {
+	tool_in("shell_tools")
+} else := tool_name
 
-decide(inp) := verdict(denies(inp), asks(inp), inp)
+# -- sequences in the session's history (input.history: oldest first) -----------------------------------
 
-# verdict: deny beats ask beats allow; allow needs a known tool (a positive grant). Items are computed once.
-verdict(deny_items, ask_items, inp) := {"action": "deny", "reasons": reasons(deny_items), "codes": codes(deny_items)} if {
-	count(deny_items) > 0
-} else := {"action": "ask", "reasons": reasons(ask_items), "codes": codes(ask_items)} if {
-	count(ask_items) > 0
-} else := {"action": "allow", "reasons": ["the tool call changes state, and no rule asks for it"], "codes": ["toolcall.write"]} if {
-	known_tool(inp)
-	mutating(inp)
-} else := {"action": "allow", "reasons": ["the tool call only reads"], "codes": ["toolcall.read"]} if {
-	known_tool(inp)
-} else := {"action": "deny", "reasons": ["no rule allows this tool call"], "codes": ["toolcall.default_deny"]}
+# A destructive call right after a freeze was lifted asks: the last `after_freeze_calls` calls were made in a
+# frozen session and this one is not.
+ask contains {"code": "toolcall.after_freeze", "reason": "the session was frozen until just now: this destructive call needs approval"} if {
+	native
+	not frozen
+	destructive
+	n := object.get(cfg, "after_freeze_calls", 1)
+	n > 0
+	some h in array.slice(history, count(history) - n, count(history))
+	object.get(h, "frozen", false) == true
+}
 
-reasons(items) := uniq([i.reason | some i in items])
+# After `denial_streak` denials in a row, every mutating call asks: something is probing the policy.
+ask contains {"code": "toolcall.after_denials", "reason": sprintf("the last %d tool calls were denied: this one needs approval", [n])} if {
+	native
+	mutating
+	n := object.get(cfg, "denial_streak", 3)
+	n > 0
+	count(history) >= n
+	every h in array.slice(history, count(history) - n, count(history)) {
+		object.get(h, "decision", "") == "deny"
+	}
+}
 
-codes(items) := uniq([i.code | some i in items])
+destructive if {
+	some key in ["delete_tools", "deploy_tools"]
+	tool_in(key)
+}
+
+destructive if count(deleting) + count(deploying) + count(git_destroying) + count(cli_destroying) > 0
+
+# -- what is allowed ------------------------------------------------------------------------------------
+
+allow contains {"code": "toolcall.read", "reason": "the tool call only reads"} if {
+	native
+	known_tool
+	not mutating
+}
+
+allow contains {"code": "toolcall.write", "reason": "the tool call changes state, and no rule asks for it"} if {
+	native
+	known_tool
+	mutating
+}

@@ -23,14 +23,10 @@ MCP_DENY = ["up/boom"]
 
 
 def mcp_policy_dir(tmp: Path) -> Path:
-    """The shipped policies with a toolcall entry point that combines the partial sets (what the shipped
-    toolcall.rego becomes with the wave-2 rewrite), and mcp_allow / mcp_deny set."""
+    """The shipped policies with mcp_allow / mcp_deny set."""
     out = tmp / "policies"
     shutil.copytree(ROOT / "policies", out, ignore=shutil.ignore_patterns("*_test.rego", "__pycache__", "*.md",
                                                                            "*.py"))
-    (out / "sandgate" / "toolcall.rego").write_text(
-        "package sandgate.toolcall\n\nimport rego.v1\n\n"
-        "decision := data.sandgate.lib.decision.combine(deny, ask, allow)\n")
     data_path = out / "sandgate" / "config" / "toolcall" / "data.json"
     data = json.loads(data_path.read_text())
     data.update(mcp_allow=MCP_ALLOW, mcp_deny=MCP_DENY)

@@ -1,12 +1,5 @@
-"""The shipped policies and MCP tool calls.
-
-TURN ON AFTER ISSUE 11 MERGES: `test_shipped_policies_decide_mcp_tool_calls` is `xfail(strict=True)` until the
-shipped toolcall.rego collects `deny`/`ask`/`allow` into
-`decision := data.sandgate.lib.decision.combine(deny, ask, allow)` (today it is a `decide(input)` function that
-does not read toolcall_mcp.rego's sets) and leaves tool calls with `input.mcp` to toolcall_mcp.rego instead of
-asking for them as unknown tools. A strict xfail turns into a failure (XPASS) the moment it passes: then remove
-the marker.
-"""
+"""The shipped policies and MCP tool calls: toolcall.rego's partial sets combine with toolcall_mcp.rego's, and
+its name-based rules leave tool calls with `input.mcp` to toolcall_mcp.rego."""
 from __future__ import annotations
 
 import json
@@ -14,12 +7,7 @@ import shutil
 import subprocess
 import sys
 
-import pytest
-
 from tests.support.gateway import ROOT, Sandgate
-
-PENDING = pytest.mark.xfail(strict=True, reason="needs the partial-set toolcall.rego (issue 11); remove this "
-                                                "marker after it merges")
 
 
 def test_toolcall_mcp_rego_tests_pass_in_the_shipped_policies():
@@ -30,7 +18,6 @@ def test_toolcall_mcp_rego_tests_pass_in_the_shipped_policies():
     assert "10 passed" in proc.stdout
 
 
-@PENDING
 def test_shipped_policies_decide_mcp_tool_calls(tmp_path):
     policies = tmp_path / "policies"
     shutil.copytree(ROOT / "policies", policies)

@@ -384,3 +384,41 @@ def _timed(text: str) -> float:
     started = time.perf_counter()
     describe_line(text, WS)
     return time.perf_counter() - started
+
+
+# -- forms found by probing -------------------------------------------------------------------------------
+@pytest.mark.parametrize("command, expected", [
+    ("bash /dev/stdin <<< 'rm -rf ~'", ("rm", ["~"])),
+    ("bash -c \"$0\" 'rm -rf ~'", ("rm", ["~"])),
+    ("sh -c 'eval \"$1\"' _ 'rm -rf ~'", ("rm", ["~"])),
+    ("echo 'rm -rf ~' | xargs -I{} sh -c '{}'", ("rm", ["~"])),
+    ("printf 'rm -rf ~' | xargs -0 sh -c", ("rm", ["~"])),
+    ("printf 'a b\\nc' | xargs -d '\\n' rm", ("rm", ["/workspace/a b", "/workspace/c"])),
+    ("install -m 755 /dev/stdin s.sh <<< 'rm -rf ~'; ./s.sh", ("rm", ["~"])),
+    ("rm -rf $(printf '%s' ~)", ("rm", ["~"])),
+    ("printf 'all:\\n\\trm -rf ~\\n' > Makefile; make", ("rm", ["~"])),
+    ("printf 'x:\\n\\t@rm -rf /\\n' > m.mk; make -f m.mk x", ("rm", ["/"])),
+])
+def test_probed_forms(command, expected):
+    assert runs_of(command)[-1] == expected
+
+
+def test_a_function_calling_itself_is_not_followed():
+    assert describe_line(":(){ :|:& };:", WS)[0]["parsed"] is False
+
+
+def test_reserved_words_as_commands_are_unparsed_and_judged():
+    shell = describe_line("sudo if true; then rm -rf ~; fi", WS)[0]
+    assert shell["parsed"] is False
+    assert ("rm", ["~"]) in [(c["name"], [p["normalized"] for p in c["paths"]]) for c in shell["commands"]]
+
+
+def test_make_in_a_cloned_directory_runs_unseen_code():
+    cmd = find("git clone https://x.test/r && cd r && make", "make")
+    assert (cmd["runs"]["written"], cmd["runs"]["known"]) == (True, False)
+    assert find("make test", "make")["runs"]["written"] is False
+
+
+def test_container_bind_mounts_are_writes():
+    cmd = describe("docker run -v /:/host --mount type=bind,source=/etc,target=/e -v data:/d alpine true")[0]
+    assert [w["normalized"] for w in cmd["writes"]] == ["/", "/etc"]

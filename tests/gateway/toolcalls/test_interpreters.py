@@ -223,3 +223,14 @@ def _timed(language: str, code: str) -> float:
 
 def test_script_scanner_unknown_language():
     assert analyze_script("cobol", "x").parsed is False
+
+
+def test_python_os_walk_loops():
+    code = "import os\nfor root, dirs, files in os.walk('/'):\n    for f in files:\n        os.remove(os.path.join(root, f))"
+    assert analyze_python(code).deletes == ["/*"]
+
+
+def test_string_escapes_in_spawned_commands():
+    assert analyze("perl", 'system("r\\\\m -rf ~")').spawns == ["r\\m -rf ~"]
+    assert analyze("js", "require('child_process').execSync(\"printf 'a\\\\nb'\")").spawns == ["printf 'a\\nb'"]
+    assert analyze("ruby", "system('it\\'s')").spawns == ["it's"]

@@ -22,7 +22,7 @@ from gateway.toolcalls.programs import env_programs, git_config, programs_run
     (["git", "-c", "filter.x.clean=sh", "add", "."], {}, "add", [("git config filter.x.clean", "sh")]),
     (["git", "-c", "user.name=x", "commit"], {}, "commit", []),
     (["git", "--config-env=core.pager=P", "log"], {}, "log", [("git config core.pager", None)]),
-    (["git", "--config-env=core.pager=P", "log"], {"P": "less"}, "log", [("git config core.pager", "less")]),
+    (["git", "--config-env=core.pager=P", "log"], {"P": "less"}, "log", [("git config core.pager", None)]),
     (["git", "status"], {"GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": "core.fsmonitor",
                          "GIT_CONFIG_VALUE_0": "rm -rf ~"}, "status", [("git config core.fsmonitor", "rm -rf ~")]),
     (["git", "log"], {"GIT_CONFIG_PARAMETERS": "'core.pager'='rm -rf ~'"}, "log",
@@ -32,6 +32,7 @@ from gateway.toolcalls.programs import env_programs, git_config, programs_run
     (["git", "submodule", "foreach", "rm", "-rf", "."], {}, "submodule", [("git submodule foreach", "rm -rf .")]),
     (["git", "clone", "-u", "rm x", "h:r"], {}, "clone", [("git clone -u", "rm x")]),
     (["git", "clone", "ext::sh -c rm% -rf% ~"], {}, "clone", [("git ext:: transport", "sh -c rm -rf ~")]),
+    (["git", "clone", "--template=/tmp/t", "h:r"], {}, "clone", [("git clone --template", None)]),
 ])
 def test_git(argv, env, sub, expected):
     assert programs_run("git", argv, env, sub) == expected

@@ -89,3 +89,8 @@ def test_never_raises(text):
         facts = use(name, {"-c": [text], "-e": [text], "--eval": [text]}, operands=["db", text], stdin=text,
                     given_=True).facts()
         assert isinstance(facts["parsed"], bool)
+
+
+@pytest.mark.parametrize("query", ["UPDATE t SET a = 1 WHERE 1 = 1", "DELETE FROM t WHERE true", "UPDATE t SET a = 1 WHERE 'x' = 'x'"])
+def test_a_where_naming_no_column_is_unbounded(query):
+    assert describe_sql(query)["unbounded"] != []

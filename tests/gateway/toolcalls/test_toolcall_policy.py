@@ -183,8 +183,8 @@ EXPECTED_CODES = {
     "delete_file_workspace_parent": ["toolcall.delete_root"],
     "home_workspace_rm_home": ["toolcall.delete_home"],
     "delete_file_outside": ["toolcall.delete_outside_workspace"],
-    "git_push_plus_main": ["toolcall.deploy"],
-    "kubectl_apply": ["toolcall.deploy"],
+    "git_push_plus_main": ["toolcall.deploy", "toolcall.git_destructive"],
+    "kubectl_apply": ["toolcall.cli_verb", "toolcall.deploy"],
     "deploy_tool": ["toolcall.deploy"],
     "http_post_other_host": ["toolcall.external_write"],
     "send_email": ["toolcall.external_write"],
@@ -194,7 +194,7 @@ EXPECTED_CODES = {
     "frozen_pip_install": ["toolcall.frozen"],
     "echo_to_etc_passwd": ["toolcall.write_outside_workspace"],
     "unknown_tool": ["toolcall.unknown_tool"],
-    "unparsed_shell": ["toolcall.unparsed", "toolcall.delete"],
+    "unparsed_shell": ["toolcall.delete", "toolcall.unparsed"],
     "dynamic_command": ["toolcall.dynamic"],
     "curl_pipe_sh": ["toolcall.dynamic"],
     "su_c_rm_root": ["toolcall.delete_root"],
@@ -242,4 +242,4 @@ def test_decision(decide, name, session_overrides, tool, args, expected):
 def test_reasons_name_the_command(decide):
     decision = decide({}, *sh("rm -rf build/"))
     assert decision["reasons"] == ["deleting needs approval: rm -rf build/"]
-    assert decide({}, *sh("rm -rf ~/"))["reasons"] == ["delete target ~/ is the home directory"]
+    assert decide({}, *sh("rm -rf ~/"))["reasons"] == ["delete target ~/ is a home directory"]

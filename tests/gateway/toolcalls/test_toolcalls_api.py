@@ -69,3 +69,48 @@ def test_session_token_refused_on_api(gw):
     resp = gw.call("POST", "/v1/toolcalls", sess["token"], json={"session": sess["id"], "tool": "shell",
                                                                  "args": {"command": "ls"}})
     assert resp.status_code == 403
+
+
+def toolcall(sg, sid: str, tool: str, args: dict) -> dict:
+    resp = sg.call("POST", "/v1/toolcalls", json={"session": sid, "tool": tool, "args": args, "step": 1})
+    assert resp.status_code == 200, resp.text
+    return resp.json()
+
+
+def test_history_and_session_paths_survive_a_restart(tmp_path):
+    with Sandgate(tmp_path, LOOPBACK_CONFIG) as sg:
+        sid = sg.session(workload="persistent")["id"]
+        assert toolcall(sg, sid, "shell", {"command": "ln -s ~ home"})["decision"] == "allow"
+        assert toolcall(sg, sid, "write_file", {"path": "x.sh", "content": "rm -rf /\n"})["decision"] == "allow"
+        for command in ("rm -rf ~", "rm -rf /", "find / -delete"):
+            assert toolcall(sg, sid, "shell", {"command": command})["decision"] == "deny"
+        sg.stop()
+        sg.start()
+        after = toolcall(sg, sid, "shell", {"command": "make install"})
+        assert after["decision"] == "ask" and after["codes"] == ["toolcall.after_denials"]
+        assert toolcall(sg, sid, "shell", {"command": "rm -rf home/"})["codes"] == ["toolcall.delete_home"]
+        assert toolcall(sg, sid, "shell", {"command": "bash x.sh"})["codes"] == ["toolcall.delete_root"]
+        other = sg.session(workload="persistent")["id"]       # session-scoped: another session sees none of it
+        assert toolcall(sg, other, "shell", {"command": "bash x.sh"})["decision"] == "allow"
+        assert toolcall(sg, other, "shell", {"command": "rm -rf home/"})["codes"] == ["toolcall.delete"]
+
+
+def test_history_sees_calls_not_yet_written_and_audit_records_facts(gw):
+    sid = gw.session(workload="persistent")["id"]
+    for command in ("rm -rf ~", "rm -rf /", "find / -delete"):
+        assert toolcall(gw, sid, "shell", {"command": command})["decision"] == "deny"
+    assert toolcall(gw, sid, "shell", {"command": "make"})["codes"] == ["toolcall.after_denials"]
+    assert gw.call("PATCH", f"/v1/sessions/{sid}", json={"frozen": True}).status_code == 200
+    toolcall(gw, sid, "shell", {"command": "echo x > out.txt"})
+    events = [e for e in gw.events(sid) if e["kind"] == "toolcall"]
+    assert [e["action"] for e in events] == ["deny", "deny", "deny", "ask", "ask"]
+
+
+def test_a_freeze_lifted_then_a_delete_asks_with_its_code(gw):
+    sid = gw.session(workload="persistent")["id"]
+    assert gw.call("PATCH", f"/v1/sessions/{sid}", json={"frozen": True}).status_code == 200
+    assert toolcall(gw, sid, "shell", {"command": "ls"})["decision"] == "allow"
+    assert gw.call("PATCH", f"/v1/sessions/{sid}", json={"frozen": False}).status_code == 200
+    body = toolcall(gw, sid, "delete_file", {"path": "notes.txt"})
+    assert body["codes"] == ["toolcall.after_freeze", "toolcall.delete"]
+    assert toolcall(gw, sid, "delete_file", {"path": "notes2.txt"})["codes"] == ["toolcall.delete"]

@@ -1,0 +1,73 @@
+"""A session's tool-call history and what its calls left behind, to and from the store. Pure: rows in, rows out.
+
+`history_entries` turns the session's audit events of kind `toolcall` into `input.history` (oldest first, the
+last HISTORY_SIZE): `{"id", "step", "age_s", "tool", "summary", "decision", "codes", "frozen", "writes"}`.
+`audit_facts` is what a decided call adds to its audit row for that (`frozen`, `writes`). `path_rows` /
+`paths_from_rows` carry the links a call made and the files it wrote (content when visible) through the
+store, so later calls of the session follow those links and read those scripts.
+"""
+from __future__ import annotations
+
+from typing import Any, Iterable, Mapping
+
+from gateway.toolcalls.describe import Effects
+
+HISTORY_SIZE = 20
+MAX_WRITES = 20
+
+
+def history_entries(events: Iterable[Mapping[str, Any]], now: float) -> list[dict]:
+    """The last HISTORY_SIZE tool calls of a session, oldest first (duplicates by id dropped)."""
+    out: list[dict] = []
+    seen: set = set()
+    for event in events:
+        key = event.get("request_id") or id(event)
+        if key in seen:
+            continue
+        seen.add(key)
+        detail = event.get("detail") or {}
+        out.append({"id": event.get("request_id") or "", "step": event.get("step"),
+                    "age_s": round(max(0.0, now - float(event.get("ts") or now)), 3),
+                    "tool": detail.get("tool", ""), "summary": detail.get("summary", ""),
+                    "decision": event.get("action", ""), "codes": list(event.get("codes") or []),
+                    "frozen": bool(detail.get("frozen", False)), "writes": list(detail.get("writes") or [])})
+    return out[-HISTORY_SIZE:]
+
+
+def audit_facts(doc: Mapping[str, Any]) -> dict:
+    """{"frozen", "writes"} of a decided tool call, for its audit row (and so for later calls' history)."""
+    writes: list[str] = []
+    shell = doc.get("shell") or {}
+    for cmd in shell.get("commands", []) if isinstance(shell, dict) else []:
+        for fact in cmd.get("writes", []) + cmd.get("deletes", []) + cmd.get("moves", []):
+            if fact.get("normalized"):
+                writes.append(fact["normalized"])
+    path = doc.get("path")
+    if isinstance(path, dict) and path.get("normalized") and doc.get("tool", {}).get("name") in (
+            "write_file", "delete_file"):
+        writes.append(path["normalized"])
+    session = doc.get("session") or {}
+    return {"frozen": bool(session.get("frozen")), "writes": list(dict.fromkeys(writes))[:MAX_WRITES]}
+
+
+def path_rows(session: str, effects: Effects, now: float) -> list[dict]:
+    """Store rows for the links a call made and the files it wrote."""
+    rows = [{"session": session, "path": path, "kind": "link", "target": target, "content": None, "ts": now}
+            for path, target in effects.links.items()]
+    rows += [{"session": session, "path": path, "kind": "file", "target": None, "content": content, "ts": now}
+             for path, content in effects.files.items()]
+    return rows
+
+
+def paths_from_rows(rows: Iterable[Mapping[str, Any]]) -> tuple[dict[str, str | None], dict[str, str | None]]:
+    """(links, files) from a session's path rows, oldest first (a later row for a path wins)."""
+    links: dict[str, str | None] = {}
+    files: dict[str, str | None] = {}
+    for row in rows:
+        if row.get("kind") == "link":
+            links[row["path"]] = row.get("target")
+            files.pop(row["path"], None)
+        elif row.get("kind") == "file":
+            files[row["path"]] = row.get("content")
+            links.pop(row["path"], None)
+    return links, files

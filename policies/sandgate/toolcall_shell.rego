@@ -1,0 +1,382 @@
+# Tool calls, part 2: the commands of shell-like tools (input.shell.commands, from gateway/toolcalls/describe.py).
+#
+# Every command a line really runs is in the list, nested ones (bash -c, wrappers, interpreters' code,
+# scripts written and then run, aliases, programs run through git config or PAGER, SQL meta-commands) marked
+# with `origin`. Per command: name, operands, flags, options, paths, writes, deletes, moves, cwd, dynamic,
+# and where they apply code, runs, executes, remote, http, sql, links, stdin_operands. Rules here judge
+# each command; the per-command sets (`deleting`, `reads`, ...) hold indexes into `commands`.
+package sandgate.toolcall
+
+import rego.v1
+
+import data.sandgate.lib.hosts
+import data.sandgate.lib.paths
+
+commands := cs if {
+	native
+	tool_in("shell_tools")
+	cs := object.get(input, ["shell", "commands"], [])
+	is_array(cs)
+} else := []
+
+sub(c) := object.get(c, "operands", [])[0]
+
+shown(c) := sprintf("%s (run by %s)", [concat(" ", object.get(c, "argv", [])), c.origin]) if {
+	object.get(c, "origin", "") != ""
+} else := concat(" ", object.get(c, "argv", []))
+
+ask contains {"code": "toolcall.unparsed", "reason": "the shell command could not be parsed"} if {
+	native
+	tool_in("shell_tools")
+	object.get(input, ["shell", "parsed"], false) != true
+}
+
+# -- deletes, moves, devices ----------------------------------------------------------------------------
+
+file_delete(c) if c.name in conf("delete_commands")
+
+file_delete(c) if {
+	some prefix in conf("delete_command_prefixes")
+	startswith(c.name, prefix)
+}
+
+file_delete(c) if {
+	c.name == "find"
+	"-delete" in c.flags
+}
+
+file_delete(c) if {
+	c.name == "git"
+	sub(c) in conf("git_delete_subcommands")
+}
+
+deleting contains i if {
+	some i, c in commands
+	file_delete(c)
+}
+
+deleting contains i if {
+	some i, c in commands
+	count(object.get(c, "deletes", [])) > 0
+}
+
+# delete_targets: what a delete may remove; git works on its working directory too.
+delete_targets(c) := array.concat(object.get(c, "deletes", []), object.get(c, "paths", [])) if {
+	file_delete(c)
+	c.name != "git"
+} else := array.concat(object.get(c, "deletes", []), array.concat(object.get(c, "paths", []), [object.get(c, "cwd", {})])) if {
+	file_delete(c)
+} else := object.get(c, "deletes", [])
+
+ask contains {"code": "toolcall.delete", "reason": sprintf("deleting needs approval: %s", [shown(commands[i])])} if {
+	some i in deleting
+}
+
+deny contains {"code": code, "reason": sprintf("delete target %s%s", [paths.shown(p), paths.problem_text[code]])} if {
+	some i in deleting
+	some p in delete_targets(commands[i])
+	code := paths.delete_problem(p)
+}
+
+# Moving a path away removes it from where it was: moving the root, a home or a parent of the workspace is a
+# wipe; moving anything else from outside the workspace is a write there.
+deny contains {"code": code, "reason": sprintf("moving %s away: it%s", [paths.shown(p), paths.problem_text[code]])} if {
+	some c in commands
+	some p in object.get(c, "moves", [])
+	code := paths.wipe_problem(p)
+}
+
+ask contains {"code": "toolcall.write_outside_workspace", "reason": sprintf("moving %s from outside the workspace needs approval", [paths.shown(p)])} if {
+	some c in commands
+	some p in object.get(c, "moves", [])
+	not paths.wipe_problem(p)
+	not paths.inside(p)
+}
+
+filesystem_cmd(c) if c.name in conf("filesystem_commands")
+
+filesystem_cmd(c) if {
+	some prefix in conf("filesystem_command_prefixes")
+	startswith(c.name, prefix)
+}
+
+ask contains {"code": "toolcall.filesystem", "reason": sprintf("a disk or filesystem tool needs approval: %s", [shown(c)])} if {
+	some c in commands
+	filesystem_cmd(c)
+}
+
+deny contains {"code": "toolcall.device", "reason": sprintf("writing %s%s", [paths.shown(p), paths.problem_text["toolcall.device"]])} if {
+	some c in commands
+	some p in array.concat(object.get(c, "writes", []), device_operands(c))
+	object.get(p, "device", false) == true
+}
+
+device_operands(c) := object.get(c, "paths", []) if filesystem_cmd(c) else := []
+
+# -- writes outside the workspace, system changes --------------------------------------------------------
+
+ask contains {"code": "toolcall.write_outside_workspace", "reason": sprintf("writing %s outside the workspace needs approval", [paths.shown(p)])} if {
+	some c in commands
+	some p in object.get(c, "writes", [])
+	not paths.inside(p)
+	object.get(p, "device", false) != true
+}
+
+system_cmd(c) if {
+	c.name in conf("system_commands")
+	not sub(c) in object.get(conf_map("system_read_subcommands"), c.name, [])
+}
+
+ask contains {"code": "toolcall.system", "reason": sprintf("changing the system needs approval: %s", [shown(c)])} if {
+	some c in commands
+	system_cmd(c)
+}
+
+# -- code computed or fetched at run time ----------------------------------------------------------------
+
+ask contains {"code": "toolcall.dynamic", "reason": sprintf("what runs is only known at run time: %s", [shown(c)])} if {
+	some c in commands
+	object.get(c, "dynamic", true) != false
+}
+
+ask contains {"code": "toolcall.opaque_code", "reason": sprintf("the code builds code at run time (eval, decoding): %s", [shown(c)])} if {
+	some c in commands
+	object.get(c, ["code", "opaque"], false) == true
+}
+
+ask contains {"code": "toolcall.unparsed", "reason": sprintf("the %s code could not be parsed: %s", [c.code.language, shown(c)])} if {
+	some c in commands
+	object.get(c, ["code", "parsed"], true) != true
+}
+
+ask contains {"code": "toolcall.runs_written", "reason": sprintf("runs %s, written earlier from content not seen: %s", [paths.shown(c.runs.path), shown(c)])} if {
+	some c in commands
+	object.get(c, ["runs", "written"], false) == true
+	object.get(c, ["runs", "known"], false) != true
+}
+
+ask contains {"code": "toolcall.external_write", "reason": sprintf("runs on or copies to the remote host %s: %s", [object.get(c, ["remote", "host"], "?"), shown(c)])} if {
+	some c in commands
+	c.remote
+}
+
+ask contains {"code": "toolcall.external_write", "reason": sprintf("opens a raw network connection: %s", [shown(c)])} if {
+	some c in commands
+	c.name in conf("network_commands")
+}
+
+# -- deploys, destructive git ----------------------------------------------------------------------------
+
+deploy_cmd(c) if sub(c) in object.get(conf_map("deploy_subcommands"), c.name, [])
+
+deploy_cmd(c) if c.name in conf("deploy_commands")
+
+deploy_cmd(c) if {
+	c.name in conf("deploy_operand_commands")
+	"deploy" in c.operands
+}
+
+deploy_cmd(c) if {
+	c.name in conf("deploy_bare_commands")
+	count(c.operands) == 0
+}
+
+deploy_cmd(c) if {
+	some flag in object.get(conf_map("deploy_flags"), c.name, [])
+	flag in c.flags
+}
+
+deploy_cmd(c) if risky_push(c)
+
+deploying contains i if {
+	some i, c in commands
+	deploy_cmd(c)
+}
+
+ask contains {"code": "toolcall.deploy", "reason": sprintf("deploying needs approval: %s", [shown(commands[i])])} if {
+	some i in deploying
+}
+
+git_push(c) if {
+	c.name == "git"
+	sub(c) == "push"
+}
+
+# A push without a refspec (the current branch may be main), to a protected branch, or of every branch.
+risky_push(c) if {
+	git_push(c)
+	count(c.operands) < 3
+}
+
+risky_push(c) if {
+	git_push(c)
+	some refspec in array.slice(c.operands, 2, count(c.operands))
+	dest := trim_prefix(trim_prefix(regex.replace(refspec, "^.*:", ""), "+"), "refs/heads/")
+	dest in array.concat(conf("protected_branches"), ["HEAD", "@"])
+}
+
+risky_push(c) if {
+	git_push(c)
+	some flag in conf("git_push_risky_flags")
+	flag in c.flags
+}
+
+git_rule(c) := rule if {
+	c.name == "git"
+	rule := conf_map("git_destructive")[sub(c)]
+}
+
+git_destructive(c) if git_rule(c).always == true
+
+git_destructive(c) if {
+	some flag in object.get(git_rule(c), "flags", [])
+	flag in c.flags
+}
+
+git_destructive(c) if {
+	some operand in object.get(git_rule(c), "operands", [])
+	operand in array.slice(c.operands, 1, count(c.operands))
+}
+
+git_destructive(c) if {
+	some prefix in object.get(git_rule(c), "operand_prefixes", [])
+	some operand in array.slice(c.operands, 1, count(c.operands))
+	startswith(operand, prefix)
+}
+
+git_destructive(c) if {
+	object.get(git_rule(c), "separator", false) == true
+	"--" in object.get(c, "effective", [])
+}
+
+git_destroying contains i if {
+	some i, c in commands
+	git_destructive(c)
+	not git_spared(c)
+}
+
+# git_spared: `unless` flags make the command harmless (`git restore --staged`), unless `unless_not` flags
+# come with them (`--worktree`).
+git_spared(c) if {
+	some flag in object.get(git_rule(c), "unless", [])
+	flag in c.flags
+	every other in object.get(git_rule(c), "unless_not", []) {
+		not other in c.flags
+	}
+}
+
+ask contains {"code": "toolcall.git_destructive", "reason": sprintf("this git command discards work or rewrites history: %s", [shown(commands[i])])} if {
+	some i in git_destroying
+}
+
+# -- cloud, cluster and forge CLIs (data.sandgate.config.toolcall.cli) -----------------------------------
+
+cli_spec(c) := conf_map("cli")[c.name]
+
+cli_rank := {"read": 1, "local": 2, "write": 3, "destructive": 4}
+
+# cli_hits[i]: for command i of a known CLI, position * 10 + rank of every leading word (where these CLIs
+# name their verb: `aws s3 rm`, `gcloud compute instances delete`, `heroku apps:destroy`) that names a verb.
+cli_hits[i] := hits if {
+	some i, c in commands
+	spec := cli_spec(c)
+	words := array.slice(object.get(c, "operands", []), 0, object.get(spec, "depth", object.get(cfg, "cli_default_depth", 3)))
+	hits := {hit |
+		some position, word in words
+		some class, rank in cli_rank
+		some pattern in object.get(spec, class, [])
+		verb_matches(pattern, word)
+		hit := (position * 10) + rank
+	}
+}
+
+verb_matches(pattern, word) if pattern == word
+
+verb_matches(pattern, word) if {
+	contains(pattern, "*")
+	glob.match(pattern, [], word)
+}
+
+# cli_class[i]: the class of the last verb word (on one word the most dangerous class it matches).
+cli_class[i] := class if {
+	some i, hits in cli_hits
+	top := max(hits)
+	some class, rank in cli_rank
+	rank == top % 10
+}
+
+cli_destroying contains i if {
+	some i, hits in cli_hits
+	some hit in hits
+	hit % 10 == 4
+}
+
+cli_destroying contains i if {
+	some i, _ in cli_hits
+	some flag in object.get(cli_spec(commands[i]), "destructive_flags", [])
+	flag in commands[i].flags
+}
+
+cli_destroying contains i if {
+	some i, _ in cli_hits
+	object.get(commands[i], ["http", "method"], "") == "DELETE"
+}
+
+ask contains {"code": "toolcall.cli_destructive", "reason": sprintf("a destructive %s command needs approval: %s", [commands[i].name, shown(commands[i])])} if {
+	some i in cli_destroying
+}
+
+ask contains {"code": "toolcall.cli_verb", "reason": sprintf("this %s command is not known to only read: %s", [commands[i].name, shown(commands[i])])} if {
+	some i, _ in cli_hits
+	not i in cli_destroying
+	not object.get(cli_class, i, "") in {"read", "local"}
+}
+
+cli_reads contains i if {
+	cli_class[i] == "read"
+	not i in cli_destroying
+	not http_write(commands[i])
+}
+
+# -- HTTP writes from shell commands (curl, wget, gh api, code) ------------------------------------------
+
+http_write(c) if not object.get(c, ["http", "method"], "GET") in conf("read_methods")
+
+ask contains {"code": "toolcall.external_write", "reason": sprintf("sending data to a host outside the allow list: %s", [shown(c)])} if {
+	some c in commands
+	http_write(c)
+	urls := object.get(c, ["http", "urls"], [])
+	count([u | some u in urls; url_allowed(u)]) < max([count(urls), 1])
+}
+
+ask contains {"code": "toolcall.delete", "reason": sprintf("an HTTP DELETE needs approval: %s", [shown(c)])} if {
+	some c in commands
+	object.get(c, ["http", "method"], "") == "DELETE"
+}
+
+ask contains {"code": "toolcall.external_write", "reason": sprintf("%s changes data through its API: %s", [commands[i].name, shown(commands[i])])} if {
+	some i, _ in cli_hits
+	http_write(commands[i])
+}
+
+# -- reads (what a frozen session still allows) ----------------------------------------------------------
+
+readish(_, c) if c.name in conf("read_commands")
+
+readish(_, c) if sub(c) in object.get(conf_map("read_subcommands"), c.name, [])
+
+readish(_, c) if sql_read(c.sql)
+
+readish(i, _) if i in cli_reads
+
+reads contains i if {
+	some i, c in commands
+	readish(i, c)
+	object.get(c, "dynamic", true) == false
+	not file_delete(c)
+	not http_write(c)
+	not c.remote
+	every key in ["writes", "deletes", "moves", "executes"] {
+		count(object.get(c, key, [])) == 0
+	}
+}
