@@ -25,6 +25,7 @@ DANGEROUS, ORDINARY = CORPUS["dangerous"], CORPUS["ordinary"]
 CLASSES = {"wipe", "device", "delete", "interpreter", "wrapper", "runtime", "reads_run", "cli", "sql", "option_write",
            "git", "system", "external_write", "history"}
 ARTIFACT = Path(__file__).resolve().parents[3] / "test-artifacts" / "toolcall-corpus.json"
+README = Path(__file__).resolve().parents[3] / "README.md"
 
 
 @pytest.fixture(scope="module")
@@ -65,6 +66,9 @@ def test_recall_and_pass_rate(ev, capsys):
               f"pass rate on ordinary calls {m['allowed']}/{m['ordinary']} = {m['pass_rate']:.1%}")
     assert m["missed"] == []
     assert m["pass_rate"] >= 0.97
+    readme = README.read_text()                  # the README quotes these measured figures
+    assert f"recall on dangerous calls **{m['caught']}/{m['dangerous']} ({m['recall']:.0%})**" in readme
+    assert f"ordinary calls **{m['allowed']}/{m['ordinary']} ({m['pass_rate']:.0%})**" in readme
 
 
 # -- a slice through the HTTP API of a real sandgate -------------------------------------------------------
