@@ -207,18 +207,18 @@ CODEISH = st.lists(st.sampled_from(["system(", "exec(", "'rm -rf ~'", '"', "'", 
 @settings(max_examples=400, deadline=None)
 @given(st.sampled_from(LANGUAGES), st.one_of(CODEISH, st.text(max_size=200)))
 def test_analysers_never_raise_and_stay_fast(language, code):
-    started = time.perf_counter()
+    started = time.thread_time()
     result = analyze(language, code)
-    elapsed = time.perf_counter() - started
+    elapsed = time.thread_time() - started
     assert isinstance(result.parsed, bool) and isinstance(result.opaque, bool)
     assert all(s is None or isinstance(s, str) for s in result.spawns)
     assert elapsed < 0.05 or min(_timed(language, code) for _ in range(3)) < 0.05
 
 
 def _timed(language: str, code: str) -> float:
-    started = time.perf_counter()
+    started = time.thread_time()
     analyze(language, code)
-    return time.perf_counter() - started
+    return time.thread_time() - started
 
 
 def test_script_scanner_unknown_language():
