@@ -146,7 +146,7 @@ class _Line:
                 self.ok = False
                 return
             if "assign" in cmd:
-                self.assign(cmd["assign"])
+                self.assign(cmd["assign"], braces=bool(cmd.get("loop")))
                 continue
             if "function" in cmd:
                 self.functions[cmd["function"]] = cmd["body"]
@@ -155,12 +155,14 @@ class _Line:
             op = cmd["op"] or (";" if self.out else "")
             previous = self.command(cmd, depth, origin, op, piped)
 
-    def assign(self, values: dict[str, list[str]]) -> None:
+    def assign(self, values: dict[str, list[str]], braces: bool = False) -> None:
+        """Variables from `X=v` (substituted, not brace-expanded or split) or `for X in words` (expanded)."""
         for name, raw in values.items():
             if any("$@" in v or "$*" in v for v in raw):
                 self.variables.pop(name, None)
                 continue
-            expanded = [c for v in raw for c in expand_word(v, self.variables, self.cwd)]
+            expanded = [c for v in raw for c in (expand_word(v, self.variables, self.cwd) if braces
+                                                 else substitute(v, self.variables, self.cwd))]
             self.variables[name] = expanded[:16]
 
     def expand(self, key: tuple[str, str], text: str, depth: int, origin: str) -> None:
@@ -176,7 +178,7 @@ class _Line:
         while argv and argv[0] in _RESERVED:      # `x; then rm ...`: bash refuses it, tree-sitter does not
             self.ok = False
             argv = argv[1:]
-            cmd = {**cmd, "argv": argv}
+            cmd = {**cmd, "argv": argv, **({"quoting": cmd["quoting"][1:]} if cmd.get("quoting") else {})}
         if argv and argv[0] in self.aliases and (argv[0], self.aliases[argv[0]]) not in self.expanding:
             self.expand((argv[0], self.aliases[argv[0]]), self.aliases[argv[0]] + " " + shlex.join(argv[1:]), depth,
                         f"alias {argv[0]}")
@@ -187,16 +189,21 @@ class _Line:
             else:
                 self.call_function(argv, depth)
                 return None
-        names = substitute(argv[0], self.variables, self.cwd) if argv and not cmd.get("fixed") else argv[:1]
+        quoting = cmd.get("quoting") or ["none"] * len(argv)
+        single = bool(quoting) and quoting[0] == "single"
+        names = substitute(argv[0], self.variables, self.cwd) if argv and not cmd.get("fixed") and not single \
+            else argv[:1]
         if len(names) > 1:                    # a loop variable: each value is a command of its own
             for alternative in names[:8]:
                 self.command({**cmd, "argv": [alternative] + argv[1:], "fixed": True}, depth, origin, op, piped)
             return None
-        if names and names[0] != argv[0] and re.search(r"\s", names[0]) and _WHOLE_VAR.fullmatch(argv[0]):
+        if names and names[0] != argv[0] and re.search(r"\s", names[0]) and _WHOLE_VAR.fullmatch(argv[0]) \
+                and quoting[0] == "none":
             names = names[0].split()           # unquoted `$X` splits into words
-        elif names:
+        elif names and quoting[0] == "none":
             names = expand_braces(names[0])
-        words = names + [w for word in argv[1:] for w in expand_word(word, self.variables, self.cwd)]
+        words = names + [w for word, how in zip(argv[1:], quoting[1:])
+                         for w in expand_word(word, self.variables, self.cwd, how)]
         unwrapped = unwrap(words)
         rec: dict[str, Any] = {"argv": argv, "op": op, "effective": unwrapped.argv, "redirects": cmd["redirects"]}
         if cmd.get("env"):
@@ -338,7 +345,8 @@ class _Command:
             if "body" in redirect:
                 stdin = _Stdin(True, redirect["body"])
             elif redirect["op"] == "<":
-                _, content = self.line.content(redirect["target"], self.here)
+                produced = _substitution_output(redirect["target"])
+                content = produced if produced is not None else self.line.content(redirect["target"], self.here)[1]
                 stdin = _Stdin(True, content, redirect["target"])
         if self.piped is not None and not stdin.given:
             stdin = _Stdin(True, self.piped.text)
@@ -351,8 +359,7 @@ class _Command:
             items = _split_items(text, self.u.separator)
         if items is None or not self.eff:
             self.rec["stdin_operands"] = True
-            name = posixpath.basename(self.eff[0]) if self.eff else ""
-            if name in SHELLS or name == "eval" or code_source(name, self.eff) is not None:
+            if self.code_from_operands():
                 self.rec["dynamic"] = True     # its code is among the operands it reads
             return
         items = items[:32]
@@ -361,6 +368,16 @@ class _Command:
         else:
             self.eff = self.eff + items
         self.rec["effective"] = self.eff
+
+    def code_from_operands(self) -> bool:
+        """Whether the code this command runs would come from operands read at run time (xargs)."""
+        name = posixpath.basename(self.eff[0]) if self.eff else ""
+        if name == "eval" or (self.u.replace and any(self.u.replace in w for w in self.eff)):
+            return name == "eval" or name in SHELLS or code_source(name, self.eff) is not None
+        if name in SHELLS:
+            return not shell_script(self.eff)          # no -c script: the script (or its file) is an operand
+        source = code_source(name, self.eff)
+        return source is not None and source.inline is None
 
     def output(self) -> _Out | None:
         name, stdin = self.name, self.stdin
@@ -454,8 +471,11 @@ class _Command:
 
     def eval_text(self) -> None:
         """eval's words joined: variables substituted but not split (quoted "$X" is the common form)."""
-        words = self.cmd["argv"][1:] if posixpath.basename(self.cmd["argv"][0]) == "eval" else self.eff[1:]
-        options = [substitute(w, self.line.variables, self.line.cwd)[:4] for w in words]
+        raw = posixpath.basename(self.cmd["argv"][0]) == "eval"
+        words = self.cmd["argv"][1:] if raw else self.eff[1:]
+        quoting = (self.cmd.get("quoting") or ["none"] * len(self.cmd["argv"]))[1:] if raw else ["none"] * len(words)
+        options = [[w] if how == "single" else substitute(w, self.line.variables, self.line.cwd)[:4]
+                   for w, how in zip(words, quoting)]
         texts = [""]
         for choices in options:
             texts = [f"{t} {c}".strip() for t in texts for c in choices][:8]

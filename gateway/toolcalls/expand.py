@@ -134,22 +134,32 @@ def _literal_output(match: re.Match) -> str:
     from gateway.toolcalls.shell import parse_shell            # the parser does not import this module
     from gateway.toolcalls.streams import echo_text, printf_text
 
+    from gateway.toolcalls.streams import base64_text
+
     inner = match.group(1) if match.group(1) is not None else match.group(2)
     commands = [c for c in parse_shell(inner)["commands"] if c["argv"]] if len(inner) < 1000 else []
-    if len(commands) != 1 or commands[0]["redirects"]:
+    if not commands or any(c["redirects"] for c in commands) or any(c["op"] != "|" for c in commands[1:]):
         return match.group()
     argv = commands[0]["argv"]
     text = echo_text(argv) if argv[0] == "echo" else printf_text(argv) if argv[0] == "printf" else None
+    for later in commands[1:]:                 # `echo ... | base64 -d`, `... | cat`
+        words = later["argv"]
+        if text is not None and words[0] == "base64" and any(w in ("-d", "--decode", "-D") for w in words[1:]):
+            text = base64_text(text)
+        elif not (words == ["cat"] or words == ["cat", "-"]):
+            text = None
     return match.group() if text is None else text.rstrip("\n")
 
 
-def expand_word(word: str, variables: dict[str, list[str]], cwd: str | None) -> list[str]:
-    """substitute() then brace expansion; a whole-word variable whose value holds blanks also yields the
-    split words (unquoted `$X` splits, quoted does not, and quotes are gone: both are kept)."""
+def expand_word(word: str, variables: dict[str, list[str]], cwd: str | None, quoting: str = "none") -> list[str]:
+    """substitute() then brace expansion, as bash does for the word's quoting ("none", "double": variables
+    only, "single": nothing); an unquoted whole-word variable whose value holds blanks splits into words."""
+    if quoting == "single":
+        return [word]
     out: list[str] = []
     for candidate in substitute(word, variables, cwd):
-        for expanded in expand_braces(candidate):
+        for expanded in (expand_braces(candidate) if quoting == "none" else [candidate]):
             out.append(expanded)
-            if _VAR.fullmatch(word) and re.search(r"\s", expanded):
+            if quoting == "none" and _VAR.fullmatch(word) and re.search(r"\s", expanded):
                 out.extend(expanded.split())
     return list(dict.fromkeys(out))[:MAX_CANDIDATES] or [word]

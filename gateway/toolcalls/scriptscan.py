@@ -8,6 +8,7 @@ builds code at run time (string eval, base64 decoders, ...) is opaque.
 """
 from __future__ import annotations
 
+import json
 import re
 import shlex
 from dataclasses import dataclass
@@ -162,6 +163,7 @@ def _scan(language: str, code: str) -> CodeFacts:
             text = next((g for g in match.groups() if g is not None), "")
             facts.spawns.append(text.replace(_HOME_MARK, "~"))
         code = re.sub(lang.inline, lambda m: " " * len(m.group()), code)
+    names = _names(code, lang.concat)
     for key in ("deletes", "writes", "write_last", "moves", "links", "spawns"):
         pattern = getattr(lang, key)
         if not pattern:
@@ -171,7 +173,7 @@ def _scan(language: str, code: str) -> CodeFacts:
                 value = _first_literal(code, match.end(), language)
                 _record(facts, key, [value], [value or ""])
                 continue
-            args = _call_args(code, match.end(), False)
+            args = [_resolve_names(a, names) for a in _call_args(code, match.end(), False)]
             _record(facts, key, [_literal(a, lang.concat) for a in args], args)
     return facts
 
@@ -211,8 +213,10 @@ def _command_text(values: list[str | None], raw: list[str]) -> str | None:
     literals) as an argv."""
     if not values:
         return None
-    if values[0] is not None and len(values) > 1 and raw[1].lstrip().startswith("["):
-        items = [_literal(a, r"\+") for a in _split_args(raw[1].strip()[1:-1])]
+    array = re.search(r"\bargs\s*:\s*(\[[^\]]*\])", raw[1]) if len(raw) > 1 else None
+    second = raw[1].strip() if len(raw) > 1 and raw[1].lstrip().startswith("[") else (array.group(1) if array else "")
+    if values[0] is not None and second:                  # spawn('rm', ['-rf', '/']) / Command('rm', {args: [...]})
+        items = [_literal(a, r"\+") for a in _split_args(second[1:-1])]
         if all(i is not None for i in items):
             return shlex.join([values[0]] + items)  # type: ignore[list-item]
     if raw and raw[0].lstrip().startswith("["):
@@ -234,7 +238,10 @@ def _call_args(code: str, pos: int, spaces: bool) -> list[str]:
         return _split_args(code[pos + 1:end])
     end = pos
     while end < len(code) and code[end] not in ";\n}":
-        if code[end] in "'\"`":
+        quote_like = re.match(r"qq?\s*[{(\[]", code[end:end + 8]) if code[end] == "q" else None
+        if quote_like:                             # perl q{...} / qq(...): one string
+            end = _matching(code, end + quote_like.end() - 1)
+        elif code[end] in "'\"`":
             end = _string_end(code, end)
         end += 1
     text = code[pos:end]
@@ -290,7 +297,27 @@ def _split_args(text: str) -> list[str]:
     return out
 
 
-_STRING = re.compile(r"'((?:[^'\\]|\\.)*)'|\"((?:[^\"\\]|\\.)*)\"|`([^`$]*)`|" + _HOME_MARK)
+_STRING = re.compile(r"'((?:[^'\\]|\\.)*)'|\"((?:[^\"\\]|\\.)*)\"|`([^`$]*)`|" + _HOME_MARK +
+                     r"|\bqq?\s*(?:\{([^}]*)\}|\(([^)]*)\)|\[([^\]]*)\])")
+_ASSIGNED = re.compile(r"(?:\b(?:const|let|var|my|local|our)\s+)?(\$?[A-Za-z_][\w$]*)\s*(?<![=!<>])=(?!=)\s*"
+                       r"('(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\")\s*(?=[;\n}]|$)")
+
+
+def _names(code: str, concat: str) -> dict[str, str]:
+    """Variables assigned a string literal (`cmd = "rm -rf ~"`), so a call with the variable reads it."""
+    out: dict[str, str] = {}
+    for match in _ASSIGNED.finditer(code):
+        value = _literal(match.group(2), concat)
+        if value is not None:
+            out[match.group(1)] = value
+    return out
+
+
+def _resolve_names(text: str, names: dict[str, str]) -> str:
+    if not names:
+        return text
+    pattern = r"(?<![\w$.'\"])(" + "|".join(re.escape(n) for n in sorted(names, key=len, reverse=True)) + r")(?![\w$])"
+    return re.sub(pattern, lambda m: json.dumps(names[m.group(1)]), text)
 
 
 def _literal(text: str, concat: str) -> str | None:
@@ -308,8 +335,10 @@ def _literal(text: str, concat: str) -> str | None:
         if between == "\x01" and pieces:
             pieces.append("/")
         value = next((g for g in match.groups() if g is not None), None)
-        if value is None:
+        if value is None and match.group().strip() == _HOME_MARK:
             pieces.append("~")
+        elif value is None:
+            return None
         elif re.search(r"\$\{|#\{|(?<!\\)\$[A-Za-z_{]", value) and match.group(1) is None:
             return None                                   # interpolation: computed
         else:

@@ -12,10 +12,11 @@ Each entry is::
     {"argv": [...],            # the words as written (quotes removed), leading env assignments dropped
      "op": ";"|"&&"|"||"|"|"|"",  # the operator joining it to the PREVIOUS entry ("" for the first); `&` is ";"
      "redirects": [{"op": ">", "target": "f"}, ...],  # heredocs / herestrings: op "<<" / "<<<", plus "body"
-     "env": {"NAME": "value"}} # only when leading assignments exist
+     "env": {"NAME": "value"}, # only when leading assignments exist
+     "quoting": ["none"|"single"|"double", ...]}  # per argv word, only when some word is quoted
 
 plus two kinds of records with an empty argv: `{"assign": {"X": ["v", ...]}}` for a bare assignment or a
-`for X in v ...` loop, and `{"function": "name", "body": "text"}` for a function definition (its body's
+`for X in v ...` loop (`"loop": true`: its words are brace-expanded), and `{"function": "name", "body": "text"}` for a function definition (its body's
 commands also follow, flattened, as written).
 
 Any syntax error (tree-sitter ERROR or MISSING node) or an internal failure yields `"parsed": false` with a
@@ -227,7 +228,9 @@ class _Walker:
                 self.walk(child)
                 words.append(child)
         argv = [self.text(w) for w in words]
-        self.out.emit(argv, env, redirects + extra_redirects)
+        quoting = [self.quoting(w) for w in words]
+        self.out.emit(argv, env, redirects + extra_redirects,
+                      **({"quoting": quoting} if any(q != "none" for q in quoting) else {}))
         for node_after in follow:
             self.walk_token(node_after)
 
@@ -250,7 +253,7 @@ class _Walker:
                   if node.field_name_for_child(i) == "value"]
         has_in = any(child.type == "in" for child in node.children)
         # `for x; do` iterates over "$@": unknown
-        self.out.emit([], {}, [], assign={self.raw(var): values if has_in else ["$@"]})
+        self.out.emit([], {}, [], assign={self.raw(var): values if has_in else ["$@"]}, loop=True)
 
     def function(self, node: Node) -> None:
         name, body = node.child_by_field_name("name"), node.child_by_field_name("body")
@@ -343,6 +346,21 @@ class _Walker:
             out.append({"op": "<<", "target": "", "body": body})
 
     # -- words -------------------------------------------------------------------------------------
+    def quoting(self, node: Node) -> str:
+        """How a word is quoted: "none", "single" (only single-quoted or $'...' parts: no expansion at all),
+        "double" (some quoting: no brace expansion or word splitting, variables still expand)."""
+        kind = node.type
+        if kind in ("raw_string", "ansi_c_string"):
+            return "single"
+        if kind in ("string", "translated_string"):
+            return "double"
+        if kind in ("concatenation", "command_name"):
+            parts = {self.quoting(child) for child in node.named_children}
+            if parts <= {"single"} and parts:
+                return "single"
+            return "double" if parts - {"none"} else "none"
+        return "none"
+
     def text(self, node: Node) -> str:
         kind = node.type
         if kind == "word":

@@ -1,6 +1,7 @@
 """SQL text -> the statement kinds it runs (`describe_sql`), for the tool-call policy. Pure; parsed with sqlglot."""
 from __future__ import annotations
 
+import logging
 import re
 from typing import Any
 
@@ -9,6 +10,7 @@ from sqlglot import exp
 from sqlglot.errors import ErrorLevel
 
 MAX_SQL_LENGTH = 100_000
+logging.getLogger("sqlglot").setLevel(logging.ERROR)   # "falling back to parsing as a Command" per statement
 
 _SQL_KINDS = {
     "Select": "SELECT", "Union": "SELECT", "Intersect": "SELECT", "Except": "SELECT", "Values": "SELECT",

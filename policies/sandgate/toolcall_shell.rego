@@ -297,12 +297,28 @@ verb_matches(pattern, word) if {
 	glob.match(pattern, [], word)
 }
 
-# cli_class[i]: the class of the last verb word (on one word the most dangerous class it matches).
+# cli_class[i]: the class of the last verb word (on one word the most dangerous class it matches); a copy
+# whose destination is local (`aws s3 cp s3://b/k .`) is a download: local.
 cli_class[i] := class if {
 	some i, hits in cli_hits
 	top := max(hits)
+	not cli_download(i)
 	some class, rank in cli_rank
 	rank == top % 10
+} else := "local" if {
+	some i, _ in cli_hits
+	cli_download(i)
+}
+
+cli_download(i) if {
+	c := commands[i]
+	spec := cli_spec(c)
+	some verb in object.get(spec, "downloads", [])
+	verb in c.operands
+	last := c.operands[count(c.operands) - 1]
+	every prefix in object.get(spec, "remote_prefixes", []) {
+		not startswith(last, prefix)
+	}
 }
 
 cli_destroying contains i if {

@@ -446,6 +446,16 @@ test_allow_cli_api_get if {
 	d.codes == ["toolcall.read"]
 }
 
+test_allow_cli_download if {
+	d := decide([cmd(["aws", "s3", "cp", "s3://b/k", "./k"], {})])
+	d.codes == ["toolcall.write"]
+}
+
+test_ask_cli_upload if {
+	d := decide([cmd(["aws", "s3", "cp", "./k", "s3://b/k"], {})])
+	d.codes == ["toolcall.cli_verb"]
+}
+
 test_cli_table_is_data if {
 	inp := shell([cmd(["mycloud", "nuke"], {})])
 	d := toolcall.decision with input as inp with data.sandgate.config.toolcall.cli as {"mycloud": {"destructive": ["nuke"]}}

@@ -422,3 +422,15 @@ def test_make_in_a_cloned_directory_runs_unseen_code():
 def test_container_bind_mounts_are_writes():
     cmd = describe("docker run -v /:/host --mount type=bind,source=/etc,target=/e -v data:/d alpine true")[0]
     assert [w["normalized"] for w in cmd["writes"]] == ["/", "/etc"]
+
+
+@pytest.mark.parametrize("command, expected", [
+    ("node -e \"new Deno.Command('rm', {args: ['-rf', '/']})\"", ("rm", ["/"])),    # braces inside quotes stay
+    ("echo '{a,b}'", ("echo", [])),
+    ("X={rm,-rf,/}; eval \"$X\"", ("rm", ["/"])),                                   # no brace expansion in X=
+    ("for d in /{tmp,var}; do rm -rf $d; done", ("rm", ["/tmp", "/var"])),
+    ("X=/; rm -rf '$X'", ("rm", ["$X"])),                 # single quotes: not substituted (still unknown)
+    ("X=/; rm -rf \"$X\"", ("rm", ["/"])),
+])
+def test_quoting_decides_expansion(command, expected):
+    assert runs_of(command)[-1] == expected

@@ -234,3 +234,10 @@ def test_string_escapes_in_spawned_commands():
     assert analyze("perl", 'system("r\\\\m -rf ~")').spawns == ["r\\m -rf ~"]
     assert analyze("js", "require('child_process').execSync(\"printf 'a\\\\nb'\")").spawns == ["printf 'a\\nb'"]
     assert analyze("ruby", "system('it\\'s')").spawns == ["it's"]
+
+
+def test_perl_quote_operators_and_variables():
+    assert analyze("perl", "system qq{rm -rf /}").spawns == ["rm -rf /"]
+    assert analyze("perl", "my $c = 'rm -rf ~'; system($c)").spawns == ["rm -rf ~"]
+    assert analyze("awk", 'BEGIN {cmd = "rm -rf ~"; system(cmd)}').spawns == ["rm -rf ~"]
+    assert analyze("js", "const c = 'rm -rf /'; require('child_process').execSync(c)").spawns == ["rm -rf /"]

@@ -59,6 +59,16 @@ def test_words_are_unquoted_not_expanded(command, expected):
     assert argvs(command) == [expected]
 
 
+@pytest.mark.parametrize("command, quoting", [
+    ("rm -rf x", None),
+    ("echo 'a' \"b\" $'c' d", ["none", "single", "double", "single", "none"]),
+    ("echo 'a'\"b\" x'y' \"$X\"z", ["none", "double", "double", "double"]),
+    ("echo 'a''b'", ["none", "single"]),
+])
+def test_quoting_is_recorded(command, quoting):
+    assert parse_shell(command)["commands"][0].get("quoting") == quoting
+
+
 def test_env_assignments_are_dropped_from_argv():
     (cmd,) = parse_shell("FOO=1 BAR='a b' rm x")["commands"]
     assert cmd["argv"] == ["rm", "x"]
@@ -74,7 +84,7 @@ def test_bare_assignment_runs_its_substitution_and_is_recorded():
 
 def test_for_loop_variable_is_recorded():
     commands = parse_shell("for d in / ~ 'a b'; do rm -rf $d; done; for x; do :; done")["commands"]
-    assert commands[0]["assign"] == {"d": ["/", "~", "a b"]}
+    assert commands[0]["assign"] == {"d": ["/", "~", "a b"]} and commands[0]["loop"] is True
     assert commands[2]["assign"] == {"x": ["$@"]}
 
 
@@ -174,7 +184,8 @@ def check_shape(result: dict) -> None:
     assert isinstance(result["parsed"], bool)
     for cmd in result["commands"]:
         assert {"argv", "op", "redirects"} <= set(cmd)
-        assert set(cmd) <= {"argv", "op", "redirects", "env", "assign", "function", "body"}
+        assert set(cmd) <= {"argv", "op", "redirects", "env", "assign", "loop", "function", "body", "quoting"}
+        assert len(cmd.get("quoting", cmd["argv"])) == len(cmd["argv"])
         assert cmd["op"] in OPS
         assert all(isinstance(w, str) for w in cmd["argv"])
         assert all(isinstance(r["op"], str) and isinstance(r["target"], str) for r in cmd["redirects"])
