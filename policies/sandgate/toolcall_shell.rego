@@ -9,7 +9,6 @@ package sandgate.toolcall
 
 import rego.v1
 
-import data.sandgate.lib.hosts
 import data.sandgate.lib.paths
 
 commands := cs if {

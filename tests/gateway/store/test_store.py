@@ -89,3 +89,37 @@ async def test_open_adds_columns_an_older_schema_lacks(tmp_path):
         assert (await store.get_session("s_new"))["labels"] == {"a": "b"}
     finally:
         store.close()
+
+
+async def test_session_paths_roundtrip(store):
+    from gateway.toolcalls.history import paths_from_rows
+
+    sid, other = "s_" + uuid.uuid4().hex[:12], "s_" + uuid.uuid4().hex[:12]
+    await store.append_session_paths([
+        {"session": sid, "path": "/workspace/h", "kind": "link", "target": "~", "content": None, "ts": 1.0},
+        {"session": sid, "path": "/workspace/x.sh", "kind": "file", "target": None, "content": "rm -rf ~\n" * 500,
+         "ts": 1.0},
+        {"session": other, "path": "/workspace/y", "kind": "file", "target": None, "content": None, "ts": 1.0}])
+    await store.append_session_paths([
+        {"session": sid, "path": "/workspace/h", "kind": "file", "target": None, "content": None, "ts": 2.0}])
+    await store.append_session_paths([])
+    rows = await store.list_session_paths(sid)
+    assert [r["path"] for r in rows] == ["/workspace/h", "/workspace/x.sh", "/workspace/h"]
+    links, files = paths_from_rows(rows)
+    assert links == {} and files == {"/workspace/x.sh": "rm -rf ~\n" * 500, "/workspace/h": None}
+    assert [r["path"] for r in await store.list_session_paths(sid, limit=1)] == ["/workspace/h"]
+    assert [r["path"] for r in await store.list_session_paths(other)] == ["/workspace/y"]
+
+
+async def test_audit_pending_rows_are_visible_until_written(store):
+    from gateway.audit import AuditLog
+
+    audit = AuditLog(store)
+    s1, s2 = "s_" + uuid.uuid4().hex[:12], "s_" + uuid.uuid4().hex[:12]
+    audit.record("toolcall", session=s1, action="deny", request_id="t1")
+    audit.record("egress", session=s1, action="allow")
+    audit.record("toolcall", session=s2, action="allow")
+    assert [r["request_id"] for r in audit.queued("toolcall", s1)] == ["t1"]
+    await audit.flush()
+    assert audit.queued("toolcall", s1) == []
+    assert [e["request_id"] for e in await store.list_events(session=s1, kind="toolcall")] == ["t1"]

@@ -1,6 +1,8 @@
 """build_toolcall_input and its fact builders: paths, shell command facts, URLs, SQL."""
 from __future__ import annotations
 
+import time
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -270,7 +272,10 @@ def test_describe_sql_unparsed(query):
 @settings(max_examples=200, deadline=None)
 @given(st.text(max_size=200), st.sampled_from(["shell", "sql", "http_request", "delete_file", "x"]))
 def test_build_never_raises(text, tool):
+    started = time.thread_time()
     doc = build(tool, {"command": text, "query": text, "url": text, "path": text})
+    elapsed = time.thread_time() - started        # this thread's CPU: other processes on the machine do not count
+    assert elapsed < 0.05 or min(_cpu_time(tool, text) for _ in range(3)) < 0.05
     assert doc["kind"] == "toolcall"
     for cmd in doc.get("shell", {}).get("commands", []):
         assert all(tuple(p) == PATH_KEYS for p in cmd["paths"] + cmd["writes"] + cmd["deletes"] + [cmd["cwd"]])
@@ -282,3 +287,9 @@ def test_describe_sql_never_raises(text):
     result = describe_sql(text)
     assert isinstance(result["parsed"], bool)
     assert all(isinstance(k, str) and k for k in result["kinds"])
+
+
+def _cpu_time(tool: str, text: str) -> float:
+    started = time.thread_time()
+    build(tool, {"command": text, "query": text, "url": text, "path": text})
+    return time.thread_time() - started
