@@ -1,160 +1,126 @@
-"""The credential broker: `[secrets.NAME]` specs, per-session placeholders, bindings.
+"""The credential broker: secret specs, per-session placeholders, bindings, local secrets.
 
-`parse_secret_specs` validates the config (bad config refuses to start);
-`Broker` issues placeholders at session creation and resolves a placeholder to a
-`Binding` (with the real value) when a request needs it.
+`Broker` issues placeholders at session creation, resolves a placeholder to a `Binding` (with the real value)
+when a request needs it, and manages the secrets stored with `sandgate secrets put` (`put_local`,
+`remove_local`). Spec parsing lives in `broker.specs` (re-exported here).
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
-import re
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from broker.backends import (CachedResolver, EnvBackend, LocalBackend, SecretUnavailable,
-                             VaultBackend, parse_source)
-from broker.inject import LOCATIONS, Binding
-from broker.placeholders import PlaceholderFormat, RandomSource, make_placeholder, parse_format
+from broker.backends import (Backend, CachedResolver, EnvBackend, LocalBackend, SecretUnavailable, VaultBackend,
+                             parse_source)
+from broker.inject import Binding
+from broker.placeholders import RandomSource, make_placeholder
+from broker.specs import (DEFAULT_INJECT_IN, RESERVED_ENV, SPEC_KEYS, HostNormaliser, SecretSpec, local_spec,
+                          parse_secret_specs)
 
-DEFAULT_INJECT_IN = frozenset({"header", "query"})
-SPEC_KEYS = frozenset({"source", "hosts", "env", "format", "inject_in", "allow_plaintext", "ports"})
-HostNormaliser = Callable[[str], str]     # the gateway's one normalise_host (ValueError for a bad host)
-# Variables sandgate itself sets in the sandbox: a secret must not shadow them.
-RESERVED_ENV = frozenset({
-    "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "ALL_PROXY", "SSL_CERT_FILE", "REQUESTS_CA_BUNDLE",
-    "CURL_CA_BUNDLE", "PIP_CERT", "GIT_SSL_CAINFO", "NODE_EXTRA_CA_CERTS",
-})
-_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}\Z")
-_ENV = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
-_HOST = re.compile(r"(\*\.)?[a-z0-9_]([a-z0-9_-]*[a-z0-9_])?(\.[a-z0-9_]([a-z0-9_-]*[a-z0-9_])?)*\Z")
+__all__ = ["DEFAULT_INJECT_IN", "RESERVED_ENV", "SPEC_KEYS", "Broker", "BrokerError", "HostNormaliser",
+           "SecretSpec", "local_spec", "parse_secret_specs"]
 
 
-@dataclass(frozen=True)
-class SecretSpec:
-    name: str
-    source: str
-    hosts: tuple[str, ...]
-    inject_in: frozenset[str] = DEFAULT_INJECT_IN
-    env: str = ""  # "" -> NAME upper-cased, '-' and '.' as '_'
-    format: PlaceholderFormat | None = None
-    allow_plaintext: bool = False              # inject over cleartext http too (default: TLS only)
-    ports: frozenset[int] = frozenset()        # only these destination ports (empty: any)
+class BrokerError(Exception):
+    """A secret-management request the broker refuses. `code` is stable ("not_found", "not_local",
+    "bad_request"); `detail` is for people and never carries a value."""
 
-    def __post_init__(self) -> None:
-        if not self.env:
-            object.__setattr__(self, "env", re.sub(r"[^A-Z0-9_]", "_", self.name.upper()))
-
-
-def _host(name: str, entry: Any, normalise: HostNormaliser) -> str:
-    if not isinstance(entry, str) or not entry.strip():
-        raise ValueError(f"secrets.{name}.hosts: entries must be non-empty strings")
-    text = entry.strip()
-    if "/" in text or (text.count(":") == 1 and not text.startswith("[")):
-        raise ValueError(f"secrets.{name}.hosts: {entry!r} is not a host name (no scheme, port or path)")
-    try:
-        wildcard = text.startswith("*.")
-        host = ("*." if wildcard else "") + normalise(text[2:] if wildcard else text.strip("[]"))
-    except ValueError:
-        raise ValueError(f"secrets.{name}.hosts: {entry!r} is not a host name (no scheme, port or path)") from None
-    if ":" in host and not host.startswith("*"):
-        return host                                 # a canonical IPv6 literal
-    if not _HOST.match(host) or len(host) > 253:
-        raise ValueError(f"secrets.{name}.hosts: {entry!r} is not a host name (no scheme, port or path)")
-    return host
-
-
-def _ports(name: str, value: Any) -> frozenset[int]:
-    if isinstance(value, (str, bytes)) or not isinstance(value, Sequence) or not all(
-            isinstance(p, int) and not isinstance(p, bool) and 1 <= p <= 65535 for p in value):
-        raise ValueError(f"secrets.{name}.ports: a list of port numbers (1-65535)")
-    return frozenset(value)
-
-
-def _spec(name: str, table: Any, normalise: HostNormaliser) -> SecretSpec:
-    if not isinstance(name, str) or not _NAME.match(name):
-        raise ValueError(f"secret name {name!r}: use letters, digits, '_', '.', '-' (max 64)")
-    if not isinstance(table, Mapping):
-        raise ValueError(f"secrets.{name} must be a table")
-    unknown = set(table) - SPEC_KEYS
-    if unknown:
-        raise ValueError(f"secrets.{name}: unknown keys {sorted(unknown)}")
-    if "source" not in table:
-        raise ValueError(f"secrets.{name}: 'source' is required")
-    try:
-        parse_source(table["source"])
-    except ValueError as exc:
-        raise ValueError(f"secrets.{name}.source: {exc}") from None
-    hosts = table.get("hosts")
-    if isinstance(hosts, str) or not isinstance(hosts, Sequence) or not hosts:
-        raise ValueError(f"secrets.{name}.hosts: a non-empty list of host names is required")
-    inject_in = table.get("inject_in", sorted(DEFAULT_INJECT_IN))
-    if isinstance(inject_in, str) or not isinstance(inject_in, Sequence) or not inject_in:
-        raise ValueError(f"secrets.{name}.inject_in: a non-empty list from {sorted(LOCATIONS)}")
-    bad = [x for x in inject_in if x not in LOCATIONS]
-    if bad:
-        raise ValueError(f"secrets.{name}.inject_in: unknown {bad}; allowed {sorted(LOCATIONS)}")
-    env = table.get("env", "")
-    if not isinstance(env, str) or (env and not _ENV.match(env)):
-        raise ValueError(f"secrets.{name}.env: {env!r} is not a valid variable name")
-    try:
-        fmt = parse_format(table.get("format"))
-    except ValueError as exc:
-        raise ValueError(f"secrets.{name}.format: {exc}") from None
-    allow_plaintext = table.get("allow_plaintext", False)
-    if not isinstance(allow_plaintext, bool):
-        raise ValueError(f"secrets.{name}.allow_plaintext must be true or false")
-    spec = SecretSpec(name=name, source=table["source"].strip(),
-                      hosts=tuple(dict.fromkeys(_host(name, h, normalise) for h in hosts)),
-                      inject_in=frozenset(inject_in), env=env, format=fmt, allow_plaintext=allow_plaintext,
-                      ports=_ports(name, table.get("ports", [])))
-    if spec.env.upper() in RESERVED_ENV or not _ENV.match(spec.env):
-        raise ValueError(f"secrets.{name}.env: {spec.env!r} is reserved or invalid; set env explicitly")
-    return spec
-
-
-def parse_secret_specs(config_secrets: Mapping[str, Mapping], normalise: HostNormaliser) -> dict[str, SecretSpec]:
-    """Validate the `[secrets.NAME]` tables (hosts put in canonical form by `normalise`). ValueError on anything
-    wrong."""
-    if not isinstance(config_secrets, Mapping):
-        raise ValueError("[secrets] must be a table of tables")
-    specs = {name: _spec(name, table, normalise) for name, table in config_secrets.items()}
-    seen: dict[str, str] = {}
-    for spec in specs.values():
-        if spec.env in seen:
-            raise ValueError(f"secrets.{spec.name}.env: {spec.env!r} is also used by secrets.{seen[spec.env]}")
-        seen[spec.env] = spec.name
-    return specs
+    def __init__(self, code: str, detail: str) -> None:
+        super().__init__(detail)
+        self.code, self.detail = code, detail
 
 
 class Broker:
     """Specs plus a CachedResolver: placeholders at session creation, bindings per request."""
 
     def __init__(self, specs: Mapping[str, SecretSpec], resolver: CachedResolver, *,
+                 normalise_host: HostNormaliser, local: LocalBackend | None = None,
                  lookup_timeout_s: float = 2.0, rand: RandomSource | None = None) -> None:
         for spec in specs.values():
             kind = parse_source(spec.source).kind
             if kind not in resolver.backends:
                 raise ValueError(f"secrets.{spec.name}: source kind {kind!r} has no backend configured")
         self.specs = dict(specs)
+        self.configured = frozenset(specs)           # defined in the configuration: never changed at run time
         self.resolver = resolver
         self.lookup_timeout_s = lookup_timeout_s
+        self._local = local
+        self._normalise = normalise_host
         self._rand = rand
 
     @classmethod
     def from_config(cls, secrets: Mapping[str, Mapping], vault: Mapping[str, Any] | None,
                     data_dir: str | os.PathLike, *, normalise_host: HostNormaliser, cache_ttl_s: float = 30.0,
                     environ: Mapping[str, str] | None = None) -> Broker:
-        """Build from the `[secrets]` and `[vault]` sections. Vault is set up only if a
-        secret uses it (ValueError if it is then not configured)."""
-        specs = parse_secret_specs(secrets, normalise_host)
-        backends: dict[str, Any] = {"local": LocalBackend(Path(data_dir)), "env": EnvBackend(environ)}
+        """Build from the `[secrets]` tables and the `[vault]` section (see `from_specs`)."""
+        return cls.from_specs(parse_secret_specs(secrets, normalise_host), vault, data_dir,
+                              normalise_host=normalise_host, cache_ttl_s=cache_ttl_s, environ=environ)
+
+    @classmethod
+    def from_specs(cls, specs: Mapping[str, SecretSpec], vault: Mapping[str, Any] | None,
+                   data_dir: str | os.PathLike, *, normalise_host: HostNormaliser, cache_ttl_s: float = 30.0,
+                   environ: Mapping[str, str] | None = None) -> Broker:
+        """Build from validated specs: the local and environment backends always, Vault only if a secret uses
+        it (ValueError if it is then not configured)."""
+        local = LocalBackend(Path(data_dir))
+        backends: dict[str, Backend] = {"local": local, "env": EnvBackend(environ)}
         if any(parse_source(s.source).kind == "vault" for s in specs.values()):
             backends["vault"] = VaultBackend.from_config(vault, environ=environ)
-        return cls(specs, CachedResolver(backends, ttl_s=cache_ttl_s))
+        return cls(specs, CachedResolver(backends, ttl_s=cache_ttl_s), normalise_host=normalise_host, local=local)
+
+    # -- secrets stored with `sandgate secrets put` ------------------------------------------------
+    async def load_local_specs(self) -> None:
+        """Secrets stored with `sandgate secrets put` become specs bound to their hosts (the configuration's
+        own specs win)."""
+        if self._local is None:
+            return
+        for item in await self._local.list():
+            if item["name"] not in self.specs and item.get("hosts"):
+                self.specs[item["name"]] = local_spec(item["name"], item["hosts"], self._normalise)
+
+    def _local_backend(self) -> LocalBackend:
+        if self._local is None:
+            raise BrokerError("not_local", "this broker has no local secret store")
+        return self._local
+
+    async def put_local(self, name: str, value: str, hosts: Sequence[str]) -> SecretSpec:
+        """Store a secret locally (encrypted) and make it usable at once. A secret defined in the configuration
+        keeps its configured hosts, format and injection points; one with another backend is `not_local`."""
+        existing = self.specs.get(name)
+        if existing is not None and parse_source(existing.source).kind != "local":
+            raise BrokerError("not_local", f"secret {name} is defined in the configuration with another backend")
+        try:
+            spec = existing if existing is not None and name in self.configured else \
+                local_spec(name, hosts, self._normalise)
+            await self._local_backend().put(name, value, list(spec.hosts))
+        except (SecretUnavailable, ValueError) as exc:
+            raise BrokerError("bad_request", str(exc)) from None
+        self.specs[name] = spec
+        self.resolver.invalidate(spec.source)
+        return spec
+
+    async def remove_local(self, name: str) -> SecretSpec:
+        """Delete a secret stored with `sandgate secrets put` (never one the configuration defines)."""
+        spec = self.specs.get(name)
+        if spec is None:
+            raise BrokerError("not_found", "no such secret")
+        if parse_source(spec.source).kind != "local" or name in self.configured:
+            raise BrokerError("not_local", "only secrets stored with `sandgate secrets put` can be removed here")
+        await self._local_backend().delete(name)
+        self.specs.pop(name, None)
+        self.resolver.invalidate(spec.source)
+        return spec
+
+    def listing(self) -> list[SecretSpec]:
+        """Every spec, by name."""
+        return sorted(self.specs.values(), key=lambda s: s.name)
+
+    def env_names(self, names: Sequence[str]) -> dict[str, str]:
+        """{secret name: the variable holding its placeholder in the sandbox}."""
+        return {name: self._spec(name).env for name in names}
 
     def _spec(self, name: str) -> SecretSpec:
         try:

@@ -274,3 +274,42 @@ def substitute_body(body: bytes, bindings: Sequence[Binding], content_type: str 
         raw = lambda b: json.dumps(b.value, ensure_ascii=False)[1:-1]  # noqa: E731
     text, used = _sub(bytes(body).decode("utf-8", "surrogateescape"), chosen, raw, _quoted)
     return text.encode("utf-8", "surrogateescape"), [(b.name, BODY) for b in used]
+
+
+# ---------------------------------------------------------------- the verdict on a request's placeholders
+
+class Spec(Bound, Transported, Protocol):
+    pass
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """Why a request carrying placeholders may not leave: a stable code, a reason, the secrets it names."""
+
+    code: str
+    reason: str
+    names: tuple[str, ...] = ()
+    foreign: bool = False
+
+
+def refuse_placeholders(found: Iterable[tuple[str, str]], session_id: str, host: str, tls: bool, port: int,
+                        specs: Mapping[str, Spec]) -> Refusal | None:
+    """None when every placeholder found — (owner session, secret name) pairs — may go to `host` (canonical)
+    over this transport; else the first reason it may not: a placeholder of another session, a secret not bound
+    to the host, a secret headed for cleartext, or a secret not allowed to this port."""
+    found = list(found)
+    foreign = sorted(name for owner, name in found if owner != session_id)
+    mine = [specs[name] for owner, name in found if owner == session_id and name in specs]
+    unbound = sorted(s.name for s in check_destination(host, mine))
+    cleartext, wrong_port = check_transport(tls, port, mine)
+    if foreign:
+        return Refusal("secret.exfiltration", "a placeholder of another session was sent", (), True)
+    if unbound:
+        return Refusal("secret.exfiltration", f"secret {', '.join(unbound)} is not bound to {host}", tuple(unbound))
+    if cleartext:
+        names = tuple(s.name for s in cleartext)
+        return Refusal("secret.plaintext", f"secret {', '.join(names)} is sent only over TLS (https, wss)", names)
+    if wrong_port:
+        names = tuple(s.name for s in wrong_port)
+        return Refusal("secret.port", f"secret {', '.join(names)} is not allowed to port {port}", names)
+    return None

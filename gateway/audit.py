@@ -95,6 +95,20 @@ class AuditLog:
             self.writing = True
             return True
 
+    async def recent(self, kind: str, session: str, limit: int) -> list[dict]:
+        """The last `limit` rows of this kind and session written, then those still queued (oldest first)."""
+        queued = self.queued(kind, session)      # first: a flush during the read below moves rows to the store
+        stored = await self._store.list_events(session=session, kind=kind, limit=limit, newest=True)
+        return stored + queued
+
+    async def read(self, *, session: str | None = None, kind: str | None = None, limit: int = 10000,
+                   newest: bool = False, after_seq: int | None = None) -> list[dict]:
+        """The events of a session (or all), in order, with what is pending written first (the reader sees
+        every decision taken so far). `newest` keeps the last `limit`; `after_seq` those past a sequence."""
+        await self.flush()
+        return await self._store.list_events(session=session, kind=kind, limit=limit, newest=newest,
+                                             after_seq=after_seq)
+
     async def _run(self) -> None:
         while True:
             try:

@@ -1,16 +1,138 @@
-"""The `sandgate` command line."""
+"""The `sandgate` command line: one argparse parser, each subcommand bound to its handler with
+`set_defaults(func=...)`; every handler takes the loaded configuration and the parsed arguments."""
 from __future__ import annotations
 
 import argparse
 import asyncio
+import getpass
 import logging
 import os
 import sys
+from typing import Callable
 
-from gateway.config import load_config
+import jwt
+
+from gateway.api.timefmt import rfc3339
+from gateway.auth import DEFAULT_TTL_S, TokenSigner, load_or_create_key
+from gateway.client import UNREACHABLE, ApiClient, print_result
+from gateway.config import Config, load_config
+from gateway.mcp.command import cmd_mcp
 from gateway.policy import commands as policy_commands
+from gateway.run import cmd_run
+
+Handler = Callable[[Config, argparse.Namespace], int]
 
 
+# -- serve ---------------------------------------------------------------------------------------------------
+def cmd_serve(cfg: Config, args: argparse.Namespace) -> int:
+    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    logging.getLogger("mitmproxy").setLevel(logging.WARNING)
+    # The composition root pulls in mitmproxy and the whole service: loaded only by the command that runs it.
+    from gateway.app import run_gateway
+
+    return asyncio.run(run_gateway(cfg))
+
+
+# -- token ---------------------------------------------------------------------------------------------------
+def token_claims(token: str) -> dict:
+    """The claims of a token, unverified (to show or name it; never to trust it)."""
+    return jwt.decode(token, options={"verify_signature": False})
+
+
+def cmd_token(cfg: Config, args: argparse.Namespace) -> int:
+    if args.words:
+        if len(args.words) != 2 or args.words[0] != "revoke":
+            print("sandgate: usage: sandgate token revoke JTI", file=sys.stderr)
+            return 2
+        return _revoke_token(cfg, args, args.words[1])
+    if not args.role or not args.name:
+        print("sandgate: token needs --role and --name", file=sys.stderr)
+        return 2
+    ttl_s = DEFAULT_TTL_S if args.ttl_s is None else args.ttl_s
+    cfg.data_dir.mkdir(parents=True, exist_ok=True)
+    signer = TokenSigner(load_or_create_key(cfg.data_dir))
+    token = signer.mint(args.role, args.name, ttl_s)
+    claims = token_claims(token)
+    print(token)
+    print(f"sandgate: {args.role} token for {args.name}, jti {claims['jti']}, expires {rfc3339(claims['exp'])}",
+          file=sys.stderr)
+    return 0
+
+
+def _revoke_token(cfg: Config, args: argparse.Namespace, jti: str) -> int:
+    if jti.count(".") == 2:              # a whole token was given: revoke it by its id
+        try:
+            jti = str(token_claims(jti)["jti"])
+        except Exception:  # noqa: BLE001 - not a readable token
+            print("sandgate: that is neither a token id nor a readable token", file=sys.stderr)
+            return 2
+    client = _client_or_fail(cfg, args)
+    if client is None:
+        return 2
+    try:
+        return print_result(*client.call("POST", "/v1/revocations", {"jti": jti}))
+    except UNREACHABLE as exc:
+        print(f"sandgate: cannot reach {client.base}: {exc}", file=sys.stderr)
+        return 1
+
+
+# -- commands that talk to a running sandgate ------------------------------------------------------------------
+def _client_or_fail(cfg: Config, args: argparse.Namespace) -> ApiClient | None:
+    client = ApiClient.from_args(cfg.api_url, getattr(args, "api_url", None), getattr(args, "token", None))
+    if not client.token:
+        print("sandgate: no token (use --token or SANDGATE_TOKEN)", file=sys.stderr)
+        return None
+    return client
+
+
+def cmd_approvals(cfg: Config, args: argparse.Namespace) -> int:
+    client = _client_or_fail(cfg, args)
+    if client is None:
+        return 2
+    try:
+        if args.approvals_cmd == "ls":
+            q = f"?status={args.status}" + (f"&session={args.session}" if args.session else "")
+            status, body = client.call("GET", "/v1/approvals" + q)
+            if status < 400:
+                for item in body:
+                    print(f"{item['id']}  {item['status']:9} {item['kind']:8} {item['session']}  {item['summary']}")
+                return 0
+            return print_result(status, body)
+        if args.approvals_cmd == "show":
+            return print_result(*client.call("GET", f"/v1/approvals/{args.id}"))
+        payload = {"reason": args.reason} if args.reason else {}
+        return print_result(*client.call("POST", f"/v1/approvals/{args.id}/{args.approvals_cmd}", payload))
+    except UNREACHABLE as exc:
+        print(f"sandgate: cannot reach {client.base}: {exc}", file=sys.stderr)
+        return 1
+
+
+def cmd_secrets(cfg: Config, args: argparse.Namespace) -> int:
+    client = _client_or_fail(cfg, args)
+    if client is None:
+        return 2
+    try:
+        if args.secrets_cmd == "ls":
+            status, body = client.call("GET", "/v1/secrets")
+            if status < 400:
+                for item in body:
+                    print(f"{item['name']:20} {item['backend']:8} {','.join(item['hosts'])}")
+                return 0
+            return print_result(status, body)
+        if args.secrets_cmd == "rm":
+            return print_result(*client.call("DELETE", f"/v1/secrets/{args.name}"))
+        if args.secrets_cmd == "put":
+            value = sys.stdin.read().rstrip("\n") if args.from_stdin else getpass.getpass(f"value for {args.name}: ")
+            hosts = [h.strip() for h in args.hosts.split(",") if h.strip()]
+            return print_result(*client.call("PUT", f"/v1/secrets/{args.name}", {"value": value, "hosts": hosts}))
+    except UNREACHABLE as exc:
+        print(f"sandgate: cannot reach {client.base}: {exc}", file=sys.stderr)
+        return 1
+    return 2
+
+
+# -- the parser ----------------------------------------------------------------------------------------------
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", help="TOML configuration file")
     p.add_argument("--data-dir", help="data directory (default ./.sandgate)")
@@ -31,6 +153,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--proxy-listen", help="HOST:PORT for the egress proxy")
     serve.add_argument("--api-listen", help="HOST:PORT for the API and page")
     serve.add_argument("--log-level", default=os.environ.get("SANDGATE_LOG_LEVEL", "INFO"))
+    serve.set_defaults(func=cmd_serve)
 
     token = sub.add_parser("token", help="print a signed token, or `token revoke JTI` on a running sandgate",
                            usage="sandgate token --role ROLE --name NAME [--ttl-s N]\n"
@@ -40,10 +163,14 @@ def build_parser() -> argparse.ArgumentParser:
     token.add_argument("--role", choices=["harness", "approver", "admin"])
     token.add_argument("--name")
     token.add_argument("--ttl-s", type=int, default=None, help="lifetime in seconds (default 24 h)")
+    token.set_defaults(func=cmd_token)
 
     policy_commands.register(sub, _common)
+    for name in policy_commands.COMMANDS:
+        sub.choices[name].set_defaults(func=policy_commands.run)
 
     approvals = sub.add_parser("approvals", help="list and decide approvals on a running sandgate")
+    approvals.set_defaults(func=cmd_approvals)
     asub = approvals.add_subparsers(dest="approvals_cmd", required=True)
     als = asub.add_parser("ls")
     _client(als)
@@ -64,6 +191,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--ttl-s", type=int, default=None)
     run.add_argument("--isolate", action="store_true", help="own network namespace (root; not in this build)")
     run.add_argument("command", nargs=argparse.REMAINDER)
+    run.set_defaults(func=cmd_run)
 
     mcp = sub.add_parser("mcp", help="an MCP proxy whose tool calls sandgate decides (sandgate mcp ... -- CMD ...)")
     _client(mcp)
@@ -75,8 +203,10 @@ def build_parser() -> argparse.ArgumentParser:
     mcp.add_argument("--listen", metavar="HOST:PORT", help="serve streamable HTTP at /mcp instead of stdio")
     mcp.add_argument("--approval-wait-s", type=float, default=300.0, help="how long an asked call waits")
     mcp.add_argument("command", nargs=argparse.REMAINDER)
+    mcp.set_defaults(func=cmd_mcp)
 
     secrets = sub.add_parser("secrets", help="manage local secrets on a running sandgate")
+    secrets.set_defaults(func=cmd_secrets)
     ssub = secrets.add_subparsers(dest="secrets_cmd", required=True)
     sput = ssub.add_parser("put")
     _client(sput)
@@ -93,37 +223,18 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    overrides: dict = {}
+    if getattr(args, "proxy_listen", None):
+        overrides.setdefault("proxy", {})["listen"] = args.proxy_listen
+    if getattr(args, "api_listen", None):
+        overrides.setdefault("api", {})["listen"] = args.api_listen
     try:
-        overrides: dict = {}
-        if args.cmd == "serve":
-            if args.proxy_listen:
-                overrides.setdefault("proxy", {})["listen"] = args.proxy_listen
-            if args.api_listen:
-                overrides.setdefault("api", {})["listen"] = args.api_listen
         cfg = load_config(args.config, args.data_dir, overrides=overrides)
     except ValueError as exc:
         print(f"sandgate: configuration error: {exc}", file=sys.stderr)
         return 2
-    if args.cmd == "serve":
-        logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
-                            format="%(asctime)s %(levelname)s %(name)s %(message)s")
-        logging.getLogger("mitmproxy").setLevel(logging.WARNING)
-        from gateway.app import run_gateway
-
-        return asyncio.run(run_gateway(cfg))
-    if args.cmd in policy_commands.COMMANDS:
-        return policy_commands.run(cfg, args)
-    if args.cmd == "mcp":
-        from gateway.mcp.command import cmd_mcp
-
-        return cmd_mcp(cfg, args)
-    if args.cmd == "run":
-        from gateway.run import cmd_run
-
-        return cmd_run(cfg, args)
-    from gateway import commands
-
-    return getattr(commands, f"cmd_{args.cmd}")(cfg, args)
+    handler: Handler = args.func
+    return handler(cfg, args)
 
 
 if __name__ == "__main__":

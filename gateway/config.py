@@ -1,6 +1,8 @@
 """Configuration: a TOML file, `SANDGATE_<SECTION>__<KEY>` environment overrides, validated at load.
 
-Every key is optional. A bad value refuses to start (ValueError) rather than run degraded.
+Every key is optional. A bad value refuses to start (ValueError) rather than run degraded. `load_config` turns
+the merged document into typed, frozen section settings (`EgressSettings`, `ApprovalSettings`, ...): services
+take the section they need; nothing outside this module reads the raw document.
 """
 from __future__ import annotations
 
@@ -8,9 +10,14 @@ import copy
 import json
 import os
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any, Mapping
+
+from broker.specs import SecretSpec, parse_secret_specs
+from gateway.egress.addresses import IPNetwork, parse_networks
+from gateway.egress.hosts import AllowEntry, normalise_host, parse_allow_entry, split_hostport
 
 DEFAULTS: dict[str, Any] = {
     "proxy": {"listen": "127.0.0.1:8080", "advertise_url": ""},
@@ -37,17 +44,14 @@ DEFAULTS: dict[str, Any] = {
 
 
 def parse_hostport(text: str) -> tuple[str, int]:
-    """'127.0.0.1:8080' / '[::1]:8080' -> (host, port). ValueError when malformed."""
-    text = text.strip()
-    if text.startswith("["):
-        host, sep, rest = text[1:].partition("]")
-        if not sep or not rest.startswith(":"):
-            raise ValueError(f"bad listen address {text!r}")
-        port_s = rest[1:]
-    else:
-        host, sep, port_s = text.rpartition(":")
-        if not sep:
-            raise ValueError(f"bad listen address {text!r} (want HOST:PORT)")
+    """'127.0.0.1:8080' / '[::1]:8080' / ':8080' -> (host, port). ValueError when malformed."""
+    text = text.strip() if isinstance(text, str) else ""
+    try:
+        host, port_s = split_hostport(text, bare_ipv6=False)
+    except ValueError:
+        raise ValueError(f"bad listen address {text!r} (want HOST:PORT)") from None
+    if port_s is None:
+        raise ValueError(f"bad listen address {text!r} (want HOST:PORT)")
     if not port_s.isdigit() or not 0 <= int(port_s) <= 65535:
         raise ValueError(f"bad port in {text!r}")
     return host, int(port_s)
@@ -103,28 +107,120 @@ def env_overrides(environ: Mapping[str, str], base: Mapping) -> dict:
     return out
 
 
-@dataclass
+# -- typed sections ----------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class ProxySettings:
+    listen: tuple[str, int]
+    advertise_url: str = ""             # host:port sandboxes reach the proxy at; "" = the bound listener
+
+
+@dataclass(frozen=True)
+class ApiSettings:
+    listen: tuple[str, int]
+    harness_token_file: str = ""        # use this token instead of writing DATA_DIR/harness.token
+
+
+@dataclass(frozen=True)
+class EgressSettings:
+    private_allow: tuple[IPNetwork, ...] = ()
+    upstream_ca: str = ""
+    passthrough: tuple[AllowEntry, ...] = ()
+    raw_tcp: tuple[AllowEntry, ...] = ()
+    inspect_max_bytes: int = 1048576
+    hold_timeout_s: float = 300.0
+    resolve: Mapping[str, tuple[str, ...]] = MappingProxyType({})     # normalised name -> addresses
+
+
+@dataclass(frozen=True)
+class ApprovalSettings:
+    ttl_s: float = 3600.0
+    quorum: int = 1
+    reuse_window_s: float = 600.0
+
+
+@dataclass(frozen=True)
+class AuditSettings:
+    max_pending: int = 100000
+
+
+@dataclass(frozen=True)
+class PolicySettings:
+    dir: str = ""                       # "" = the policies shipped in the package
+    engine: str = "embedded"
+    opa_url: str = "http://127.0.0.1:8181"
+    timeout_s: float = 2.0
+    workers: int = 2
+    isolation: str = "process"
+
+
+@dataclass(frozen=True)
+class VaultSettings:
+    url: str = ""
+    token: str = ""
+    namespace: str = ""
+    role_id: str = ""
+    secret_id: str = ""
+    ca_cert: str = ""
+
+    def as_mapping(self) -> dict[str, str]:
+        return {"url": self.url, "token": self.token, "namespace": self.namespace, "role_id": self.role_id,
+                "secret_id": self.secret_id, "ca_cert": self.ca_cert}
+
+
+DEFAULT_APPROVER_VALUE = "sandgate-approvers"
+
+
+@dataclass(frozen=True)
+class OidcSettings:
+    issuer: str
+    audience: str
+    approver_claim: str
+    approver_value: str
+
+    @classmethod
+    def from_config(cls, raw: Mapping[str, Any]) -> "OidcSettings | None":
+        issuer, audience = str(raw.get("issuer") or "").strip(), str(raw.get("audience") or "").strip()
+        if not issuer or not audience:
+            return None
+        return cls(issuer=issuer, audience=audience,
+                   approver_claim=str(raw.get("approver_claim") or "groups"),
+                   approver_value=str(raw.get("approver_value") or DEFAULT_APPROVER_VALUE))
+
+
+@dataclass(frozen=True)
+class BrokerSettings:
+    secrets: Mapping[str, SecretSpec] = MappingProxyType({})     # `[secrets.NAME]`, validated
+    vault: VaultSettings = VaultSettings()
+    cache_ttl_s: float = 30.0
+
+
+@dataclass(frozen=True)
 class Config:
-    raw: dict
     data_dir: Path
+    proxy: ProxySettings
+    api: ApiSettings
+    egress: EgressSettings
+    approvals: ApprovalSettings
+    audit: AuditSettings
+    policy: PolicySettings
+    store_url: str                      # sqlite:///DATA_DIR/sandgate.db unless `store.url` says otherwise
+    broker: BrokerSettings
+    oidc: OidcSettings | None
     path: Path | None = None
-    derived: dict = field(default_factory=dict)
+    raw: Mapping[str, Any] = MappingProxyType({})  # the merged document as read: diagnostics and tests only
 
     @property
     def proxy_listen(self) -> tuple[str, int]:
-        return parse_hostport(self.raw["proxy"]["listen"])
+        return self.proxy.listen
 
     @property
     def api_listen(self) -> tuple[str, int]:
-        return parse_hostport(self.raw["api"]["listen"])
-
-    @property
-    def store_url(self) -> str:
-        return self.raw["store"]["url"] or f"sqlite:///{self.data_dir / 'sandgate.db'}"
+        return self.api.listen
 
     @property
     def api_url(self) -> str:
-        host, port = self.api_listen
+        host, port = self.api.listen
         if host in ("0.0.0.0", "::", ""):
             host = "127.0.0.1"
         if ":" in host:
@@ -132,43 +228,74 @@ class Config:
         return f"http://{host}:{port}"
 
 
-def validate(raw: dict) -> None:
-    parse_hostport(raw["proxy"]["listen"])
-    parse_hostport(raw["api"]["listen"])
-    eg = raw["egress"]
-    from gateway.egress.addresses import parse_networks
-    from gateway.egress.hosts import parse_allow_entry
+def _positive(section: str, key: str, value: Any) -> float:
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or value <= 0:
+        raise ValueError(f"{section}.{key} must be a positive number")
+    return value
 
-    parse_networks(eg["private_allow"])
-    for entry in eg["passthrough"]:
-        parse_allow_entry(entry)
-    for entry in eg["raw_tcp"]:
-        if parse_allow_entry(entry).port is None:
-            raise ValueError(f"egress.raw_tcp: {entry!r} needs a port (\"host:port\")")
-    if not isinstance(eg["resolve"], Mapping) or not all(
-            isinstance(v, list) and v for v in eg["resolve"].values()):
+
+def _egress(eg: Mapping[str, Any]) -> EgressSettings:
+    raw_tcp = tuple(parse_allow_entry(e) for e in eg["raw_tcp"])
+    for text, entry in zip(eg["raw_tcp"], raw_tcp):
+        if entry.port is None:
+            raise ValueError(f"egress.raw_tcp: {text!r} needs a port (\"host:port\")")
+    resolve = eg["resolve"]
+    if not isinstance(resolve, Mapping) or not all(isinstance(v, list) and v for v in resolve.values()):
         raise ValueError("egress.resolve must map names to non-empty lists of addresses")
-    for key in ("inspect_max_bytes", "hold_timeout_s"):
-        if not isinstance(eg[key], (int, float)) or eg[key] <= 0:
-            raise ValueError(f"egress.{key} must be a positive number")
+    try:
+        names = {normalise_host(str(k)): tuple(str(a) for a in v) for k, v in resolve.items()}
+    except ValueError as exc:
+        raise ValueError(f"egress.resolve: {exc}") from None
     if eg["upstream_ca"] and not Path(eg["upstream_ca"]).is_file():
         raise ValueError(f"egress.upstream_ca: no such file {eg['upstream_ca']!r}")
-    ap = raw["approvals"]
+    return EgressSettings(
+        private_allow=parse_networks(eg["private_allow"]), upstream_ca=str(eg["upstream_ca"]),
+        passthrough=tuple(parse_allow_entry(e) for e in eg["passthrough"]), raw_tcp=raw_tcp,
+        inspect_max_bytes=int(_positive("egress", "inspect_max_bytes", eg["inspect_max_bytes"])),
+        hold_timeout_s=float(_positive("egress", "hold_timeout_s", eg["hold_timeout_s"])),
+        resolve=MappingProxyType(names))
+
+
+def _approvals(ap: Mapping[str, Any]) -> ApprovalSettings:
     if int(ap["quorum"]) < 1 or int(ap["ttl_s"]) <= 0:
         raise ValueError("approvals.quorum must be >= 1 and approvals.ttl_s > 0")
     if not isinstance(ap["reuse_window_s"], (int, float)) or ap["reuse_window_s"] < 0:
         raise ValueError("approvals.reuse_window_s must be a number of seconds >= 0")
+    return ApprovalSettings(ttl_s=float(ap["ttl_s"]), quorum=int(ap["quorum"]),
+                            reuse_window_s=float(ap["reuse_window_s"]))
+
+
+def _policy(pol: Mapping[str, Any]) -> PolicySettings:
+    if pol["isolation"] not in ("process", "thread"):
+        raise ValueError("policy.isolation must be 'process' or 'thread'")
+    if pol["engine"] not in ("embedded", "opa"):
+        raise ValueError("policy.engine must be 'embedded' or 'opa'")
+    if pol["dir"] and not Path(pol["dir"]).is_dir():
+        raise ValueError(f"policy.dir: no such directory {pol['dir']!r}")
+    return PolicySettings(dir=str(pol["dir"]), engine=pol["engine"], opa_url=str(pol["opa_url"]),
+                          timeout_s=float(pol["timeout_s"]), workers=int(pol["workers"]),
+                          isolation=pol["isolation"])
+
+
+def settings_from(raw: Mapping[str, Any], data_dir: Path, path: Path | None = None) -> Config:
+    """The typed configuration of a merged document. ValueError on anything wrong."""
     mp = raw["audit"]["max_pending"]
     if not isinstance(mp, int) or isinstance(mp, bool) or mp < 1:
         raise ValueError("audit.max_pending must be a positive integer")
-    if raw["policy"]["isolation"] not in ("process", "thread"):
-        raise ValueError("policy.isolation must be 'process' or 'thread'")
-    if raw["policy"]["engine"] not in ("embedded", "opa"):
-        raise ValueError("policy.engine must be 'embedded' or 'opa'")
-    if raw["policy"]["dir"] and not Path(raw["policy"]["dir"]).is_dir():
-        raise ValueError(f"policy.dir: no such directory {raw['policy']['dir']!r}")
     if not isinstance(raw["secrets"], Mapping):
         raise ValueError("[secrets] must be a table of tables")
+    vault = VaultSettings(**{k: str(v or "") for k, v in raw["vault"].items() if k in VaultSettings.__dataclass_fields__})
+    broker = BrokerSettings(secrets=MappingProxyType(parse_secret_specs(raw["secrets"], normalise_host)),
+                            vault=vault, cache_ttl_s=float(raw["broker"]["cache_ttl_s"]))
+    return Config(
+        data_dir=data_dir, path=path,
+        proxy=ProxySettings(parse_hostport(raw["proxy"]["listen"]), str(raw["proxy"]["advertise_url"] or "")),
+        api=ApiSettings(parse_hostport(raw["api"]["listen"]), str(raw["api"]["harness_token_file"] or "")),
+        egress=_egress(raw["egress"]), approvals=_approvals(raw["approvals"]), audit=AuditSettings(mp),
+        policy=_policy(raw["policy"]),
+        store_url=str(raw["store"]["url"] or "") or f"sqlite:///{data_dir / 'sandgate.db'}",
+        broker=broker, oidc=OidcSettings.from_config((raw.get("web") or {}).get("oidc") or {}),
+        raw=MappingProxyType(raw))
 
 
 def load_config(path: str | os.PathLike | None = None, data_dir: str | os.PathLike | None = None,
@@ -187,6 +314,5 @@ def load_config(path: str | os.PathLike | None = None, data_dir: str | os.PathLi
     raw = _merge(raw, env_overrides(environ, DEFAULTS))
     if overrides:
         raw = _merge(raw, overrides)
-    validate(raw)
     ddir = Path(data_dir or environ.get("SANDGATE_DATA_DIR") or raw.get("data_dir") or ".sandgate")
-    return Config(raw=raw, data_dir=ddir.resolve(), path=cfg_path)
+    return settings_from(raw, ddir.resolve(), cfg_path)

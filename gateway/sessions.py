@@ -1,117 +1,31 @@
-"""Sessions: creation (validated), the live-session view the proxy checks on every request."""
+"""Sessions: the one place a session row changes, and the live view the proxy checks on every request.
+
+The store is the truth. `SessionCache` mirrors it in memory so per-request checks are cheap; `SessionRegistry`
+writes every change in one sequence — store row, then cache, then the placeholder registry (a deleted session's
+placeholders stop being its own at once) — whether the change is local (create, patch, delete) or comes from the
+store (`refresh`, another replica's change; `apply` takes one changed row, e.g. from a change notification).
+"""
 from __future__ import annotations
 
-import secrets as pysecrets
 import time
-from dataclasses import dataclass
 from typing import Any, Mapping
 
-from gateway.egress.hosts import parse_allow_entry
-
-WORKLOADS = {"ephemeral": 3600, "persistent": 7 * 24 * 3600}
-STAT_KEYS = ("requests", "denied", "asked", "bytes_out", "bytes_in", "toolcalls")
-MAX_TTL_S = 30 * 24 * 3600
-
-
-class BadRequest(ValueError):
-    """A request body that does not fit the contract (-> 400)."""
-
-
-@dataclass(frozen=True)
-class SessionSpec:
-    workload: str
-    labels: dict
-    allow: list[str]
-    secrets: list[str]
-    ttl_s: int
-    workspace: str
-    ca_path: str
-
-
-def parse_session_spec(body: Any, known_secrets: Mapping[str, Any]) -> SessionSpec:
-    if not isinstance(body, dict):
-        raise BadRequest("body must be a JSON object")
-    workload = body.get("workload", "ephemeral")
-    if workload not in WORKLOADS:
-        raise BadRequest("workload must be 'ephemeral' or 'persistent'")
-    labels = body.get("labels", {}) or {}
-    if not isinstance(labels, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in labels.items()):
-        raise BadRequest("labels must be an object of strings")
-    allow_raw = body.get("allow", []) or []
-    if not isinstance(allow_raw, list) or not all(isinstance(a, str) for a in allow_raw):
-        raise BadRequest("allow must be a list of host patterns")
-    try:
-        allow = list(dict.fromkeys(str(parse_allow_entry(a)) for a in allow_raw))
-    except ValueError as exc:
-        raise BadRequest(f"allow: {exc}") from None
-    names = body.get("secrets", []) or []
-    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
-        raise BadRequest("secrets must be a list of names")
-    unknown = [n for n in names if n not in known_secrets]
-    if unknown:
-        raise BadRequest(f"unknown secrets: {', '.join(sorted(unknown))}")
-    ttl = body.get("ttl_s", WORKLOADS[workload])
-    if not isinstance(ttl, int) or isinstance(ttl, bool) or not 0 < ttl <= MAX_TTL_S:
-        raise BadRequest(f"ttl_s must be an integer between 1 and {MAX_TTL_S}")
-    workspace = body.get("workspace", "/workspace")
-    ca_path = body.get("ca_path", "/etc/sandgate/ca.pem")
-    for key, val in (("workspace", workspace), ("ca_path", ca_path)):
-        if not isinstance(val, str) or not val.startswith("/") or "\0" in val:
-            raise BadRequest(f"{key} must be an absolute path")
-    return SessionSpec(workload, labels, allow, list(dict.fromkeys(names)), ttl, workspace.rstrip("/") or "/", ca_path)
-
-
-def renewed_expiry(row: Mapping[str, Any], ttl_s: Any, now: float) -> float:
-    """The new `expires_at` for a renewal (PATCH `ttl_s`): `now + ttl_s`, never past `created_at + MAX_TTL_S`
-    (the session token's own expiry)."""
-    if not isinstance(ttl_s, int) or isinstance(ttl_s, bool) or ttl_s <= 0:
-        raise BadRequest("ttl_s must be a positive integer")
-    limit = float(row["created_at"]) + MAX_TTL_S
-    if now + ttl_s > limit:
-        raise BadRequest(f"a session lives at most {MAX_TTL_S} s from its creation; ttl_s may be at most "
-                         f"{max(0, int(limit - now))} now")
-    return now + ttl_s
-
-
-def new_session_id() -> str:
-    return "s_" + pysecrets.token_hex(8)
-
-
-def session_status(row: Mapping[str, Any], now: float) -> str:
-    if row.get("deleted_at"):
-        return "deleted"
-    if now >= float(row["expires_at"]):
-        return "expired"
-    return "active"
-
-
-def owns(role: str, ident: str, row: Mapping[str, Any]) -> bool:
-    """Whether a caller may see a session: admin sees every session, a harness only those it created."""
-    return role == "admin" or (role == "harness" and row.get("created_by") == ident)
-
-
-def build_env(proxy_url: str, ca_path: str, placeholder_env: Mapping[str, str]) -> dict[str, str]:
-    env = {
-        "HTTP_PROXY": proxy_url, "HTTPS_PROXY": proxy_url, "http_proxy": proxy_url, "https_proxy": proxy_url,
-        "NO_PROXY": "", "no_proxy": "",
-    }
-    for var in ("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "PIP_CERT", "GIT_SSL_CAINFO",
-                "NODE_EXTRA_CA_CERTS"):
-        env[var] = ca_path
-    env.update(placeholder_env)
-    return env
+from broker.registry import PlaceholderRegistry
+from gateway.approvals import ApprovalQueue
+from gateway.audit import AuditLog
+from gateway.session_spec import STAT_KEYS, SessionSpec, new_session_id, session_status
+from gateway.store import Store
+from gateway.store.models import SessionRow
 
 
 class SessionCache:
-    """The proxy's view of sessions: the store is the truth; this mirror makes per-request checks cheap.
-
-    Local changes (create, patch, delete) update it at once; `refresh()` re-reads the store (another replica).
-    """
+    """The in-memory mirror of the sessions table, with per-session step and counters (handed to policies as
+    `session.stats`)."""
 
     def __init__(self) -> None:
         self._rows: dict[str, dict] = {}
         self.steps: dict[str, int] = {}
-        self.stats: dict[str, dict] = {}          # per-session counters handed to policies as session.stats
+        self.stats: dict[str, dict] = {}
 
     def count(self, sid: str, **deltas: int) -> None:
         st = self.stats.get(sid)
@@ -120,7 +34,7 @@ class SessionCache:
         for key, delta in deltas.items():
             st[key] = st.get(key, 0) + delta
 
-    def with_stats(self, row: dict) -> dict:
+    def with_stats(self, row: Mapping[str, Any]) -> dict:
         return {**row, "stats": dict(self.stats.get(row["id"]) or dict.fromkeys(STAT_KEYS, 0))}
 
     def put(self, row: Mapping[str, Any]) -> None:
@@ -135,12 +49,126 @@ class SessionCache:
             return None
         return row
 
-    def replace_all(self, rows: list[Mapping[str, Any]]) -> None:
-        self._rows = {r["id"]: dict(r) for r in rows}
-
     def count_live(self, now: float | None = None) -> int:
         now = time.time() if now is None else now
         return sum(1 for r in self._rows.values() if session_status(r, now) == "active")
 
     def all(self) -> list[dict]:
         return list(self._rows.values())
+
+
+class SessionRegistry:
+    def __init__(self, store: Store, cache: SessionCache, placeholders: PlaceholderRegistry, audit: AuditLog,
+                 approvals: ApprovalQueue):
+        self._store = store
+        self._cache = cache
+        self._placeholders = placeholders
+        self._audit = audit
+        self._approvals = approvals
+
+    # -- the one write sequence --------------------------------------------------------------------
+    def _remember(self, row: Mapping[str, Any]) -> None:
+        """Cache a row as stored, and keep the placeholder registry in step with it."""
+        self._cache.put(row)
+        placeholders = row.get("placeholders") or {}
+        if row.get("deleted_at"):
+            self._placeholders.remove(placeholders)
+        else:
+            self._placeholders.add(row["id"], placeholders)
+
+    def apply(self, row: Mapping[str, Any]) -> None:
+        """Take a row changed elsewhere (another replica) unless the cache already has it, or a newer one."""
+        known = self._cache.get(row["id"])
+        if known is not None and (known == row or known.get("updated_at", 0) >= row.get("updated_at", 0)):
+            return
+        self._remember(row)
+
+    async def load(self) -> None:
+        """Read every session (at start)."""
+        for row in await self._store.list_sessions():
+            self._remember(row)
+
+    async def refresh(self) -> None:
+        """Merge the store's view into the cache (deletions, freezes, new sessions of other replicas)."""
+        for row in await self._store.list_sessions():
+            self.apply(row)
+
+    # -- reading -----------------------------------------------------------------------------------
+    async def live(self, sid: str | None) -> dict | None:
+        """The session if it is live. A session this process has not seen (created by another replica) is
+        read from the store once; `refresh` brings changes made elsewhere within seconds."""
+        if not sid:
+            return None
+        if self._cache.get(sid) is None:
+            row = await self._store.get_session(sid)
+            if row is None:
+                return None
+            self._remember(row)
+        return self._cache.live(sid)
+
+    def live_now(self, sid: str) -> dict | None:
+        """The cached session if it is live (no store read: for checks on every packet)."""
+        return self._cache.live(sid)
+
+    async def get(self, sid: str) -> dict | None:
+        """The stored row, live or not."""
+        return await self._store.get_session(sid)
+
+    async def list(self) -> list[dict]:
+        return await self._store.list_sessions()
+
+    def count_live(self) -> int:
+        return self._cache.count_live()
+
+    async def paths(self, sid: str) -> list[dict]:
+        """The links and scripts the session's earlier tool calls left (tool-call history)."""
+        return await self._store.list_session_paths(sid)
+
+    async def add_paths(self, rows: list[dict]) -> None:
+        await self._store.append_session_paths(rows)
+
+    # -- per-session step and counters -------------------------------------------------------------
+    def step(self, sid: str) -> int | None:
+        return self._cache.steps.get(sid)
+
+    def set_step(self, sid: str, step: int) -> None:
+        self._cache.steps[sid] = step
+
+    def count(self, sid: str, **deltas: int) -> None:
+        self._cache.count(sid, **deltas)
+
+    def with_stats(self, row: Mapping[str, Any]) -> dict:
+        return self._cache.with_stats(row)
+
+    # -- changes -----------------------------------------------------------------------------------
+    async def create(self, spec: SessionSpec, placeholders: Mapping[str, str], by: str,
+                     now: float | None = None) -> dict:
+        now = time.time() if now is None else now
+        row = SessionRow(id=new_session_id(), workload=spec.workload, labels=spec.labels, allow=spec.allow,
+                         secrets=spec.secrets, placeholders=dict(placeholders), workspace=spec.workspace,
+                         ca_path=spec.ca_path, frozen=False, created_at=now, expires_at=now + spec.ttl_s,
+                         created_by=by, updated_at=now)
+        stored = await self._store.put_session(row)
+        self._remember(stored)
+        self._audit.record("session.created", session=stored["id"], action="create",
+                           detail={"workload": spec.workload, "by": by, "allow": spec.allow,
+                                   "secrets": spec.secrets, "labels": spec.labels})
+        return stored
+
+    async def patch(self, sid: str, values: Mapping[str, Any], by: str) -> dict:
+        updated = await self._store.update_session(sid, **values)
+        if updated is None:
+            raise KeyError(sid)
+        self._remember(updated)
+        self._audit.record("session.updated", session=sid, action="patch", detail={**values, "by": by})
+        return updated
+
+    async def delete(self, row: Mapping[str, Any], by: str) -> None:
+        """End a session now: its token, placeholders and pending approvals die at once. Idempotent."""
+        if row.get("deleted_at"):
+            return
+        updated = await self._store.update_session(row["id"], deleted_at=time.time())
+        if updated is not None:
+            self._remember(updated)
+        await self._approvals.cancel_session(row["id"], by=by)
+        self._audit.record("session.deleted", session=row["id"], action="delete", detail={"by": by})

@@ -3,12 +3,14 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from gateway.api.auth import GW, require
+from gateway.api.auth import require
 from gateway.api.errors import ApiError
-from gateway.api.sessions import read_json
+from gateway.api.owned import owned_session_ids
+from gateway.api.state import APPROVALS, SESSIONS, read_json
 from gateway.api.timefmt import rfc3339
 from gateway.approvals import ApprovalError
-from gateway.sessions import owns
+from gateway.auth import Principal
+from gateway.session_spec import owns
 
 routes = web.RouteTableDef()
 
@@ -27,12 +29,12 @@ def approval_view(row: dict) -> dict:
     }
 
 
-async def _visible(request: web.Request, row: dict | None, principal) -> dict:
+async def _visible(request: web.Request, row: dict | None, principal: Principal) -> dict:
     """Harness tokens see only approvals of the sessions they created."""
     if row is None:
         raise ApiError(404, "not_found", "no such approval")
     if principal.role == "harness":
-        sess = await request.app[GW].store.get_session(row["session"])
+        sess = await request.app[SESSIONS].get(row["session"])
         if sess is None or not owns(principal.role, principal.ident, sess):
             raise ApiError(404, "not_found", "no such approval")
     return row
@@ -41,12 +43,11 @@ async def _visible(request: web.Request, row: dict | None, principal) -> dict:
 @routes.get("/v1/approvals")
 async def list_approvals(request: web.Request) -> web.Response:
     principal = require(request, "harness", "approver")
-    gw = request.app[GW]
-    rows = await gw.store.list_approvals(status=request.query.get("status") or None,
-                                         session=request.query.get("session") or None,
-                                         kind=request.query.get("kind") or None)
+    rows = await request.app[APPROVALS].list(status=request.query.get("status") or None,
+                                             session=request.query.get("session") or None,
+                                             kind=request.query.get("kind") or None)
     if principal.role == "harness":
-        mine = {s["id"] for s in await gw.store.list_sessions() if owns(principal.role, principal.ident, s)}
+        mine = await owned_session_ids(request, principal)
         rows = [r for r in rows if r["session"] in mine]
     return web.json_response([approval_view(r) for r in rows])
 
@@ -54,7 +55,7 @@ async def list_approvals(request: web.Request) -> web.Response:
 @routes.get("/v1/approvals/{aid}")
 async def get_approval(request: web.Request) -> web.Response:
     principal = require(request, "harness", "approver")
-    queue = request.app[GW].approvals
+    queue = request.app[APPROVALS]
     aid = request.match_info["aid"]
     row = await _visible(request, await queue.get(aid), principal)
     wait = request.query.get("wait")
@@ -80,9 +81,9 @@ async def _decide(request: web.Request, verdict: str) -> web.Response:
     if reason is not None and not isinstance(reason, str):
         raise ApiError(400, "bad_request", "reason must be a string")
     try:
-        row = await request.app[GW].approvals.decide(request.match_info["aid"], principal.ident, verdict, reason)
+        row = await request.app[APPROVALS].decide(request.match_info["aid"], principal.ident, verdict, reason)
     except ApprovalError as exc:
-        raise ApiError(exc.status, exc.code, exc.detail) from None
+        raise ApiError.of(exc.code, exc.detail) from None
     return web.json_response(approval_view(row))
 
 

@@ -4,9 +4,8 @@ from __future__ import annotations
 from aiohttp import web
 
 from gateway.api.errors import ApiError
+from gateway.api.state import TOKENS
 from gateway.auth import AuthError, Principal
-
-GW: web.AppKey = web.AppKey("gw", object)
 
 
 def bearer(request: web.Request) -> str | None:
@@ -22,9 +21,8 @@ def require(request: web.Request, *roles: str) -> Principal:
     token = bearer(request)
     if token is None:
         raise ApiError(401, "unauthorized", "a bearer token is required")
-    gw = request.app[GW]
     try:
-        principal = gw.tokens.verify(token)
+        principal = request.app[TOKENS].verify(token)
     except AuthError:
         raise ApiError(401, "unauthorized", "the token is invalid or expired") from None
     if principal.purpose is not None:

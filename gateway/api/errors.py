@@ -6,13 +6,26 @@ import logging
 
 from aiohttp import web
 
+from gateway.store import StoreError
+
 log = logging.getLogger("sandgate.api")
+
+# The status for each stable code a service refuses with (services carry codes, never HTTP statuses).
+STATUS_OF = {
+    "bad_request": 400, "reason_required": 400, "forbidden": 403, "not_found": 404,
+    "already_decided": 409, "already_voted": 409, "conflict": 409, "not_local": 409,
+}
 
 
 class ApiError(Exception):
     def __init__(self, status: int, code: str, detail: str):
         super().__init__(detail)
         self.status, self.code, self.detail = status, code, detail
+
+    @classmethod
+    def of(cls, code: str, detail: str) -> "ApiError":
+        """The API's answer to a service's refusal `code`."""
+        return cls(STATUS_OF.get(code, 400), code, detail)
 
 
 def error_response(status: int, code: str, detail: str) -> web.Response:
@@ -31,11 +44,9 @@ async def errors_middleware(request: web.Request, handler):
         return error_response(exc.status, exc.reason.lower().replace(" ", "_"), exc.reason)
     except json.JSONDecodeError:
         return error_response(400, "bad_json", "the request body is not valid JSON")
-    except Exception as exc:  # noqa: BLE001
-        from gateway.store import StoreError
-
-        if isinstance(exc, StoreError):
-            log.error("store error on %s %s: %s", request.method, request.path, exc)
-            return error_response(503, "store_unavailable", "the store is unavailable; try again")
+    except StoreError as exc:
+        log.error("store error on %s %s: %s", request.method, request.path, exc)
+        return error_response(503, "store_unavailable", "the store is unavailable; try again")
+    except Exception:  # noqa: BLE001
         log.exception("internal error on %s %s", request.method, request.path)
         return error_response(500, "internal_error", "internal error")

@@ -10,10 +10,10 @@ import time
 
 from aiohttp import web
 
-from gateway.api.auth import GW, require
+from gateway.api.auth import require
 from gateway.api.errors import ApiError
 from gateway.api.owned import owned_session
-from gateway.api.sessions import read_json
+from gateway.api.state import AUDIT, ENGINE, SESSIONS, read_json
 from gateway.mcp.context import parse_mcp_context
 from gateway.toolcalls.enrich import build_toolcall_input
 
@@ -25,12 +25,12 @@ MAX_TOOLS = 1000
 @routes.post("/v1/mcp/tools")
 async def probe_tools(request: web.Request) -> web.Response:
     principal = require(request, "harness")
-    gw = request.app[GW]
+    sessions = request.app[SESSIONS]
     body = await read_json(request)
     if not isinstance(body, dict):
         raise ApiError(400, "bad_request", "body must be a JSON object")
     await owned_session(request, principal, body.get("session"))
-    session = await gw.live_session(body["session"])
+    session = await sessions.live(body["session"])
     if session is None:
         raise ApiError(409, "session_ended", "the session has ended")
     tools = body.get("tools")
@@ -47,16 +47,16 @@ async def probe_tools(request: web.Request) -> web.Response:
         except ValueError as exc:
             raise ApiError(400, "bad_request", str(exc)) from None
         probes.append((name, ctx))
-    session = gw.sessions.with_stats(session)
+    session = sessions.with_stats(session)
     out = []
     for name, ctx in probes:
         doc = build_toolcall_input(session=session, tool=name, args={}, step=None, now=time.time())
         doc["mcp"] = ctx.to_input()
-        decision = await gw.engine.decide("toolcall", doc)
+        decision = await request.app[ENGINE].decide("toolcall", doc)
         out.append({"name": name, "decision": decision.action, "hidden": decision.action == "deny",
                     "reasons": list(decision.reasons), "codes": list(decision.codes)})
     hidden = [t["name"] for t in out if t["hidden"]]
     if hidden:
-        gw.audit.record("mcp.tools", session=session["id"], action="hide", codes=["toolcall.mcp_hidden"],
+        request.app[AUDIT].record("mcp.tools", session=session["id"], action="hide", codes=["toolcall.mcp_hidden"],
                         detail={"server": probes[0][1].server, "hidden": hidden[:100]})
     return web.json_response({"tools": out})

@@ -3,16 +3,21 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from gateway.api.auth import GW
 from gateway.api.errors import ApiError
+from gateway.api.state import SESSIONS
 from gateway.auth import Principal
-from gateway.sessions import owns
+from gateway.session_spec import owns
 
 
 async def owned_session(request: web.Request, principal: Principal, sid: object) -> dict:
     if not isinstance(sid, str) or not sid:
         raise ApiError(400, "bad_request", "session is required")
-    row = await request.app[GW].store.get_session(sid)
+    row = await request.app[SESSIONS].get(sid)
     if row is None or not owns(principal.role, principal.ident, row):
         raise ApiError(404, "not_found", "no such session")
     return row
+
+
+async def owned_session_ids(request: web.Request, principal: Principal) -> set[str]:
+    """The ids of the sessions this principal may see."""
+    return {s["id"] for s in await request.app[SESSIONS].list() if owns(principal.role, principal.ident, s)}

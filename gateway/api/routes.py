@@ -1,20 +1,21 @@
-"""The aiohttp application: API routes, health, metrics (and the approval page when present)."""
+"""The aiohttp application: API routes, events, health, metrics, and the approval page.
+
+`create_app(services)` is the factory (aiohttp-demos style): every handler reads the services it needs through
+the typed keys of `api/state.py`.
+"""
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING
 
 from aiohttp import web
 
-from gateway.api import sessions
-from gateway.api.auth import GW, require
+from gateway.api import approvals, mcp, scrub, secrets, sessions, tokens, toolcalls
+from gateway.api.auth import require
 from gateway.api.errors import ApiError, errors_middleware
-from gateway.api.owned import owned_session
+from gateway.api.owned import owned_session, owned_session_ids
+from gateway.api.state import AUDIT, ENGINE, METRICS, ApiServices, install
 from gateway.api.timefmt import rfc3339
-from gateway.sessions import owns
-
-if TYPE_CHECKING:
-    from gateway.app import Gateway
+from gateway.web.page import setup_page
 
 routes = web.RouteTableDef()
 
@@ -44,7 +45,7 @@ async def list_events(request: web.Request) -> web.Response:
     """A session's events in order. `after=SEQ` keeps those past a sequence number; with `wait=SECONDS` the call
     returns as soon as there is at least one (long poll), or an empty list when the wait runs out."""
     principal = require(request, "harness", "approver")
-    gw = request.app[GW]
+    audit = request.app[AUDIT]
     limit = min(_number(request, "limit", "10000", int), 100000)
     session, kind = request.query.get("session"), request.query.get("kind")
     after = _number(request, "after", "-1", int) if "after" in request.query else None
@@ -55,11 +56,10 @@ async def list_events(request: web.Request) -> web.Response:
         await owned_session(request, principal, session)
     mine: set | None = None
     if principal.role == "harness" and not session:
-        mine = {s["id"] for s in await gw.store.list_sessions() if owns(principal.role, principal.ident, s)}
+        mine = await owned_session_ids(request, principal)
     deadline = asyncio.get_running_loop().time() + wait
     while True:
-        await gw.audit.flush()
-        rows = await gw.store.list_events(session=session, kind=kind, limit=limit, after_seq=after)
+        rows = await audit.read(session=session, kind=kind, limit=limit, after_seq=after)
         if mine is not None:
             rows = [r for r in rows if r.get("session") in mine]
         if rows or asyncio.get_running_loop().time() >= deadline:
@@ -71,37 +71,34 @@ async def list_events(request: web.Request) -> web.Response:
 async def healthz(request: web.Request) -> web.Response:
     """Liveness: 200 while the process serves; "status" is "degraded" while audit rows cannot be written (a
     restart would lose the rows waiting in memory, so this never fails for that)."""
-    gw = request.app[GW]
-    audit = gw.audit.status
-    return web.json_response({"status": "ok" if audit == "ok" else "degraded", "policy_rev": gw.engine.rev,
-                              "policy_error": gw.engine.last_error is not None,
-                              "audit": {"status": audit, "pending": gw.audit.pending,
-                                        "max_pending": gw.audit.max_pending}})
+    audit, engine = request.app[AUDIT], request.app[ENGINE]
+    status = audit.status
+    return web.json_response({"status": "ok" if status == "ok" else "degraded", "policy_rev": engine.rev,
+                              "policy_error": engine.last_error is not None,
+                              "audit": {"status": status, "pending": audit.pending,
+                                        "max_pending": audit.max_pending}})
 
 
 @routes.get("/readyz")
 async def readyz(request: web.Request) -> web.Response:
     """Readiness: 503 while sandgate refuses new requests (audit.max_pending rows wait to be written)."""
-    gw = request.app[GW]
-    ready = gw.audit.accepting
-    return web.json_response({"ready": ready, "audit": gw.audit.status}, status=200 if ready else 503)
+    audit = request.app[AUDIT]
+    ready = audit.accepting
+    return web.json_response({"ready": ready, "audit": audit.status}, status=200 if ready else 503)
 
 
 @routes.get("/metrics")
 async def metrics(request: web.Request) -> web.Response:
-    gw = request.app[GW]
-    gw.metrics.audit_pending.set(gw.audit.pending)
-    return web.Response(body=gw.metrics.render(), content_type="text/plain", charset="utf-8")
+    metrics = request.app[METRICS]
+    metrics.audit_pending.set(request.app[AUDIT].pending)
+    return web.Response(body=metrics.render(), content_type="text/plain", charset="utf-8")
 
 
-def create_app(gw: "Gateway") -> web.Application:
-    from gateway.api import approvals, mcp, scrub, secrets, tokens, toolcalls
-    from gateway.web.page import setup_page
-
+def create_app(services: ApiServices) -> web.Application:
     app = web.Application(middlewares=[errors_middleware], client_max_size=4 * 1024 * 1024)
-    app[GW] = gw
+    install(app, services)
     for module_routes in (routes, sessions.routes, toolcalls.routes, approvals.routes, secrets.routes,
                           scrub.routes, mcp.routes, tokens.routes):
         app.add_routes(module_routes)
-    setup_page(app, gw)
+    setup_page(app, services.page)
     return app

@@ -13,10 +13,10 @@ from aiohttp import web
 
 from broker.backends import SecretUnavailable
 from broker.scrub import Scrubber, replacements_for
-from gateway.api.auth import GW, require
+from gateway.api.auth import require
 from gateway.api.errors import ApiError
 from gateway.api.owned import owned_session
-from gateway.api.sessions import read_json
+from gateway.api.state import AUDIT, BROKER, read_json
 
 routes = web.RouteTableDef()
 
@@ -36,7 +36,6 @@ def scrub_texts(scrubber: Scrubber, texts: list[str]) -> tuple[list[str], int]:
 @routes.post("/v1/sessions/{sid}/scrub")
 async def scrub(request: web.Request) -> web.Response:
     principal = require(request, "harness")
-    gw = request.app[GW]
     row = await owned_session(request, principal, request.match_info["sid"])
     body = await read_json(request)
     texts = body.get("texts") if isinstance(body, dict) else None
@@ -46,7 +45,8 @@ async def scrub(request: web.Request) -> web.Response:
     if not placeholders or not texts:
         return web.json_response({"texts": texts, "scrubbed": 0})
     try:
-        bindings = await asyncio.wait_for(gw.broker.bindings(placeholders), gw.broker.lookup_timeout_s + 1)
+        broker = request.app[BROKER]
+        bindings = await asyncio.wait_for(broker.bindings(placeholders), broker.lookup_timeout_s + 1)
     except (SecretUnavailable, asyncio.TimeoutError):
         raise ApiError(503, "secret_unavailable", "the secret store is unavailable; nothing was scrubbed") from None
     scrubber = Scrubber(replacements_for(bindings))
@@ -55,6 +55,6 @@ async def scrub(request: web.Request) -> web.Response:
     else:
         clean, changed = scrub_texts(scrubber, texts)
     if changed:
-        gw.audit.record("secret.scrub", session=row["id"], action="scrub",
+        request.app[AUDIT].record("secret.scrub", session=row["id"], action="scrub",
                         detail={"texts": changed, "by": principal.ident})
     return web.json_response({"texts": clean, "scrubbed": changed})

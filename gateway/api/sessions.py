@@ -1,18 +1,17 @@
-"""Session endpoints: create, list, read, patch (freeze), delete."""
+"""Session endpoints: create, list, read, patch (freeze, labels, renewal), delete."""
 from __future__ import annotations
 
 import time
-from typing import Any
 
 from aiohttp import web
 
-from gateway.api.auth import GW, require
+from gateway.api.auth import require
 from gateway.api.errors import ApiError
-from gateway.api.timefmt import rfc3339
 from gateway.api.owned import owned_session
-from gateway.sessions import (MAX_TTL_S, BadRequest, build_env, new_session_id, owns, parse_session_spec,
-                              renewed_expiry, session_status)
-from gateway.store.models import SessionRow
+from gateway.api.state import BROKER, PROXY, SESSIONS, SIGNER, read_json
+from gateway.api.timefmt import rfc3339
+from gateway.session_spec import (MAX_TTL_S, BadRequest, build_env, owns, parse_session_spec, renewed_expiry,
+                                  session_status)
 
 routes = web.RouteTableDef()
 
@@ -26,53 +25,35 @@ def session_view(row: dict, now: float) -> dict:
     }
 
 
-async def read_json(request: web.Request) -> Any:
-    if not request.can_read_body:
-        return {}
-    try:
-        return await request.json()
-    except ValueError:
-        raise ApiError(400, "bad_json", "the request body is not valid JSON") from None
-
-
 @routes.post("/v1/sessions")
 async def create_session(request: web.Request) -> web.Response:
     principal = require(request, "harness")
-    gw = request.app[GW]
-    known = gw.broker.specs if gw.broker is not None else {}
+    broker = request.app[BROKER]
     try:
-        spec = parse_session_spec(await read_json(request), known)
+        spec = parse_session_spec(await read_json(request), broker.specs)
     except BadRequest as exc:
         raise ApiError(400, "bad_request", str(exc)) from None
     now = time.time()
-    sid = new_session_id()
-    placeholders = await gw.broker.new_placeholders(spec.secrets) if gw.broker is not None and spec.secrets else {}
-    row = SessionRow(id=sid, workload=spec.workload, labels=spec.labels, allow=spec.allow, secrets=spec.secrets,
-                     placeholders=placeholders, workspace=spec.workspace, ca_path=spec.ca_path, frozen=False,
-                     created_at=now, expires_at=now + spec.ttl_s, created_by=principal.ident, updated_at=now)
-    stored = await gw.store.put_session(row)
-    gw.sessions.put(stored)
-    if gw.broker_hooks is not None:
-        gw.broker_hooks.session_added(stored)
+    placeholders = await broker.new_placeholders(spec.secrets) if spec.secrets else {}
+    stored = await request.app[SESSIONS].create(spec, placeholders, principal.ident, now)
+    sid = stored["id"]
     # The token lives as long as the session could be renewed (PATCH ttl_s); the session row decides liveness
     # on every request, so an ended or expired session's token is refused at once.
-    token = gw.signer.mint("session", sid, MAX_TTL_S, session_id=sid, workload=spec.workload, now=now)
-    proxy_url = f"http://sandgate:{token}@{gw.proxy_advertise}"
-    env_names = {name: gw.broker.specs[name].env for name in spec.secrets} if gw.broker is not None else {}
+    token = request.app[SIGNER].mint("session", sid, MAX_TTL_S, session_id=sid, workload=spec.workload, now=now)
+    proxy = request.app[PROXY]
+    proxy_url = f"http://sandgate:{token}@{proxy.authority}"
+    env_names = broker.env_names(spec.secrets)
     env = build_env(proxy_url, spec.ca_path, {env_names[n]: placeholders[n] for n in spec.secrets})
-    gw.audit.record("session.created", session=sid, action="create",
-                    detail={"workload": spec.workload, "by": principal.ident, "allow": spec.allow,
-                            "secrets": spec.secrets, "labels": spec.labels})
-    body = session_view(stored, now) | {"token": token, "proxy_url": proxy_url, "ca_pem": gw.ca_pem, "env": env}
+    body = session_view(stored, now) | {"token": token, "proxy_url": proxy_url, "ca_pem": proxy.ca_pem, "env": env}
     return web.json_response(body, status=201)
 
 
 @routes.get("/v1/sessions")
 async def list_sessions(request: web.Request) -> web.Response:
     principal = require(request, "harness")
-    gw = request.app[GW]
     now = time.time()
-    rows = [session_view(r, now) for r in await gw.store.list_sessions() if owns(principal.role, principal.ident, r)]
+    rows = [session_view(r, now) for r in await request.app[SESSIONS].list()
+            if owns(principal.role, principal.ident, r)]
     status = request.query.get("status")
     if status:
         rows = [r for r in rows if r["status"] == status]
@@ -89,7 +70,6 @@ async def get_session(request: web.Request) -> web.Response:
 @routes.patch("/v1/sessions/{sid}")
 async def patch_session(request: web.Request) -> web.Response:
     principal = require(request, "harness")
-    gw = request.app[GW]
     row = await owned_session(request, principal, request.match_info["sid"])
     if session_status(row, time.time()) != "active":
         raise ApiError(409, "session_ended", "the session has ended")
@@ -111,23 +91,16 @@ async def patch_session(request: web.Request) -> web.Response:
         if not isinstance(labels, dict) or not all(isinstance(v, str) for v in labels.values()):
             raise ApiError(400, "bad_request", "labels must be an object of strings")
         values["labels"] = labels
-    updated = await gw.store.update_session(row["id"], **values)
-    gw.sessions.put(updated)
-    gw.audit.record("session.updated", session=row["id"], action="patch", detail={**values, "by": principal.ident})
+    try:
+        updated = await request.app[SESSIONS].patch(row["id"], values, principal.ident)
+    except KeyError:
+        raise ApiError(404, "not_found", "no such session") from None
     return web.json_response(session_view(updated, time.time()))
 
 
 @routes.delete("/v1/sessions/{sid}")
 async def delete_session(request: web.Request) -> web.Response:
     principal = require(request, "harness")
-    gw = request.app[GW]
     row = await owned_session(request, principal, request.match_info["sid"])
-    if not row.get("deleted_at"):
-        updated = await gw.store.update_session(row["id"], deleted_at=time.time())
-        gw.sessions.put(updated)
-        if gw.broker_hooks is not None:
-            gw.broker_hooks.session_removed(updated)
-        if gw.approvals is not None:
-            await gw.approvals.cancel_session(row["id"], by=principal.ident)
-        gw.audit.record("session.deleted", session=row["id"], action="delete", detail={"by": principal.ident})
+    await request.app[SESSIONS].delete(row, principal.ident)
     return web.Response(status=204)

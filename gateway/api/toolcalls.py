@@ -6,19 +6,21 @@ import functools
 import logging
 import secrets
 import time
-from typing import Any
 
 from aiohttp import web
 
-from gateway.api.auth import GW, require
+from gateway.api.auth import require
 from gateway.api.errors import ApiError
 from gateway.api.owned import owned_session
-from gateway.api.sessions import read_json
-from gateway.approvals import binding_hash, canonical_json
+from gateway.api.state import APPROVALS, AUDIT, ENGINE, METRICS, SESSIONS, read_json
+from gateway.approval_rules import binding_hash, canonical_json
+from gateway.approvals import ApprovalRequest
+from gateway.audit import AuditLog
 from gateway.mcp.context import parse_mcp_context
 from gateway.policy.inputs import build_session_input
+from gateway.sessions import SessionRegistry
 from gateway.store import StoreError
-from gateway.toolcalls.enrich import Enriched, enrich_toolcall
+from gateway.toolcalls.enrich import SHELL_TOOLS, Enriched, enrich_toolcall
 from gateway.toolcalls.history import HISTORY_SIZE, audit_facts, history_entries, path_rows, paths_from_rows
 
 log = logging.getLogger("sandgate.toolcalls")
@@ -30,7 +32,7 @@ MAX_ARGS_BYTES = 256 * 1024
 
 
 def toolcall_summary(tool: str, args: dict) -> str:
-    if tool in ("shell", "bash", "sh", "exec", "terminal") and isinstance(args.get("command"), str):
+    if tool in SHELL_TOOLS and isinstance(args.get("command"), str):
         return f"{tool}: {args['command']}"[:300]
     if isinstance(args.get("path"), str):
         return f"{tool} {args['path']}"[:300]
@@ -46,9 +48,9 @@ def toolcall_summary(tool: str, args: dict) -> str:
 @routes.post("/v1/toolcalls")
 async def post_toolcall(request: web.Request) -> web.Response:
     principal = require(request, "harness")
-    gw = request.app[GW]
-    if not gw.audit.accepting:
-        gw.metrics.audit_refused.labels("toolcall").inc()
+    audit, metrics, sessions = request.app[AUDIT], request.app[METRICS], request.app[SESSIONS]
+    if not audit.accepting:
+        metrics.audit_refused.labels("toolcall").inc()
         raise ApiError(503, "audit.unavailable", "sandgate cannot record decisions right now; try again")
     body = await read_json(request)
     if not isinstance(body, dict):
@@ -67,15 +69,15 @@ async def post_toolcall(request: web.Request) -> web.Response:
     except ValueError as exc:
         raise ApiError(400, "bad_request", str(exc)) from None
     await owned_session(request, principal, sid)
-    session = await gw.live_session(sid)
-    if session is None:
+    live = await sessions.live(sid)
+    if live is None:
         raise ApiError(409, "session_ended", "the session has ended")
     if step is not None:
-        gw.sessions.steps[sid] = step
-    gw.sessions.count(sid, toolcalls=1)
-    session = gw.sessions.with_stats(session)
+        sessions.set_step(sid, step)
+    sessions.count(sid, toolcalls=1)
+    session = sessions.with_stats(live)
     now = time.time()
-    history, links, files = await _session_memory(gw, sid, now)
+    history, links, files = await _session_memory(audit, sessions, sid, now)
     mcp_input = mcp.to_input() if mcp is not None else None
     try:
         # Parsing (tree-sitter, sqlglot, ast) can take a while on hostile input: off the loop, bounded.
@@ -91,8 +93,8 @@ async def post_toolcall(request: web.Request) -> web.Response:
         if mcp_input is not None:
             enriched.doc["mcp"] = mcp_input
     doc = enriched.doc
-    decision = await gw.engine.decide("toolcall", doc)
-    gw.metrics.decision("toolcall", decision.action)
+    decision = await request.app[ENGINE].decide("toolcall", doc)
+    metrics.decision("toolcall", decision.action)
     tcid = "t_" + secrets.token_hex(8)
     out = {"id": tcid, "decision": decision.action, "reasons": list(decision.reasons),
            "codes": list(decision.codes)}
@@ -102,39 +104,36 @@ async def post_toolcall(request: web.Request) -> web.Response:
         detail["mcp_server"] = mcp.server
     if decision.action != "deny":
         try:                                  # links and scripts this call leaves, for the session's later calls
-            await gw.store.append_session_paths(path_rows(sid, enriched.effects, now))
+            await sessions.add_paths(path_rows(sid, enriched.effects, now))
         except StoreError:
             log.warning("could not record the paths of tool call %s", tcid)
             raise ApiError(503, "store_unavailable", "the store is unavailable; try again") from None
     if decision.action == "ask":
-        queue = gw.approvals
         binding = binding_hash(sid, "toolcall", tool if mcp is None else mcp.target(tool), canonical_json(args))
-        used = await queue.find_unused(binding, sid)
-        if used is not None and await queue.consume(used, principal.ident):
-            out.update(decision="allow", approval_id=used["id"],
-                       reasons=out["reasons"] + [f"approved by {used['decided_by']}"],
+        action = {"tool": tool, "args": args} | ({"mcp_server": mcp.server} if mcp is not None else {})
+        ticket = await request.app[APPROVALS].request_approval(ApprovalRequest(
+            session=sessions.live_now(sid), session_id=sid, kind="toolcall", binding=binding, summary=summary,
+            action=action, reasons=list(decision.reasons), requested_by=principal.ident, used_by=principal.ident,
+            ttl_s=decision.approval_ttl_s))
+        out["approval_id"] = ticket.row["id"]
+        if ticket.reused:
+            out.update(decision="allow", reasons=out["reasons"] + [f"approved by {ticket.row['decided_by']}"],
                        codes=out["codes"] + ["approval.approved"])
-        else:
-            action = {"tool": tool, "args": args} | ({"mcp_server": mcp.server} if mcp is not None else {})
-            item = await queue.file(session=sid, kind="toolcall", binding=binding, summary=summary, action=action,
-                                    reasons=list(decision.reasons), requested_by=principal.ident,
-                                    ttl_s=decision.approval_ttl_s)
-            out["approval_id"] = item["id"]
         detail["approval_id"] = out["approval_id"]
-    gw.audit.record("toolcall", session=sid, step=step, action=out["decision"], reasons=out["reasons"],
+    audit.record("toolcall", session=sid, step=step, action=out["decision"], reasons=out["reasons"],
                     codes=out["codes"], request_id=tcid, policy_rev=decision.rev, detail=detail)
     return web.json_response(out)
 
 
-async def _session_memory(gw: Any, sid: str, now: float) -> tuple[list[dict], dict, dict]:
+async def _session_memory(audit: AuditLog, sessions: SessionRegistry, sid: str,
+                          now: float) -> tuple[list[dict], dict, dict]:
     """The session's recent tool calls (stored and still queued audit rows) and the links and files its
     earlier calls left. A store that cannot answer is an error (503): deciding without them could allow what
     a sequence makes dangerous."""
-    queued = gw.audit.queued("toolcall", sid)   # first: a flush during the reads below moves rows to the store
     try:
-        events = await gw.store.list_events(session=sid, kind="toolcall", limit=HISTORY_SIZE, newest=True)
-        rows = await gw.store.list_session_paths(sid)
+        events = await audit.recent("toolcall", sid, HISTORY_SIZE)
+        rows = await sessions.paths(sid)
     except StoreError:
         raise ApiError(503, "store_unavailable", "the store is unavailable; try again") from None
     links, files = paths_from_rows(rows)
-    return history_entries(events + queued, now), links, files
+    return history_entries(events, now), links, files

@@ -1,112 +1,76 @@
 """The egress addon: authenticate the connection, decide every CONNECT and request, vet the address.
 
 Hooks decide and answer (403/407) in `http_connect` / `requestheaders`, before any upstream dial
-(connection_strategy=lazy). The dial itself is guarded at the resolver (see resolver.py). Every hook is
-wrapped so that an exception denies instead of letting the flow through.
+(connection_strategy=lazy). The dial itself is guarded at the resolver (see resolver.py). Every security hook is
+wrapped so that an exception denies instead of letting the flow through. Holding "ask" requests (hold.py) and
+the credentials (injection.py) are addons of their own, registered after this one; they read the typed per-flow
+state this addon attaches (flows.FlowState).
 """
 from __future__ import annotations
 
-import functools
 import logging
 import time
 import weakref
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable
+from dataclasses import dataclass
 
 from mitmproxy import connection, http
-from wsproto.handshake import WEBSOCKET_VERSION
 from mitmproxy.proxy import server_hooks
+from wsproto.handshake import WEBSOCKET_VERSION
 
-from gateway.auth import AuthError, Principal
+from gateway.audit import AuditLog
+from gateway.auth import AuthError, Principal, TokenVerifier
+from gateway.config import EgressSettings
 from gateway.egress.addresses import AddressVerdict, parse_ip_literal, vet_addresses
 from gateway.egress.credentials import parse_proxy_authorization
+from gateway.egress.flows import ConnState, FlowState, attach, flow_state
+from gateway.egress.guard import fail_closed
 from gateway.egress.hosts import normalise_host
-from gateway.egress.resolver import UPSTREAM_DIAL, DialGuard
+from gateway.egress.recorder import FlowRecorder
+from gateway.egress.resolver import UPSTREAM_DIAL, DialGuard, Resolver
 from gateway.egress.responses import auth_required, denial
+from gateway.egress.screen import SecretScreen
 from gateway.egress.targets import TargetArgs, TargetVerdict, check_target
-from gateway.policy.decision import Decision
+from gateway.metrics import Metrics
+from gateway.policy.base import PolicyEngine
 from gateway.policy.inputs import build_egress_input
-
-if TYPE_CHECKING:
-    from gateway.app import Gateway
+from gateway.sessions import SessionRegistry
 
 log = logging.getLogger("sandgate.egress")
 
-READ_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 STREAM_ABOVE_BYTES = 256 * 1024      # responses larger (or of unknown size) stream through
+VETTED_FOR_S = 30.0                  # a connection reuses an address verdict this long
 
 
-@dataclass
-class ConnState:
-    principal: Principal
-    vetted: dict = field(default_factory=dict)     # (host, port) -> AddressVerdict
-    tunnel: tuple[str, int] | None = None          # the CONNECT target, once a tunnel is open on this connection
+@dataclass(frozen=True)
+class EgressDeps:
+    """What the egress addon needs, each typed: nothing is looked up later."""
 
-
-@dataclass
-class FlowState:
-    session: dict
-    path: str = ""                                 # as the sandbox sent it (audit never sees injected values)
-    decision: Decision | None = None
-    started: float = 0.0
-    bytes_out: int = 0
-    bytes_in: int = 0
-    audited: bool = False
-    extra: dict = field(default_factory=dict)
-
-
-def fail_closed(hook: Callable) -> Callable:
-    @functools.wraps(hook)
-    async def wrapper(self: "EgressAddon", flow: http.HTTPFlow) -> None:
-        try:
-            await hook(self, flow)
-        except Exception:  # noqa: BLE001 - any failure in a security hook is a deny
-            log.exception("internal_error in %s", hook.__name__)
-            self.deny(flow, "internal_error", "sandgate could not decide this request")
-    return wrapper
+    settings: EgressSettings
+    tokens: TokenVerifier
+    sessions: SessionRegistry
+    engine: PolicyEngine
+    audit: AuditLog
+    metrics: Metrics
+    resolver: Resolver
+    recorder: FlowRecorder
+    screen: SecretScreen
+    own_listeners: list[tuple[str, int]]     # sandgate's own listening addresses (always refused), once bound
 
 
 class EgressAddon:
-    def __init__(self, gw: "Gateway"):
-        self.gw = gw
+    def __init__(self, deps: EgressDeps):
+        self.deps = deps
         self.conns: "weakref.WeakKeyDictionary[connection.Client, ConnState]" = weakref.WeakKeyDictionary()
 
     # -- helpers ---------------------------------------------------------------------------------
-    def fstate(self, flow: http.HTTPFlow) -> FlowState | None:
-        return flow.metadata.get("sandgate")
-
-    def deny(self, flow: http.HTTPFlow, code: str, reason: str, status: int = 403, *, kind: str = "egress",
-             audit: bool = True) -> None:
-        flow.request.stream = False
-        flow.response = denial(code, reason, flow.id, status=status)
-        flow.metadata["sandgate_denied"] = (code, reason)
-        self.gw.metrics.decision("egress", "deny")
-        st = self.fstate(flow)
-        if audit and st is not None and not st.audited:
-            st.audited = True
-            self.audit(flow, st, action="deny", codes=[code], reasons=[reason], status=status, kind=kind)
-        elif audit and st is None:
-            self.gw.audit.record(kind, action="deny", codes=[code], reasons=[reason], request_id=flow.id,
-                                 method=flow.request.method, host=flow.request.pretty_host,
-                                 path=flow.request.path, http_status=status)
-
-    def audit(self, flow: http.HTTPFlow, st: FlowState, *, action: str, codes: list, reasons: list,
-              status: int | None, kind: str = "egress", detail: dict | None = None) -> None:
-        sid = st.session["id"]
-        if kind == "egress":
-            self.gw.sessions.count(sid, requests=1, denied=int(action == "deny"), asked=int(action == "ask"),
-                                   bytes_out=st.bytes_out, bytes_in=st.bytes_in)
-        self.gw.audit.record(
-            kind, session=sid, step=self.gw.sessions.steps.get(sid), action=action, reasons=reasons, codes=codes,
-            request_id=flow.id, method=flow.request.method, host=flow.request.host,
-            path="" if flow.request.method == "CONNECT" else (st.path or flow.request.path), http_status=status,
-            bytes_in=st.bytes_in, bytes_out=st.bytes_out,
-            policy_rev=st.decision.rev if st.decision else self.gw.engine.rev, detail=detail or {})
+    def deny(self, flow: http.HTTPFlow, code: str, reason: str, status: int = 403) -> None:
+        self.deps.recorder.deny(flow, code, reason, status=status)
 
     def authenticate(self, flow: http.HTTPFlow) -> tuple[Principal | None, str]:
         """The session of this request. Identity is per client connection: set by the first request's (or the
         CONNECT's) Proxy-Authorization; inside a tunnel no header can change it. Expiry and revocation are
         checked on every request, also for the connection's cached principal."""
+        tokens = self.deps.tokens
         values = flow.request.headers.get_all("Proxy-Authorization")
         if values:
             del flow.request.headers["Proxy-Authorization"]
@@ -117,13 +81,13 @@ class EgressAddon:
             if state is None:
                 return None, "proxy authentication required"
             try:
-                self.gw.tokens.check(state.principal)
+                tokens.check(state.principal)
             except AuthError as exc:
                 self.conns.pop(flow.client_conn, None)
                 return None, f"session token refused: {exc}"
             return state.principal, ""
         try:
-            principal = self.gw.tokens.verify(token)
+            principal = tokens.verify(token)
         except AuthError as exc:
             return None, f"session token refused: {exc}"
         if principal.role != "session":
@@ -140,10 +104,10 @@ class EgressAddon:
         if state is None:
             return False
         try:
-            self.gw.tokens.check(state.principal)
+            self.deps.tokens.check(state.principal)
         except AuthError:
             return False
-        return self.gw.sessions.live(state.principal.session_id or "") is not None
+        return self.deps.sessions.live_now(state.principal.session_id or "") is not None
 
     def session_of(self, client: connection.Client) -> str | None:
         """The session authenticated on a client connection (None before its first request)."""
@@ -151,8 +115,8 @@ class EgressAddon:
         return state.principal.session_id if state is not None else None
 
     def vet(self, addresses: list[str], port: int) -> AddressVerdict:
-        return vet_addresses(addresses, port, private_allow=self.gw.private_allow,
-                             own_listeners=self.gw.own_listeners)
+        return vet_addresses(addresses, port, private_allow=self.deps.settings.private_allow,
+                             own_listeners=self.deps.own_listeners)
 
     async def check_address(self, flow: http.HTTPFlow, host: str, port: int) -> AddressVerdict:
         state = self.conns.get(flow.client_conn)
@@ -164,39 +128,39 @@ class EgressAddon:
             verdict = self.vet([str(literal)], port)
         else:
             try:
-                addresses = await self.gw.resolver.resolve(host, port)
+                addresses = await self.deps.resolver.resolve(host, port)
             except OSError:
                 addresses = []
             verdict = self.vet(addresses, port)
             if not addresses:
                 verdict = AddressVerdict(False, "", "address.unresolvable", f"cannot resolve {host}", ())
         if state is not None:
-            state.vetted[key] = (verdict, time.monotonic() + 30.0)
+            state.vetted[key] = (verdict, time.monotonic() + VETTED_FOR_S)
         return verdict
 
     # -- the decision ----------------------------------------------------------------------------
     async def decide(self, flow: http.HTTPFlow) -> None:
         started = time.perf_counter()
-        if not self.gw.audit.accepting:
+        deps = self.deps
+        if not deps.audit.accepting:
             # A gateway that cannot record does not decide (the refusal itself is counted, not audited).
             flow.response = denial("audit.unavailable", "sandgate cannot record decisions right now; try again",
                                    flow.id, status=503)
-            flow.metadata["sandgate_denied"] = ("audit.unavailable", "")
-            self.gw.metrics.audit_refused.labels("egress").inc()
+            deps.metrics.audit_refused.labels("egress").inc()
             return
         principal, why = self.authenticate(flow)
         if principal is None:
             flow.response = auth_required(flow.id, why)
-            self.gw.metrics.decision("egress", "auth")
+            deps.metrics.decision("egress", "auth")
             return
-        session = await self.gw.live_session(principal.session_id)
+        session = await deps.sessions.live(principal.session_id)
         if session is None:
             self.conns.pop(flow.client_conn, None)
             flow.response = auth_required(flow.id, "session ended or expired")
-            self.gw.metrics.decision("egress", "auth")
+            deps.metrics.decision("egress", "auth")
             return
         st = FlowState(session=session, started=started, path=flow.request.path)
-        flow.metadata["sandgate"] = st
+        attach(flow, st)
         req = flow.request
         is_connect = req.method == "CONNECT"
         state = self.conns.get(flow.client_conn)
@@ -217,12 +181,10 @@ class EgressAddon:
         sni = flow.client_conn.sni
         if not is_connect and sni and _norm_or_empty(sni) != host:
             return self.deny(flow, "egress.sni_mismatch", "the TLS server name does not match the destination")
-        found: set = set()
-        if self.gw.broker_hooks is not None:
-            found = self.gw.broker_hooks.scan_head(flow)
-            st.extra["head_secrets"] = found
-            if found and self.gw.broker_hooks.exfiltration(self, flow, st, found):
-                return
+        found = deps.screen.scan_head(flow)
+        st.head_secrets = frozenset(found)
+        if found and deps.screen.refuse(flow, st, found):
+            return
         literal = parse_ip_literal(host)
         ip, ip_class = "", ""
         if literal is not None:
@@ -230,13 +192,16 @@ class EgressAddon:
             ip, ip_class = str(literal), lv.ip_class
         if req.host != host:
             req.host = host             # dial the name the policy judges (no trailing dot, punycode, canonical IP)
+        sid = session["id"]
+        own = session["placeholders"]
         doc = build_egress_input(
-            session=self.gw.sessions.with_stats(session), now=time.time(), method=req.method, scheme=req.scheme if not is_connect else "",
-            host=host, port=req.port, path="" if is_connect else req.path.split("?", 1)[0],
+            session=deps.sessions.with_stats(session), now=time.time(), method=req.method,
+            scheme=req.scheme if not is_connect else "", host=host, port=req.port,
+            path="" if is_connect else req.path.split("?", 1)[0],
             query="" if is_connect else req.url.partition("?")[2], headers=req.headers.items(multi=True),
-            ip=ip, ip_class=ip_class, secrets=[name for owner, name in found if owner == session["id"]],
-            markers=[session["placeholders"][n] for o, n in found if o == session["id"] and n in session["placeholders"]])
-        decision = await self.gw.engine.decide("egress", doc)
+            ip=ip, ip_class=ip_class, secrets=[name for owner, name in found if owner == sid],
+            markers=[own[n] for o, n in found if o == sid and n in own])
+        decision = await deps.engine.decide("egress", doc)
         st.decision = decision
         if decision.action == "deny":
             return self.deny(flow, decision.code, decision.reason)
@@ -244,37 +209,28 @@ class EgressAddon:
         if not verdict.allowed:
             return self.deny(flow, verdict.code, verdict.reason)
         if decision.action == "ask":
-            if is_connect or self.gw.approvals is None:
-                if is_connect:
-                    return self.deny(flow, decision.code, decision.reason)
-                return self.deny(flow, "approval.required", f"approval required: {decision.reason}")
-            st.extra["ask"] = True
+            if is_connect:
+                return self.deny(flow, decision.code, decision.reason)
+            st.ask = True
             return
-        self.gw.metrics.decision("egress", "allow")
+        deps.metrics.decision("egress", "allow")
         if is_connect:
             if state is not None:
                 state.tunnel = (host, req.port)
             st.audited = True
-            self.audit(flow, st, action="allow", codes=list(decision.codes), reasons=list(decision.reasons),
-                       status=200)
+            deps.recorder.audit(flow, st, action="allow", codes=list(decision.codes),
+                                reasons=list(decision.reasons), status=200)
             return
-        self.prepare_request_body(flow)
+        self.prepare_request_body(flow, st)
 
-    def prepare_request_body(self, flow: http.HTTPFlow) -> None:
+    def prepare_request_body(self, flow: http.HTTPFlow, st: FlowState) -> None:
         """Stream large or unsized bodies through (counting bytes); small ones are buffered for inspection."""
-        st = self.fstate(flow)
         size = flow.request.headers.get("content-length")
-        cap = self.gw.inspect_max_bytes
         if size is None and not unsized_body(flow.request):
             return
-        if size is not None and size.isdigit() and int(size) <= cap:
+        if size is not None and size.isdigit() and int(size) <= self.deps.settings.inspect_max_bytes:
             return
-        scanner = self.gw.broker_hooks.request_stream_filter(flow, st) if self.gw.broker_hooks else None
-
-        def count(chunk: bytes) -> bytes:
-            st.bytes_out += len(chunk)
-            return scanner(chunk) if scanner else chunk
-        flow.request.stream = count
+        flow.request.stream = st.count_out
 
     # -- hooks -----------------------------------------------------------------------------------
     @fail_closed
@@ -286,8 +242,8 @@ class EgressAddon:
         if flow.response is not None:
             return
         await self.decide(flow)
-        st = self.fstate(flow)
-        if flow.response is None and st is not None and st.extra.get("ask") and self.body_too_large(flow):
+        st = flow_state(flow)
+        if flow.response is None and st is not None and st.ask and self.body_too_large(flow):
             self.deny(flow, "approval.body_too_large", "approval required, but the body is too large to hold")
         self.refuse_large_body(flow)
 
@@ -295,7 +251,7 @@ class EgressAddon:
         """A body of unknown size, or declared larger than inspect_max_bytes."""
         size = flow.request.headers.get("content-length")
         if size is not None:
-            return not size.isdigit() or int(size) > self.gw.inspect_max_bytes
+            return not size.isdigit() or int(size) > self.deps.settings.inspect_max_bytes
         return unsized_body(flow.request)
 
     def refuse_large_body(self, flow: http.HTTPFlow) -> None:
@@ -303,41 +259,32 @@ class EgressAddon:
         that is large or of unknown size, close the connection instead (the denial is audited): a sandbox must
         not be able to exhaust the gateway's memory with uploads to denied hosts."""
         if flow.response is not None and flow.response.status_code in (403, 407, 503) and self.body_too_large(flow):
-            flow.metadata["sandgate_killed"] = True
+            st = flow_state(flow)
+            if st is not None:
+                st.killed = True
             flow.kill()
 
     @fail_closed
     async def request(self, flow: http.HTTPFlow) -> None:
-        st = self.fstate(flow)
+        st = flow_state(flow)
         if st is None or flow.response is not None:
             return
         if not flow.request.stream:
             st.bytes_out = len(flow.request.raw_content or b"")
-        if st.extra.get("ask"):
-            await self.gw.approvals.hold_egress(self, flow, st)
-            if flow.response is not None:
-                return
-        if self.gw.broker is not None:
-            await self.gw.broker_hooks.on_request(self, flow, st)
 
     def responseheaders(self, flow: http.HTTPFlow) -> None:
-        st = self.fstate(flow)
-        if st is None or flow.response is None or flow.metadata.get("sandgate_denied"):
+        st = flow_state(flow)
+        if st is None or flow.response is None or st.denied:
             return
         if flow.response.status_code == 101:
             return          # decided in `response` (a switch to anything but WebSocket is refused)
-        scrub = self.gw.broker_hooks.response_filter(flow, st) if self.gw.broker_hooks is not None else None
-        if scrub is None:
-            size = flow.response.headers.get("content-length", "")
-            if size.isdigit() and int(size) <= STREAM_ABOVE_BYTES:
-                return          # small: buffered by mitmproxy, counted in `response`
-        def count(chunk: bytes) -> bytes:
-            st.bytes_in += len(chunk)
-            return scrub(chunk) if scrub else chunk
-        flow.response.stream = count
+        size = flow.response.headers.get("content-length", "")
+        if size.isdigit() and int(size) <= STREAM_ABOVE_BYTES:
+            return          # small: buffered by mitmproxy, counted in `response` (unless scrubbed: injection.py)
+        flow.response.stream = st.count_in
 
     def response(self, flow: http.HTTPFlow) -> None:
-        st = self.fstate(flow)
+        st = flow_state(flow)
         if st is None or st.audited or flow.response is None:
             return
         if flow.response.status_code == 101 and not is_websocket_switch(flow.request, flow.response):
@@ -349,26 +296,26 @@ class EgressAddon:
         d = st.decision
         if not flow.response.stream:
             st.bytes_in = len(flow.response.raw_content or b"")
-        self.gw.metrics.latency.observe(time.perf_counter() - st.started)
-        self.audit(flow, st, action=d.action if d else "allow", codes=list(d.codes) if d else [],
-                   reasons=list(d.reasons) if d else [], status=flow.response.status_code,
-                   detail=st.extra.get("audit", {}))
+        self.deps.metrics.latency.observe(time.perf_counter() - st.started)
+        self.deps.recorder.audit(flow, st, action=d.action if d else "allow", codes=list(d.codes) if d else [],
+                                 reasons=list(d.reasons) if d else [], status=flow.response.status_code,
+                                 detail=st.audit_detail())
 
     def error(self, flow: http.HTTPFlow) -> None:
-        st = self.fstate(flow)
-        if st is None or st.audited or flow.metadata.get("sandgate_killed"):
+        st = flow_state(flow)
+        if st is None or st.audited or st.killed:
             return
         st.audited = True
         d = st.decision
-        self.audit(flow, st, action=d.action if d else "error", codes=list(d.codes) if d else [],
-                   reasons=list(d.reasons) if d else [], status=None,
-                   detail={"error": (flow.error.msg if flow.error else "")[:200], **st.extra.get("audit", {})})
-        if st.extra.get("approval_id") and self.gw.approvals is not None:
-            self.gw.approvals.client_gone(st.extra["approval_id"])
+        self.deps.recorder.audit(flow, st, action=d.action if d else "error", codes=list(d.codes) if d else [],
+                                 reasons=list(d.reasons) if d else [], status=None,
+                                 detail={"error": (flow.error.msg if flow.error else "")[:200],
+                                         **st.audit_detail()})
 
     def websocket_message(self, flow: http.HTTPFlow) -> None:
-        """WebSocket frames after an allowed upgrade: no placeholder leaves, no injected value comes back."""
-        st = self.fstate(flow)
+        """WebSocket frames after an allowed upgrade pass only while the session lives (injection.py screens
+        their content)."""
+        st = flow_state(flow)
         if st is None or flow.websocket is None or not flow.websocket.messages:
             return
         try:
@@ -376,27 +323,9 @@ class EgressAddon:
                 # The session ended or its token was revoked: no frame passes any more (mitmproxy cannot kill
                 # a WebSocket flow in transit, so every further frame is dropped).
                 flow.websocket.messages[-1].drop()
-                return
-            message = flow.websocket.messages[-1]
-            hooks = self.gw.broker_hooks
-            if hooks is None:
-                return
-            if message.from_client:
-                if hooks.owners and hooks.message_carries_placeholder(message.content):
-                    message.drop()
-                    self.gw.audit.record("exfiltration", session=st.session["id"], action="deny",
-                                         codes=["secret.exfiltration"], request_id=flow.id,
-                                         reasons=["a placeholder was sent in a WebSocket message"],
-                                         host=flow.request.host, path=st.path)
-            elif st.extra.get("scrub"):
-                message.content = hooks.scrub_message(message.content, st.extra["scrub"])
         except Exception:  # noqa: BLE001 - fail closed: drop the frame
             log.exception("internal_error in websocket_message")
             flow.websocket.messages[-1].drop()
-
-    def client_disconnected(self, client: connection.Client) -> None:
-        if self.gw.approvals is not None:
-            self.gw.approvals.connection_closed(client)
 
     async def server_connect(self, data: server_hooks.ServerConnectionHookData) -> None:
         try:
@@ -409,7 +338,7 @@ class EgressAddon:
                 if not verdict.allowed:
                     data.server.error = f"sandgate refused the destination: {verdict.code}"
                     return
-            UPSTREAM_DIAL.set(DialGuard(vet=self.vet, resolver=self.gw.resolver))
+            UPSTREAM_DIAL.set(DialGuard(vet=self.vet, resolver=self.deps.resolver))
         except Exception:  # noqa: BLE001
             log.exception("internal_error in server_connect")
             data.server.error = "sandgate internal error"

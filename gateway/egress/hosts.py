@@ -95,22 +95,34 @@ def parse_allow_entry(text: str) -> AllowEntry:
     return AllowEntry(normalise_host(host), port)
 
 
-def _split_host_port(entry: str) -> tuple[str, str | None]:
-    if entry.startswith("["):
-        close = entry.find("]")
-        rest = entry[close + 1:] if close > 0 else None
+def split_hostport(text: str, *, bare_ipv6: bool) -> tuple[str, str | None]:
+    """The one host:port splitter: "host", "host:port", "[v6]" or "[v6]:port" -> (host, port text or None).
+
+    Neither part is validated here. A bare IPv6 address (two or more colons, no brackets) is a host without a
+    port when `bare_ipv6`, else ValueError; ValueError too for a malformed bracket.
+    """
+    if text.startswith("["):
+        close = text.find("]")
+        rest = text[close + 1:] if close > 0 else None
         if rest is None or (rest and not rest.startswith(":")):
-            raise ValueError(f"allow entry {entry!r} has a malformed [IPv6] host")
-        host = entry[1:close]
-        if ipaddress.ip_address(host.split("%", 1)[0]).version != 6:
-            raise ValueError(f"allow entry {entry!r}: only IPv6 goes in brackets")
-        return host, (rest[1:] if rest else None)
-    if entry.count(":") >= 2:
-        return entry, None  # bare IPv6, any port
-    if ":" in entry:
-        host, port = entry.split(":")
-        return host, port
-    return entry, None
+            raise ValueError(f"{text!r} has a malformed [IPv6] host")
+        return text[1:close], (rest[1:] if rest else None)
+    if text.count(":") >= 2:
+        if bare_ipv6:
+            return text, None
+        raise ValueError(f"{text!r}: an IPv6 address needs brackets")
+    host, sep, port = text.partition(":")
+    return host, (port if sep else None)
+
+
+def _split_host_port(entry: str) -> tuple[str, str | None]:
+    try:
+        host, port = split_hostport(entry, bare_ipv6=True)
+    except ValueError:
+        raise ValueError(f"allow entry {entry!r} has a malformed [IPv6] host") from None
+    if entry.startswith("[") and ipaddress.ip_address(host.split("%", 1)[0]).version != 6:
+        raise ValueError(f"allow entry {entry!r}: only IPv6 goes in brackets")
+    return host, port
 
 
 def _parse_port(text: str, entry: str) -> int:
@@ -142,18 +154,12 @@ def parse_authority(text: str) -> tuple[str, int | None]:
     """
     if not isinstance(text, str) or not text or "@" in text or "/" in text:
         raise ValueError(f"authority {text!r} is not host[:port]")
-    if text.startswith("["):
-        close = text.find("]")
-        rest = text[close + 1:] if close > 0 else None
-        if rest is None or (rest and not rest.startswith(":")):
-            raise ValueError(f"authority {text!r} has a malformed [IPv6] host")
-        host, port_text = text[1:close], rest[1:] if rest else ""
-        if ":" not in host:
-            raise ValueError(f"authority {text!r}: only IPv6 goes in brackets")
-    else:
-        if text.count(":") > 1:
-            raise ValueError(f"authority {text!r}: an IPv6 address needs brackets")
-        host, _, port_text = text.partition(":")
-    if port_text == "":
+    try:
+        host, port_text = split_hostport(text, bare_ipv6=False)
+    except ValueError as exc:
+        raise ValueError(f"authority {exc}") from None
+    if text.startswith("[") and ":" not in host:
+        raise ValueError(f"authority {text!r}: only IPv6 goes in brackets")
+    if not port_text:
         return normalise_host(host), None
     return normalise_host(host), _parse_port(port_text, text)

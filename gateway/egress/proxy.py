@@ -2,18 +2,21 @@
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
 
 from mitmproxy.options import Options
 from mitmproxy.tools.dump import DumpMaster
 
-from gateway.egress.addon import EgressAddon
-from gateway.egress.hosts import parse_allow_entry
-from gateway.egress.layers import LayerGate
 from gateway.egress.tls import write_upstream_bundle
 
-if TYPE_CHECKING:
-    from gateway.app import Gateway
+
+@dataclass(frozen=True)
+class MasterSettings:
+    listen: tuple[str, int]
+    confdir: Path                    # mitmproxy's CA lives here (the data dir)
+    upstream_ca: str = ""            # extra CA bundle trusted upstream, on top of the public roots
 
 
 class Ready:
@@ -26,12 +29,12 @@ class Ready:
         self.event.set()
 
 
-def build_master(gw: "Gateway", host: str, port: int) -> tuple[DumpMaster, Ready, EgressAddon]:
-    cfg = gw.cfg
-    egress = cfg.raw["egress"]
-    opts = Options(listen_host=host, listen_port=port, confdir=str(cfg.data_dir))
+def build_master(addons: Sequence[object], settings: MasterSettings) -> tuple[DumpMaster, Ready]:
+    """A master running `addons` (in order, after mitmproxy's own) with sandgate's options."""
+    host, port = settings.listen
+    opts = Options(listen_host=host, listen_port=port, confdir=str(settings.confdir))
     master = DumpMaster(opts, with_termlog=False, with_dumper=False)
-    bundle = write_upstream_bundle(cfg.data_dir, egress["upstream_ca"])
+    bundle = write_upstream_bundle(settings.confdir, settings.upstream_ca)
     # sandgate decides every layer itself (layers.LayerGate): mitmproxy's heuristics, its raw-TCP fallback and
     # its SNI/Host-matching ignore_hosts are switched off, and its NextLayer addon is replaced.
     master.options.update(
@@ -46,10 +49,5 @@ def build_master(gw: "Gateway", host: str, port: int) -> tuple[DumpMaster, Ready
     )
     master.addons.remove(master.addons.get("nextlayer"))
     ready = Ready()
-    addon = EgressAddon(gw)
-    gate = LayerGate(raw_tcp=[parse_allow_entry(e) for e in egress["raw_tcp"]],
-                     passthrough=[parse_allow_entry(e) for e in egress["passthrough"]],
-                     audit=gw.audit, session_of=addon.session_of, connection_valid=addon.connection_valid,
-                     on_refused=lambda code: gw.metrics.decision("egress", "deny"))
-    master.addons.add(ready, gate, addon)
-    return master, ready, addon
+    master.addons.add(ready, *addons)
+    return master, ready

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Protocol, Sequence
 
 from gateway.egress.addresses import AddressVerdict
+from gateway.egress.hosts import normalise_host
 
 UPSTREAM_DIAL: contextvars.ContextVar["DialGuard | None"] = contextvars.ContextVar("sandgate_upstream_dial",
                                                                                     default=None)
@@ -37,14 +38,18 @@ class SystemResolver:
 
 
 class StaticResolver:
-    """Names mapped to fixed addresses (`egress.resolve`, like curl's --resolve); others fall through."""
+    """Names mapped to fixed addresses (`egress.resolve`, like curl's --resolve); others fall through. Names
+    compare in their normal form (the one normalise_host)."""
 
     def __init__(self, mapping: Mapping[str, Sequence[str]], fallback: Resolver):
-        self._map = {k.lower().rstrip("."): list(v) for k, v in mapping.items()}
+        self._map = {normalise_host(k): list(v) for k, v in mapping.items()}
         self._fallback = fallback
 
     async def resolve(self, host: str, port: int) -> list[str]:
-        hit = self._map.get(host.lower().rstrip("."))
+        try:
+            hit = self._map.get(normalise_host(host))
+        except ValueError:
+            hit = None
         if hit is not None:
             return list(hit)
         return await self._fallback.resolve(host, port)

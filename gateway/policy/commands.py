@@ -39,7 +39,7 @@ def register(sub: Any, common: Callable[[argparse.ArgumentParser], None]) -> Non
 
 def run(cfg: Any, args: Any) -> int:
     explicit = getattr(args, "dir", None) or getattr(args, "policies", None)
-    directory = Path(explicit) if explicit else policy_dir(cfg.raw["policy"])
+    directory = Path(explicit) if explicit else policy_dir(cfg.policy)
     try:
         if args.policy_cmd == "test":
             return cmd_test(directory, args, sys.stdout)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from aiohttp import web
 
-from gateway.auth import AuthError, Principal
+from gateway.auth import AuthError, Principal, TokenSigner, TokenVerifier
 from gateway.web.oidc import OidcError, OidcVerifier
 
 PAGE_ROLES = ("approver", "admin")
@@ -42,8 +42,9 @@ def session_ttl(token_exp: float | None, now: float) -> float:
 
 
 class PageSessions:
-    def __init__(self, gw, oidc: OidcVerifier | None):
-        self.gw = gw
+    def __init__(self, tokens: TokenVerifier, signer: TokenSigner, oidc: OidcVerifier | None):
+        self._tokens = tokens
+        self._signer = signer
         self.oidc = oidc
         self._revoked: dict[str, float] = {}
 
@@ -53,7 +54,7 @@ class PageSessions:
         if not token:
             raise LoginError("Paste an approver token.")
         try:
-            p = self.gw.tokens.verify(token)
+            p = self._tokens.verify(token)
         except AuthError:
             p = None
         source_jti = None
@@ -74,14 +75,14 @@ class PageSessions:
             raise LoginError("The token is invalid or expired.")
         # exp is a whole second: the small pad keeps int(now + ttl) from landing a second early.
         # A revoked source token ends the page session too (the cookie names it).
-        return self.gw.signer.mint(role, name, ttl + 1e-3, now=now, purpose="page", source_jti=source_jti), ttl
+        return self._signer.mint(role, name, ttl + 1e-3, now=now, purpose="page", source_jti=source_jti), ttl
 
     def user(self, request: web.Request) -> PageUser | None:
         value = request.cookies.get(SECURE_COOKIE) or request.cookies.get(COOKIE)
         if not value:
             return None
         try:
-            p = self.gw.tokens.verify(value)
+            p = self._tokens.verify(value)
         except AuthError:
             return None
         if (p.role not in PAGE_ROLES or p.purpose != "page" or p.exp is None or not p.jti

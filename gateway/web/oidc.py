@@ -9,35 +9,20 @@ import asyncio
 import json
 import threading
 import urllib.request
-from dataclasses import dataclass
 from typing import Any, Mapping
 
 import jwt
 
+from gateway.config import DEFAULT_APPROVER_VALUE, OidcSettings
+
+__all__ = ["DEFAULT_APPROVER_VALUE", "OidcError", "OidcSettings", "OidcVerifier", "claim_grants", "display_name"]
+
 ALGORITHMS = ["RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512", "EdDSA"]
-DEFAULT_APPROVER_VALUE = "sandgate-approvers"
 FETCH_TIMEOUT_S = 10
 
 
 class OidcError(Exception):
     """The ID token is not acceptable (bad signature, wrong issuer/audience, expired, not an approver)."""
-
-
-@dataclass(frozen=True)
-class OidcSettings:
-    issuer: str
-    audience: str
-    approver_claim: str
-    approver_value: str
-
-    @classmethod
-    def from_config(cls, raw: Mapping[str, Any]) -> "OidcSettings | None":
-        issuer, audience = str(raw.get("issuer") or "").strip(), str(raw.get("audience") or "").strip()
-        if not issuer or not audience:
-            return None
-        return cls(issuer=issuer, audience=audience,
-                   approver_claim=str(raw.get("approver_claim") or "groups"),
-                   approver_value=str(raw.get("approver_value") or DEFAULT_APPROVER_VALUE))
 
 
 def claim_grants(claims: Mapping[str, Any], claim: str, value: str) -> bool:

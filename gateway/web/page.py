@@ -1,7 +1,8 @@
 """The approval page: server-rendered Jinja2 (autoescaped) on the API listener, live via Server-Sent Events.
 
 Routes: `/` (queue), `/fragments/queue`, `/events` (SSE), `/approvals/{id}` (+ `/approve`, `/deny`), `/history`,
-`/login`, `/logout`, `/static/...`. Decisions go through `gw.approvals.decide`, the API's code path.
+`/login`, `/logout`, `/static/...`. The page reads and decides through the services (the approval queue, the
+session registry, the audit log), never the store: the queue's expiry applies, and decisions take the API's path.
 """
 from __future__ import annotations
 
@@ -12,14 +13,16 @@ import aiohttp_jinja2
 import jinja2
 from aiohttp import web
 
-from gateway.api.auth import GW
+from gateway.api.errors import STATUS_OF
+from gateway.api.state import APPROVALS, AUDIT, SESSIONS, SIGNER, TOKENS, PageSettings
+from gateway.approval_rules import FINAL_STATES, KINDS
 from gateway.approvals import ApprovalError
-from gateway.sessions import session_status
+from gateway.session_spec import session_status
 from gateway.web import views
 from gateway.web.csrf import safe_next
 from gateway.web.login import LoginError, PageSessions, PageUser, clear_cookie, set_cookie
-from gateway.web.oidc import OidcSettings, OidcVerifier
-from gateway.web.respond import JINJA, PAGE, PageState, error_page, harden, page, redirect, render, web_quote
+from gateway.web.oidc import OidcVerifier
+from gateway.web.respond import HOLD_S, JINJA, PAGE, PageState, error_page, harden, page, redirect, render, web_quote
 from gateway.web.sse import close_streams, events
 
 HERE = Path(__file__).resolve().parent
@@ -67,7 +70,7 @@ async def logout(request: web.Request, user: PageUser) -> web.StreamResponse:
 
 # -- queue -----------------------------------------------------------------------------------------
 async def pending(request: web.Request) -> list[dict]:
-    rows = await request.app[GW].store.list_approvals(status="pending")
+    rows = await request.app[APPROVALS].list(status="pending")
     return views.pending_items(rows, time.time())
 
 
@@ -84,18 +87,17 @@ async def queue_fragment(request: web.Request) -> web.StreamResponse:
 
 # -- detail and decisions --------------------------------------------------------------------------
 async def detail_ctx(request: web.Request, row: dict) -> dict:
-    gw, now = request.app[GW], time.time()
-    sess = await gw.store.get_session(row["session"])
-    await gw.audit.flush()
-    evs = await gw.store.list_events(session=row["session"], limit=20, newest=True)
+    now = time.time()
+    sess = await request.app[SESSIONS].get(row["session"])
+    evs = await request.app[AUDIT].read(session=row["session"], limit=20, newest=True)
     status = session_status(sess, now) if sess else "unknown"
-    view = views.detail_view(row, sess, status, evs, now, hold_s=gw.approvals.hold_timeout_s)
+    view = views.detail_view(row, sess, status, evs, now, hold_s=request.app[HOLD_S])
     return {"a": view, "message": "", "error": "", "reason_text": ""}
 
 
 @page()
 async def detail_page(request: web.Request, user: PageUser) -> web.StreamResponse:
-    row = await request.app[GW].approvals.get(request.match_info["aid"])
+    row = await request.app[APPROVALS].get(request.match_info["aid"])
     if row is None:
         return error_page(request, 404, "There is no such approval.", user)
     ctx = await detail_ctx(request, row)
@@ -104,19 +106,19 @@ async def detail_page(request: web.Request, user: PageUser) -> web.StreamRespons
 
 
 async def decide(request: web.Request, user: PageUser, verdict: str) -> web.StreamResponse:
-    aid, gw = request.match_info["aid"], request.app[GW]
+    aid, queue = request.match_info["aid"], request.app[APPROVALS]
     reason = request["form"].get("reason")
     reason = reason.strip()[:MAX_REASON] if isinstance(reason, str) else ""
     try:
-        row = await gw.approvals.decide(aid, user.ident, verdict, reason or None)
+        row = await queue.decide(aid, user.ident, verdict, reason or None)
     except ApprovalError as exc:
-        row = await gw.approvals.get(aid)
+        row = await queue.get(aid)
         if row is None:
             return error_page(request, 404, "There is no such approval.", user)
         ctx = await detail_ctx(request, row)
         msg = DECIDE_MESSAGES.get(exc.code) or f"This approval was already decided: it is {row['status']}."
         ctx.update(user=user, error=msg, reason_text=reason)
-        return render(request, "detail.html", ctx, status=exc.status)
+        return render(request, "detail.html", ctx, status=STATUS_OF.get(exc.code, 400))
     done = row["status"] if row["status"] in ("approved", "denied") else "voted"
     return redirect(f"/approvals/{web_quote(aid)}?done={done}")
 
@@ -136,24 +138,26 @@ async def deny(request: web.Request, user: PageUser) -> web.StreamResponse:
 async def history_page(request: web.Request, user: PageUser) -> web.StreamResponse:
     q = request.query
     session = q.get("session", "").strip()[:100]
-    kind = q.get("kind", "") if q.get("kind", "") in views.KINDS else ""
-    state = q.get("state", "") if q.get("state", "") in views.FINAL_STATES else ""
+    kind = q.get("kind", "") if q.get("kind", "") in KINDS else ""
+    state = q.get("state", "") if q.get("state", "") in FINAL_STATES else ""
     rows: list[dict] = []
-    for status in [state] if state else views.FINAL_STATES:
-        rows += await request.app[GW].store.list_approvals(status=status, session=session or None,
-                                                           kind=kind or None, limit=5000)
+    for status in [state] if state else FINAL_STATES:
+        rows += await request.app[APPROVALS].list(status=status, session=session or None, kind=kind or None,
+                                                  limit=5000)
     ctx = {"user": user, "items": views.history_items(rows), "f": {"session": session, "kind": kind,
                                                                      "state": state},
-           "kinds": views.KINDS, "states": views.FINAL_STATES}
+           "kinds": KINDS, "states": FINAL_STATES}
     return render(request, "history.html", ctx)
 
 
-def setup_page(app: web.Application, gw) -> None:
+def setup_page(app: web.Application, settings: PageSettings) -> None:
+    """The approval page's routes on `app`, whose services (api/state.py) are already installed."""
     env = aiohttp_jinja2.setup(app, app_key=JINJA, loader=jinja2.FileSystemLoader(str(HERE / "templates")),
                                autoescape=True, undefined=jinja2.StrictUndefined)
     env.filters["reveal"] = views.reveal
-    settings = OidcSettings.from_config(gw.cfg.raw.get("web", {}).get("oidc", {}))
-    app[PAGE] = PageState(PageSessions(gw, OidcVerifier(settings) if settings else None))
+    oidc = OidcVerifier(settings.oidc) if settings.oidc else None
+    app[PAGE] = PageState(PageSessions(app[TOKENS], app[SIGNER], oidc))
+    app[HOLD_S] = settings.hold_timeout_s
     r = app.router
     r.add_get("/", queue_page)
     r.add_get("/login", login_form)

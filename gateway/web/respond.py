@@ -37,6 +37,7 @@ class PageState:
 
 PAGE: web.AppKey = web.AppKey("sandgate_page", PageState)
 JINJA: web.AppKey = web.AppKey("sandgate_jinja", jinja2.Environment)
+HOLD_S: web.AppKey = web.AppKey("sandgate_hold_s", float)      # egress.hold_timeout_s, shown on held requests
 
 
 def harden(resp: web.StreamResponse) -> web.StreamResponse:

@@ -12,19 +12,19 @@ import json
 
 from aiohttp import web
 
-from gateway.api.auth import GW
+from gateway.api.state import APPROVALS
 from gateway.web.respond import PAGE, harden
 
 HEARTBEAT_S = 15.0
 
 
 async def events(request: web.Request) -> web.StreamResponse:
-    state, gw = request.app[PAGE], request.app[GW]
+    state, queue = request.app[PAGE], request.app[APPROVALS]
     if state.sessions.user(request) is None:
         return harden(web.Response(status=401, text="log in first"))
     resp = harden(web.StreamResponse(headers={"Content-Type": "text/event-stream", "X-Accel-Buffering": "no"}))
     await resp.prepare(request)
-    q = gw.approvals.subscribe()
+    q = queue.subscribe()
     state.streams.add(q)
     try:
         await resp.write(b"retry: 3000\n\n")
@@ -44,7 +44,7 @@ async def events(request: web.Request) -> web.StreamResponse:
         pass  # the browser went away
     finally:
         state.streams.discard(q)
-        gw.approvals.unsubscribe(q)
+        queue.unsubscribe(q)
     return resp
 
 

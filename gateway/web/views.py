@@ -11,8 +11,8 @@ import unicodedata
 from datetime import datetime, timezone
 from typing import Any, Iterable, Mapping
 
-FINAL_STATES = ("approved", "denied", "expired", "cancelled")
-KINDS = ("toolcall", "egress")
+from gateway.approval_rules import FINAL_STATES, KINDS
+
 _KEEP = {"\n", "\t"}
 
 

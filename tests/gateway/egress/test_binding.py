@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, strategies as st
 
 from broker.inject import find_placeholders
-from gateway.egress.hold import UNBOUND_HEADERS, binding_headers, egress_binding
+from gateway.egress.binding import UNBOUND_HEADERS, binding_headers, egress_binding
 
 PH_GH = "ghp_" + "a" * 36
 PH_OTHER = "sgph_" + "b" * 40

@@ -1,0 +1,131 @@
+"""Secret specs: the `[secrets.NAME]` tables, validated (pure: no I/O, no clock).
+
+`parse_secret_specs` checks the configuration (a bad table refuses to start); `local_spec` is the spec of a
+secret stored with `sandgate secrets put`. Hosts are put in canonical form by the normaliser the caller passes
+in (the gateway's one `normalise_host`), so the broker never has a host normaliser of its own.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from broker.inject import LOCATIONS
+from broker.placeholders import PlaceholderFormat, parse_format
+from broker.sources import parse_source
+
+DEFAULT_INJECT_IN = frozenset({"header", "query"})
+SPEC_KEYS = frozenset({"source", "hosts", "env", "format", "inject_in", "allow_plaintext", "ports"})
+HostNormaliser = Callable[[str], str]     # the gateway's one normalise_host (ValueError for a bad host)
+# Variables sandgate itself sets in the sandbox: a secret must not shadow them.
+RESERVED_ENV = frozenset({
+    "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "ALL_PROXY", "SSL_CERT_FILE", "REQUESTS_CA_BUNDLE",
+    "CURL_CA_BUNDLE", "PIP_CERT", "GIT_SSL_CAINFO", "NODE_EXTRA_CA_CERTS",
+})
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}\Z")
+_ENV = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+_HOST = re.compile(r"(\*\.)?[a-z0-9_]([a-z0-9_-]*[a-z0-9_])?(\.[a-z0-9_]([a-z0-9_-]*[a-z0-9_])?)*\Z")
+
+
+@dataclass(frozen=True)
+class SecretSpec:
+    name: str
+    source: str
+    hosts: tuple[str, ...]
+    inject_in: frozenset[str] = DEFAULT_INJECT_IN
+    env: str = ""  # "" -> NAME upper-cased, '-' and '.' as '_'
+    format: PlaceholderFormat | None = None
+    allow_plaintext: bool = False              # inject over cleartext http too (default: TLS only)
+    ports: frozenset[int] = frozenset()        # only these destination ports (empty: any)
+
+    def __post_init__(self) -> None:
+        if not self.env:
+            object.__setattr__(self, "env", re.sub(r"[^A-Z0-9_]", "_", self.name.upper()))
+
+
+def _host(name: str, entry: Any, normalise: HostNormaliser) -> str:
+    if not isinstance(entry, str) or not entry.strip():
+        raise ValueError(f"secrets.{name}.hosts: entries must be non-empty strings")
+    text = entry.strip()
+    if "/" in text or (text.count(":") == 1 and not text.startswith("[")):
+        raise ValueError(f"secrets.{name}.hosts: {entry!r} is not a host name (no scheme, port or path)")
+    try:
+        wildcard = text.startswith("*.")
+        host = ("*." if wildcard else "") + normalise(text[2:] if wildcard else text.strip("[]"))
+    except ValueError:
+        raise ValueError(f"secrets.{name}.hosts: {entry!r} is not a host name (no scheme, port or path)") from None
+    if ":" in host and not host.startswith("*"):
+        return host                                 # a canonical IPv6 literal
+    if not _HOST.match(host) or len(host) > 253:
+        raise ValueError(f"secrets.{name}.hosts: {entry!r} is not a host name (no scheme, port or path)")
+    return host
+
+
+def _ports(name: str, value: Any) -> frozenset[int]:
+    if isinstance(value, (str, bytes)) or not isinstance(value, Sequence) or not all(
+            isinstance(p, int) and not isinstance(p, bool) and 1 <= p <= 65535 for p in value):
+        raise ValueError(f"secrets.{name}.ports: a list of port numbers (1-65535)")
+    return frozenset(value)
+
+
+def _spec(name: str, table: Any, normalise: HostNormaliser) -> SecretSpec:
+    if not isinstance(name, str) or not _NAME.match(name):
+        raise ValueError(f"secret name {name!r}: use letters, digits, '_', '.', '-' (max 64)")
+    if not isinstance(table, Mapping):
+        raise ValueError(f"secrets.{name} must be a table")
+    unknown = set(table) - SPEC_KEYS
+    if unknown:
+        raise ValueError(f"secrets.{name}: unknown keys {sorted(unknown)}")
+    if "source" not in table:
+        raise ValueError(f"secrets.{name}: 'source' is required")
+    try:
+        parse_source(table["source"])
+    except ValueError as exc:
+        raise ValueError(f"secrets.{name}.source: {exc}") from None
+    hosts = table.get("hosts")
+    if isinstance(hosts, str) or not isinstance(hosts, Sequence) or not hosts:
+        raise ValueError(f"secrets.{name}.hosts: a non-empty list of host names is required")
+    inject_in = table.get("inject_in", sorted(DEFAULT_INJECT_IN))
+    if isinstance(inject_in, str) or not isinstance(inject_in, Sequence) or not inject_in:
+        raise ValueError(f"secrets.{name}.inject_in: a non-empty list from {sorted(LOCATIONS)}")
+    bad = [x for x in inject_in if x not in LOCATIONS]
+    if bad:
+        raise ValueError(f"secrets.{name}.inject_in: unknown {bad}; allowed {sorted(LOCATIONS)}")
+    env = table.get("env", "")
+    if not isinstance(env, str) or (env and not _ENV.match(env)):
+        raise ValueError(f"secrets.{name}.env: {env!r} is not a valid variable name")
+    try:
+        fmt = parse_format(table.get("format"))
+    except ValueError as exc:
+        raise ValueError(f"secrets.{name}.format: {exc}") from None
+    allow_plaintext = table.get("allow_plaintext", False)
+    if not isinstance(allow_plaintext, bool):
+        raise ValueError(f"secrets.{name}.allow_plaintext must be true or false")
+    spec = SecretSpec(name=name, source=table["source"].strip(),
+                      hosts=tuple(dict.fromkeys(_host(name, h, normalise) for h in hosts)),
+                      inject_in=frozenset(inject_in), env=env, format=fmt, allow_plaintext=allow_plaintext,
+                      ports=_ports(name, table.get("ports", [])))
+    if spec.env.upper() in RESERVED_ENV or not _ENV.match(spec.env):
+        raise ValueError(f"secrets.{name}.env: {spec.env!r} is reserved or invalid; set env explicitly")
+    return spec
+
+
+def parse_secret_specs(config_secrets: Mapping[str, Mapping], normalise: HostNormaliser) -> dict[str, SecretSpec]:
+    """Validate the `[secrets.NAME]` tables (hosts put in canonical form by `normalise`). ValueError on anything
+    wrong."""
+    if not isinstance(config_secrets, Mapping):
+        raise ValueError("[secrets] must be a table of tables")
+    specs = {name: _spec(name, table, normalise) for name, table in config_secrets.items()}
+    seen: dict[str, str] = {}
+    for spec in specs.values():
+        if spec.env in seen:
+            raise ValueError(f"secrets.{spec.name}.env: {spec.env!r} is also used by secrets.{seen[spec.env]}")
+        seen[spec.env] = spec.name
+    return specs
+
+
+def local_spec(name: str, hosts: Sequence[str], normalise: HostNormaliser) -> SecretSpec:
+    """A secret stored with `sandgate secrets put`: TLS only, any port. ValueError for a bad name or host."""
+    return parse_secret_specs({name: {"source": f"local:{name}", "hosts": list(hosts)}}, normalise)[name]

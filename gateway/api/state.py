@@ -1,0 +1,84 @@
+"""The API's typed application state: one `web.AppKey` per service (set once, by `create_app`), and read_json."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from aiohttp import web
+
+from broker.broker import Broker
+from gateway.api.errors import ApiError
+from gateway.approvals import ApprovalQueue
+from gateway.audit import AuditLog
+from gateway.auth import TokenSigner, TokenVerifier
+from gateway.config import OidcSettings
+from gateway.metrics import Metrics
+from gateway.policy.base import CachingEngine
+from gateway.revocations import RevocationService
+from gateway.sessions import SessionRegistry
+
+
+@dataclass(frozen=True)
+class ProxyEndpoint:
+    """How sandboxes reach the egress proxy: host:port for `proxy_url`, and the CA bundle they trust."""
+
+    authority: str
+    ca_pem: str
+
+
+@dataclass(frozen=True)
+class PageSettings:
+    oidc: OidcSettings | None
+    hold_timeout_s: float            # how long a held egress request waits (shown on its approval)
+
+
+@dataclass(frozen=True)
+class ApiServices:
+    """Everything the API and the approval page use."""
+
+    tokens: TokenVerifier
+    signer: TokenSigner
+    sessions: SessionRegistry
+    approvals: ApprovalQueue
+    audit: AuditLog
+    metrics: Metrics
+    engine: CachingEngine
+    broker: Broker
+    revocations: RevocationService
+    proxy: ProxyEndpoint
+    page: PageSettings
+
+
+TOKENS = web.AppKey("tokens", TokenVerifier)
+SIGNER = web.AppKey("signer", TokenSigner)
+SESSIONS = web.AppKey("sessions", SessionRegistry)
+APPROVALS = web.AppKey("approvals", ApprovalQueue)
+AUDIT = web.AppKey("audit", AuditLog)
+METRICS = web.AppKey("metrics", Metrics)
+ENGINE = web.AppKey("engine", CachingEngine)
+BROKER = web.AppKey("broker", Broker)
+REVOCATIONS = web.AppKey("revocations", RevocationService)
+PROXY = web.AppKey("proxy", ProxyEndpoint)
+
+
+def install(app: web.Application, services: ApiServices) -> None:
+    app[TOKENS] = services.tokens
+    app[SIGNER] = services.signer
+    app[SESSIONS] = services.sessions
+    app[APPROVALS] = services.approvals
+    app[AUDIT] = services.audit
+    app[METRICS] = services.metrics
+    app[ENGINE] = services.engine
+    app[BROKER] = services.broker
+    app[REVOCATIONS] = services.revocations
+    app[PROXY] = services.proxy
+
+
+async def read_json(request: web.Request) -> Any:
+    """The request's JSON body ({} when there is none); 400 `bad_json` when it is not JSON."""
+    if not request.can_read_body:
+        return {}
+    try:
+        return await request.json()
+    except ValueError:
+        raise ApiError(400, "bad_json", "the request body is not valid JSON") from None

@@ -1,0 +1,42 @@
+"""What approvals are, as pure functions of plain values: binding, reuse, tally, states (no I/O, `now` passed in)."""
+from __future__ import annotations
+
+import hashlib
+import json
+import secrets
+from typing import Any, Iterable, Mapping
+
+KINDS = ("toolcall", "egress")
+FINAL_STATES = ("approved", "denied", "expired", "cancelled")       # an item in one of these never changes again
+STATES = ("pending",) + FINAL_STATES
+
+
+def canonical_json(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+
+
+def binding_hash(session: str, kind: str, target: str, canonical: str) -> str:
+    """What an approval is bound to: (session, kind, tool or method+URL, canonical args or body hash)."""
+    return hashlib.sha256(canonical_json([session, kind, target, canonical]).encode()).hexdigest()
+
+
+def reusable(row: Mapping[str, Any], session: Mapping[str, Any] | None, now: float, window_s: float) -> bool:
+    """Whether an approved, unused item may let an identical action through again: within `window_s` of the
+    decision, and only while its session is live and not frozen."""
+    decided = row.get("decided_at")
+    return (row.get("status") == "approved" and row.get("used_at") is None and decided is not None
+            and now - float(decided) <= window_s and session is not None and not session.get("frozen"))
+
+
+def overdue(row: Mapping[str, Any], now: float) -> bool:
+    """A pending item past its TTL: it expires (nobody decided in time)."""
+    return row["status"] == "pending" and now >= row["expires_at"]
+
+
+def new_approval_id() -> str:
+    return "a_" + secrets.token_hex(8)
+
+
+def tally(votes: Iterable[Mapping[str, Any]], quorum: int) -> bool:
+    """True when `quorum` distinct approvers voted approve."""
+    return len({v["by"] for v in votes if v.get("verdict") == "approve"}) >= quorum

@@ -1,0 +1,90 @@
+"""Typed state the egress addons keep per client connection and per flow (never dicts with string keys)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Iterable
+
+from mitmproxy import http
+
+from gateway.auth import Principal
+from gateway.egress.addresses import AddressVerdict
+from gateway.policy.decision import Decision
+
+StreamFilter = Callable[[bytes], "bytes | Iterable[bytes]"]
+_KEY = "sandgate"
+
+
+@dataclass
+class ConnState:
+    """One client connection: who it is (set by its first request's proxy credentials) and what was vetted."""
+
+    principal: Principal
+    vetted: dict[tuple[str, int], tuple[AddressVerdict, float]] = field(default_factory=dict)  # -> (verdict, until)
+    tunnel: tuple[str, int] | None = None          # the CONNECT target, once a tunnel is open on this connection
+
+
+@dataclass
+class FlowState:
+    """One request of an authenticated session, from its decision to its audit row."""
+
+    session: dict
+    path: str = ""                                 # as the sandbox sent it (audit never sees injected values)
+    decision: Decision | None = None
+    started: float = 0.0
+    bytes_out: int = 0
+    bytes_in: int = 0
+    audited: bool = False                          # its audit row is written (exactly one per flow)
+    denied: bool = False                           # sandgate answered it (403/407/503)
+    killed: bool = False                           # sandgate closed the connection instead of answering
+    head_secrets: frozenset[tuple[str, str]] = frozenset()   # (owner session, secret) in its URL and headers
+    ask: bool = False                              # the policy asked: held for approval in `request`
+    approval_id: str | None = None                 # the approval it was held for
+    approval_status: str | None = None             # how that approval ended
+    approved_by: str | None = None
+    secrets_used: tuple[str, ...] | None = None    # "name@where" for each injected secret
+    scrub: dict[bytes, bytes] | None = None        # real value -> placeholder, for the response
+    scrub_blocked: bool = False                    # a compressed response could not be scanned: withheld
+
+    def audit_detail(self) -> dict:
+        """What its audit row adds about approvals and secrets."""
+        detail: dict = {}
+        if self.approval_id is not None:
+            detail["approval_id"] = self.approval_id
+        if self.approval_status is not None:
+            detail["approval_status"] = self.approval_status
+        if self.approved_by is not None:
+            detail["approved_by"] = self.approved_by
+        if self.secrets_used is not None:
+            detail["secrets"] = list(self.secrets_used)
+        return detail
+
+    def count_out(self, chunk: bytes) -> bytes:
+        self.bytes_out += len(chunk)
+        return chunk
+
+    def count_in(self, chunk: bytes) -> bytes:
+        self.bytes_in += len(chunk)
+        return chunk
+
+
+def flow_state(flow: http.HTTPFlow) -> FlowState | None:
+    state = flow.metadata.get(_KEY)
+    return state if isinstance(state, FlowState) else None
+
+
+def attach(flow: http.HTTPFlow, state: FlowState) -> None:
+    flow.metadata[_KEY] = state
+
+
+def chain(first: StreamFilter, then: StreamFilter) -> StreamFilter:
+    """A stream filter that runs `then` on what `first` returns (bytes or a list of pieces)."""
+    def run(chunk: bytes) -> bytes | Iterable[bytes]:
+        out = first(chunk)
+        if isinstance(out, (bytes, bytearray)):
+            return then(bytes(out))
+        pieces: list[bytes] = []
+        for piece in out:
+            result = then(piece)
+            pieces.extend([result] if isinstance(result, (bytes, bytearray)) else result)
+        return pieces
+    return run

@@ -1,0 +1,166 @@
+"""The credential addon: real values in on the way to bound hosts, scrubbed out of what comes back.
+
+Registered after EgressAddon (which decides, and screens the URL and headers for placeholders):
+- `requestheaders`: a body too large to hold streams through with every known placeholder blanked out;
+- `request` (body read, capped): the body is screened too, then each of the session's placeholders is replaced by
+  its real value in headers (Basic auth decoded and re-encoded), query and, where the secret allows, body;
+- `responseheaders`: the response of a request that carried a secret is scrubbed (headers and streamed body);
+  a compressed one cannot be scanned and is withheld;
+- `websocket_message`: no placeholder leaves in a frame, no real value comes back in one.
+The real value is never logged or audited: audit records what the sandbox sent.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from mitmproxy import http
+
+from broker.backends import SecretUnavailable
+from broker.broker import Broker
+from broker.inject import substitute_body, substitute_headers, substitute_query
+from broker.registry import MASK_PREFIX, PlaceholderRegistry
+from broker.scrub import Scrubber, StreamScrubber, replacements_for
+from gateway.egress.flows import FlowState, StreamFilter, chain, flow_state
+from gateway.egress.guard import fail_closed
+from gateway.egress.recorder import FlowRecorder
+from gateway.egress.screen import SecretScreen
+from gateway.metrics import Metrics
+
+log = logging.getLogger("sandgate.broker")
+
+OFF_LOOP_BYTES = 64 * 1024           # bodies larger than this are scanned on a worker thread
+
+
+class InjectionAddon:
+    def __init__(self, broker: Broker, placeholders: PlaceholderRegistry, screen: SecretScreen,
+                 recorder: FlowRecorder, metrics: Metrics):
+        self._broker = broker
+        self._placeholders = placeholders
+        self._screen = screen
+        self._recorder = recorder
+        self._metrics = metrics
+
+    def deny(self, flow: http.HTTPFlow, code: str, reason: str, status: int = 403) -> None:
+        self._recorder.deny(flow, code, reason, status=status)
+
+    # -- request ---------------------------------------------------------------------------------
+    def requestheaders(self, flow: http.HTTPFlow) -> None:
+        """A streamed (too large to hold) body may not carry a placeholder out: blank out any it contains."""
+        st = flow_state(flow)
+        if st is None or flow.response is not None or not callable(flow.request.stream) or not self._placeholders:
+            return
+        flow.request.stream = chain(flow.request.stream, self._masking(flow, st))
+
+    def _masking(self, flow: http.HTTPFlow, st: FlowState) -> StreamFilter:
+        scrubber = StreamScrubber(self._placeholders.masker())
+        seen = [False]
+
+        def scan(chunk: bytes) -> list[bytes]:
+            out = scrubber(chunk)
+            if not seen[0] and any(MASK_PREFIX in piece for piece in out):
+                seen[0] = True
+                self._metrics.exfiltration.inc()
+                self._recorder.record("exfiltration", session=st.session["id"], action="mask",
+                                      reasons=["a placeholder in a body too large to inspect was blanked out"],
+                                      codes=["secret.exfiltration"], request_id=flow.id,
+                                      method=flow.request.method, host=flow.request.host, path=st.path)
+            return out
+        return scan
+
+    @fail_closed
+    async def request(self, flow: http.HTTPFlow) -> None:
+        st = flow_state(flow)
+        if st is None or flow.response is not None:
+            return
+        found = set(st.head_secrets)
+        body = b"" if flow.request.stream else (flow.request.raw_content or b"")
+        if body and self._placeholders:
+            if len(body) > OFF_LOOP_BYTES:
+                found |= await asyncio.to_thread(self._placeholders.find, body)
+            else:
+                found |= self._placeholders.find(body)
+        if not found or self._screen.refuse(flow, st, found):
+            return
+        await self.inject(flow, st, found, body)
+
+    async def inject(self, flow: http.HTTPFlow, st: FlowState, found: set[tuple[str, str]], body: bytes) -> None:
+        own = st.session["placeholders"]
+        mine = {name: own[name] for _owner, name in found if name in own}
+        try:
+            bindings = await asyncio.wait_for(self._broker.bindings(mine), self._broker.lookup_timeout_s + 1)
+        except (SecretUnavailable, asyncio.TimeoutError) as exc:
+            code = exc.code if isinstance(exc, SecretUnavailable) else "secret.backend_unavailable"
+            log.warning("secret lookup failed for session %s: %s", st.session["id"], code)
+            return self.deny(flow, code, f"the secret store is unavailable for {', '.join(sorted(mine))}",
+                             status=503)
+        uses: list[tuple[str, str]] = []
+        headers, used = substitute_headers(flow.request.headers.items(multi=True), bindings)
+        uses += used
+        query = flow.request.url.partition("?")[2]
+        if query:
+            new_query, used = substitute_query(query, bindings)
+            if used:
+                flow.request.path = flow.request.path.partition("?")[0] + "?" + new_query
+            uses += used
+        flow.request.headers = http.Headers([(k.encode(), v.encode()) for k, v in headers])
+        if body and not flow.request.stream:
+            new_body, used = substitute_body(body, bindings, flow.request.headers.get("content-type"))
+            if used:
+                flow.request.raw_content = new_body
+                if "content-length" in flow.request.headers:
+                    flow.request.headers["content-length"] = str(len(new_body))
+            uses += used
+        flow.request.headers.pop("accept-encoding", None)
+        st.scrub = replacements_for(bindings)
+        st.secrets_used = tuple(sorted({f"{n}@{where}" for n, where in uses}))
+        for name in sorted({n for n, _ in uses}):
+            self._recorder.record("secret.use", session=st.session["id"], action="inject", request_id=flow.id,
+                                  method=flow.request.method, host=flow.request.host, path=st.path,
+                                  detail={"secret": name, "where": sorted({w for n, w in uses if n == name})})
+
+    # -- response --------------------------------------------------------------------------------
+    def responseheaders(self, flow: http.HTTPFlow) -> None:
+        st = flow_state(flow)
+        if (st is None or flow.response is None or st.denied or flow.response.status_code == 101
+                or not st.scrub):
+            return
+        scrubber = Scrubber(st.scrub)
+        for name, value in list(flow.response.headers.items(multi=True)):
+            if scrubber.sub_text(value) != value:
+                flow.response.headers.set_all(name, [scrubber.sub_text(v) for v in
+                                                     flow.response.headers.get_all(name)])
+        encoding = flow.response.headers.get("content-encoding", "identity").lower()
+        counted: StreamFilter = flow.response.stream if callable(flow.response.stream) else st.count_in
+        if encoding not in ("", "identity"):
+            # Cannot scan a compressed stream: refuse rather than risk the value reaching the sandbox.
+            st.scrub_blocked = True
+            flow.response.stream = chain(counted, lambda chunk: b"")
+            return
+        if "content-length" in flow.response.headers:
+            del flow.response.headers["content-length"]
+            if flow.response.http_version == "HTTP/1.1":
+                flow.response.headers["transfer-encoding"] = "chunked"
+        flow.response.stream = chain(counted, StreamScrubber(scrubber))
+
+    # -- websocket frames ------------------------------------------------------------------------
+    def websocket_message(self, flow: http.HTTPFlow) -> None:
+        st = flow_state(flow)
+        if st is None or flow.websocket is None or not flow.websocket.messages:
+            return
+        message = flow.websocket.messages[-1]
+        if message.dropped:
+            return
+        try:
+            if message.from_client:
+                if self._placeholders.find(message.content):
+                    message.drop()
+                    self._recorder.record("exfiltration", session=st.session["id"], action="deny",
+                                          codes=["secret.exfiltration"], request_id=flow.id,
+                                          reasons=["a placeholder was sent in a WebSocket message"],
+                                          host=flow.request.host, path=st.path)
+            elif st.scrub:
+                message.content = Scrubber(st.scrub).sub(message.content)
+        except Exception:  # noqa: BLE001 - fail closed: drop the frame
+            log.exception("internal_error in websocket_message")
+            message.drop()

@@ -1,0 +1,114 @@
+"""What a session is, as pure functions of plain values: the spec a harness asks for (validated), renewal,
+status, ownership, the sandbox environment. No I/O; `now` is passed in."""
+from __future__ import annotations
+
+import secrets as pysecrets
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from gateway.egress.hosts import parse_allow_entry
+
+WORKLOADS = {"ephemeral": 3600, "persistent": 7 * 24 * 3600}
+STAT_KEYS = ("requests", "denied", "asked", "bytes_out", "bytes_in", "toolcalls")
+MAX_TTL_S = 30 * 24 * 3600
+
+
+class BadRequest(ValueError):
+    """A request body that does not fit the contract (-> 400)."""
+
+
+@dataclass(frozen=True)
+class SessionSpec:
+    workload: str
+    labels: dict
+    allow: list[str]
+    secrets: list[str]
+    ttl_s: int
+    workspace: str
+    ca_path: str
+
+
+def parse_session_spec(body: Any, known_secrets: Mapping[str, Any]) -> SessionSpec:
+    if not isinstance(body, dict):
+        raise BadRequest("body must be a JSON object")
+    workload = body.get("workload", "ephemeral")
+    if workload not in WORKLOADS:
+        raise BadRequest("workload must be 'ephemeral' or 'persistent'")
+    labels = body.get("labels", {}) or {}
+    if not isinstance(labels, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in labels.items()):
+        raise BadRequest("labels must be an object of strings")
+    allow_raw = body.get("allow", []) or []
+    if not isinstance(allow_raw, list) or not all(isinstance(a, str) for a in allow_raw):
+        raise BadRequest("allow must be a list of host patterns")
+    try:
+        allow = list(dict.fromkeys(str(parse_allow_entry(a)) for a in allow_raw))
+    except ValueError as exc:
+        raise BadRequest(f"allow: {exc}") from None
+    names = body.get("secrets", []) or []
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        raise BadRequest("secrets must be a list of names")
+    unknown = [n for n in names if n not in known_secrets]
+    if unknown:
+        raise BadRequest(f"unknown secrets: {', '.join(sorted(unknown))}")
+    ttl = body.get("ttl_s", WORKLOADS[workload])
+    if not isinstance(ttl, int) or isinstance(ttl, bool) or not 0 < ttl <= MAX_TTL_S:
+        raise BadRequest(f"ttl_s must be an integer between 1 and {MAX_TTL_S}")
+    workspace = body.get("workspace", "/workspace")
+    ca_path = body.get("ca_path", "/etc/sandgate/ca.pem")
+    for key, val in (("workspace", workspace), ("ca_path", ca_path)):
+        if not isinstance(val, str) or not val.startswith("/") or "\0" in val:
+            raise BadRequest(f"{key} must be an absolute path")
+    return SessionSpec(workload, labels, allow, list(dict.fromkeys(names)), ttl, workspace.rstrip("/") or "/", ca_path)
+
+
+def renewed_expiry(row: Mapping[str, Any], ttl_s: Any, now: float) -> float:
+    """The new `expires_at` for a renewal (PATCH `ttl_s`): `now + ttl_s`, never past `created_at + MAX_TTL_S`
+    (the session token's own expiry)."""
+    if not isinstance(ttl_s, int) or isinstance(ttl_s, bool) or ttl_s <= 0:
+        raise BadRequest("ttl_s must be a positive integer")
+    limit = float(row["created_at"]) + MAX_TTL_S
+    if now + ttl_s > limit:
+        raise BadRequest(f"a session lives at most {MAX_TTL_S} s from its creation; ttl_s may be at most "
+                         f"{max(0, int(limit - now))} now")
+    return now + ttl_s
+
+
+def new_session_id() -> str:
+    return "s_" + pysecrets.token_hex(8)
+
+
+def session_status(row: Mapping[str, Any], now: float) -> str:
+    if row.get("deleted_at"):
+        return "deleted"
+    if now >= float(row["expires_at"]):
+        return "expired"
+    return "active"
+
+
+def owns(role: str, ident: str, row: Mapping[str, Any]) -> bool:
+    """Whether a caller may see a session: admin sees every session, a harness only those it created."""
+    return role == "admin" or (role == "harness" and row.get("created_by") == ident)
+
+
+def proxy_authority(advertise_url: str, bound: tuple[str, int]) -> str:
+    """host:port sandboxes reach the proxy at: `proxy.advertise_url` (scheme and slash dropped), else the bound
+    listener (a wildcard address named as loopback)."""
+    adv = advertise_url.strip()
+    if adv:
+        return adv.split("://", 1)[-1].rstrip("/")
+    host, port = bound
+    if host in ("0.0.0.0", "::"):
+        host = "127.0.0.1"
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def build_env(proxy_url: str, ca_path: str, placeholder_env: Mapping[str, str]) -> dict[str, str]:
+    env = {
+        "HTTP_PROXY": proxy_url, "HTTPS_PROXY": proxy_url, "http_proxy": proxy_url, "https_proxy": proxy_url,
+        "NO_PROXY": "", "no_proxy": "",
+    }
+    for var in ("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "PIP_CERT", "GIT_SSL_CAINFO",
+                "NODE_EXTRA_CA_CERTS"):
+        env[var] = ca_path
+    env.update(placeholder_env)
+    return env

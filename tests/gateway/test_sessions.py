@@ -1,0 +1,100 @@
+"""SessionRegistry in process, against a real SQLite store (no sockets): one write sequence (row, cache,
+placeholder registry) for local changes and for changes another replica made."""
+from __future__ import annotations
+
+from contextlib import AsyncExitStack
+
+import pytest
+
+from gateway.approval_rules import binding_hash
+from gateway.approvals import ApprovalRequest
+from tests.support.services import open_services
+
+SECRETS = {"github": {"source": "env:GH", "hosts": ["api.github.test"]}}
+
+
+@pytest.fixture
+async def pair(tmp_path):
+    """Two replicas' services on one store."""
+    async with AsyncExitStack() as stack:
+        one = await open_services(stack, tmp_path / "one", secrets=SECRETS, environ={"GH": "ghp_" + "R" * 36})
+        two = await open_services(stack, tmp_path / "two", secrets=SECRETS, environ={"GH": "ghp_" + "R" * 36},
+                                  store=one.store)
+        yield one, two
+
+
+async def test_create_registers_the_session_and_its_placeholders(pair):
+    one, _ = pair
+    row, _ = await one.session(secrets=["github"], allow=["api.github.test"])
+    placeholder = row["placeholders"]["github"]
+    assert (await one.sessions.live(row["id"]))["id"] == row["id"] == one.sessions.live_now(row["id"])["id"]
+    assert one.placeholders.find(f"token {placeholder}") == {(row["id"], "github")}
+    assert await one.store.get_session(row["id"]) == row
+    created = await one.events(row["id"], kind="session.created")
+    assert created[0]["detail"]["secrets"] == ["github"] and created[0]["detail"]["by"] == "harness:test"
+
+
+async def test_patch_changes_the_row_and_the_cached_view(pair):
+    one, _ = pair
+    row, _ = await one.session()
+    updated = await one.sessions.patch(row["id"], {"frozen": True}, "harness:test")
+    assert updated["frozen"] and one.sessions.live_now(row["id"])["frozen"]
+    assert (await one.store.get_session(row["id"]))["frozen"]
+    assert [e["detail"]["frozen"] for e in await one.events(row["id"], kind="session.updated")] == [True]
+
+
+async def test_delete_ends_token_placeholders_and_pending_approvals_at_once(pair):
+    one, _ = pair
+    row, _ = await one.session(secrets=["github"])
+    placeholder = row["placeholders"]["github"]
+    item = (await one.approvals.request_approval(ApprovalRequest(
+        session=row, session_id=row["id"], kind="toolcall", binding=binding_hash(row["id"], "toolcall", "x", "{}"),
+        summary="x", action={}, reasons=[], requested_by="harness:test", used_by="harness:test"))).row
+    await one.sessions.delete(row, "harness:test")
+    assert await one.sessions.live(row["id"]) is None and one.sessions.live_now(row["id"]) is None
+    assert not one.placeholders.find(placeholder)
+    assert (await one.approvals.get(item["id"]))["status"] == "cancelled"
+    kinds = [e["kind"] for e in await one.events(row["id"])]
+    assert kinds.index("approval.cancelled") < kinds.index("session.deleted")
+    await one.sessions.delete(await one.store.get_session(row["id"]), "harness:test")     # idempotent
+    assert [e["kind"] for e in await one.events(row["id"])].count("session.deleted") == 1
+
+
+async def test_a_session_created_on_another_replica_is_read_once(pair):
+    one, two = pair
+    row, _ = await one.session(secrets=["github"])
+    assert two.sessions.live_now(row["id"]) is None                     # not seen yet
+    assert (await two.sessions.live(row["id"]))["id"] == row["id"]       # read from the store, then cached
+    assert two.placeholders.find(row["placeholders"]["github"]) == {(row["id"], "github")}
+
+
+async def test_refresh_brings_another_replicas_changes(pair):
+    one, two = pair
+    row, _ = await one.session(secrets=["github"])
+    await two.sessions.live(row["id"])
+    await one.sessions.patch(row["id"], {"frozen": True}, "harness:test")
+    await two.sessions.refresh()
+    assert two.sessions.live_now(row["id"])["frozen"]
+    await one.sessions.delete(await one.store.get_session(row["id"]), "harness:test")
+    await two.sessions.refresh()
+    assert two.sessions.live_now(row["id"]) is None
+    assert not two.placeholders.find(row["placeholders"]["github"])
+
+
+async def test_apply_keeps_the_newer_row(pair):
+    one, _ = pair
+    row, _ = await one.session()
+    newer = await one.sessions.patch(row["id"], {"labels": {"v": "2"}}, "harness:test")
+    one.sessions.apply({**row, "labels": {"v": "old"}, "updated_at": row["updated_at"] - 1})   # a stale notice
+    assert one.sessions.live_now(row["id"])["labels"] == {"v": "2"}
+    one.sessions.apply({**newer, "labels": {"v": "3"}, "updated_at": newer["updated_at"] + 1})
+    assert one.sessions.live_now(row["id"])["labels"] == {"v": "3"}
+
+
+async def test_counters_and_steps_reach_the_policy_view(pair):
+    one, _ = pair
+    row, _ = await one.session()
+    one.sessions.count(row["id"], requests=2, denied=1)
+    one.sessions.set_step(row["id"], 7)
+    assert one.sessions.with_stats(row)["stats"]["requests"] == 2 and one.sessions.step(row["id"]) == 7
+    assert one.sessions.count_live() == 1
