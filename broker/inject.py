@@ -121,7 +121,7 @@ def host_matches(host: str, allowed: Iterable[str]) -> bool:
     """Exact match, or "*.example.com" for subdomains of example.com (not the apex).
 
     Both sides are canonical host names: the gateway normalises the destination and every configured host
-    with its one `normalise_host` (gateway/egress/hosts.py) before they reach the broker. A spelling that is
+    with its one `normalise_host` (gateway/net/hosts.py) before they reach the broker. A spelling that is
     not canonical matches nothing.
     """
     for entry in allowed:

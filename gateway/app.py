@@ -19,7 +19,6 @@ from aiohttp import web
 
 from broker.broker import Broker
 from broker.registry import PlaceholderRegistry
-from gateway.api.routes import create_app
 from gateway.api.state import ApiServices, PageSettings, ProxyEndpoint
 from gateway.approvals import ApprovalQueue
 from gateway.audit import AuditLog
@@ -27,7 +26,7 @@ from gateway.auth import HARNESS_TOKEN_TTL_S, Revocations, TokenSigner, TokenVer
 from gateway.config import Config
 from gateway.egress.addon import EgressAddon, EgressDeps
 from gateway.egress.hold import HoldAddon
-from gateway.egress.hosts import normalise_host
+from gateway.net.hosts import normalise_host
 from gateway.egress.injection import InjectionAddon
 from gateway.egress.layers import LayerGate
 from gateway.egress.proxy import MasterSettings, build_master
@@ -39,6 +38,7 @@ from gateway.metrics import Metrics
 from gateway.policy.factory import make_engine
 from gateway.revocations import RevocationService
 from gateway.session_spec import proxy_authority
+from gateway.server import create_app
 from gateway.sessions import SessionCache, SessionRegistry
 from gateway.store import Store, StoreError
 

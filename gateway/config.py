@@ -16,8 +16,8 @@ from types import MappingProxyType
 from typing import Any, Mapping
 
 from broker.specs import SecretSpec, parse_secret_specs
-from gateway.egress.addresses import IPNetwork, parse_networks
-from gateway.egress.hosts import AllowEntry, normalise_host, parse_allow_entry, split_hostport
+from gateway.net.addresses import IPNetwork, parse_networks
+from gateway.net.hosts import AllowEntry, normalise_host, parse_allow_entry, split_hostport
 
 DEFAULTS: dict[str, Any] = {
     "proxy": {"listen": "127.0.0.1:8080", "advertise_url": ""},

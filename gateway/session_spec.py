@@ -6,7 +6,7 @@ import secrets as pysecrets
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from gateway.egress.hosts import parse_allow_entry
+from gateway.net.hosts import parse_allow_entry
 
 WORKLOADS = {"ephemeral": 3600, "persistent": 7 * 24 * 3600}
 STAT_KEYS = ("requests", "denied", "asked", "bytes_out", "bytes_in", "toolcalls")

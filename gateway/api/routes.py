@@ -1,21 +1,15 @@
-"""The aiohttp application: API routes, events, health, metrics, and the approval page.
-
-`create_app(services)` is the factory (aiohttp-demos style): every handler reads the services it needs through
-the typed keys of `api/state.py`.
-"""
+"""API routes of their own: events (with long poll), health, readiness, metrics."""
 from __future__ import annotations
 
 import asyncio
 
 from aiohttp import web
 
-from gateway.api import approvals, mcp, scrub, secrets, sessions, tokens, toolcalls
 from gateway.api.auth import require
-from gateway.api.errors import ApiError, errors_middleware
+from gateway.api.errors import ApiError
 from gateway.api.owned import owned_session, owned_session_ids
-from gateway.api.state import AUDIT, ENGINE, METRICS, ApiServices, install
+from gateway.api.state import AUDIT, ENGINE, METRICS
 from gateway.api.timefmt import rfc3339
-from gateway.web.page import setup_page
 
 routes = web.RouteTableDef()
 
@@ -92,13 +86,3 @@ async def metrics(request: web.Request) -> web.Response:
     metrics = request.app[METRICS]
     metrics.audit_pending.set(request.app[AUDIT].pending)
     return web.Response(body=metrics.render(), content_type="text/plain", charset="utf-8")
-
-
-def create_app(services: ApiServices) -> web.Application:
-    app = web.Application(middlewares=[errors_middleware], client_max_size=4 * 1024 * 1024)
-    install(app, services)
-    for module_routes in (routes, sessions.routes, toolcalls.routes, approvals.routes, secrets.routes,
-                          scrub.routes, mcp.routes, tokens.routes):
-        app.add_routes(module_routes)
-    setup_page(app, services.page)
-    return app

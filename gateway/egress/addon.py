@@ -20,11 +20,11 @@ from wsproto.handshake import WEBSOCKET_VERSION
 from gateway.audit import AuditLog
 from gateway.auth import AuthError, Principal, TokenVerifier
 from gateway.config import EgressSettings
-from gateway.egress.addresses import AddressVerdict, parse_ip_literal, vet_addresses
+from gateway.net.addresses import AddressVerdict, parse_ip_literal, vet_addresses
 from gateway.egress.credentials import parse_proxy_authorization
 from gateway.egress.flows import ConnState, FlowState, attach, flow_state
 from gateway.egress.guard import fail_closed
-from gateway.egress.hosts import normalise_host
+from gateway.net.hosts import normalise_host
 from gateway.egress.recorder import FlowRecorder
 from gateway.egress.resolver import UPSTREAM_DIAL, DialGuard, Resolver
 from gateway.egress.responses import auth_required, denial

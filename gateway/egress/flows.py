@@ -7,7 +7,7 @@ from typing import Callable, Iterable
 from mitmproxy import http
 
 from gateway.auth import Principal
-from gateway.egress.addresses import AddressVerdict
+from gateway.net.addresses import AddressVerdict
 from gateway.policy.decision import Decision
 
 StreamFilter = Callable[[bytes], "bytes | Iterable[bytes]"]

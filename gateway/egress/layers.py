@@ -17,7 +17,7 @@ from mitmproxy.proxy.context import Context
 from mitmproxy.proxy.layers import modes
 from mitmproxy.proxy.layers.http import HttpStream, HTTPMode
 
-from gateway.egress.hosts import AllowEntry, match_allowlist, normalise_host
+from gateway.net.hosts import AllowEntry, match_allowlist, normalise_host
 from gateway.egress.tunnels import Choice, LayerArgs, LayerDecision, Level, decide_layer
 
 log = logging.getLogger("sandgate.egress")

@@ -15,8 +15,8 @@ import socket
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Protocol, Sequence
 
-from gateway.egress.addresses import AddressVerdict
-from gateway.egress.hosts import normalise_host
+from gateway.net.addresses import AddressVerdict
+from gateway.net.hosts import normalise_host
 
 UPSTREAM_DIAL: contextvars.ContextVar["DialGuard | None"] = contextvars.ContextVar("sandgate_upstream_dial",
                                                                                     default=None)

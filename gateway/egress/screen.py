@@ -12,7 +12,7 @@ from broker.broker import Broker
 from broker.inject import refuse_placeholders
 from broker.registry import Owner, PlaceholderRegistry
 from gateway.egress.flows import FlowState
-from gateway.egress.hosts import normalise_host
+from gateway.net.hosts import normalise_host
 from gateway.egress.recorder import FlowRecorder
 from gateway.metrics import Metrics
 from gateway.sessions import SessionRegistry

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
-from gateway.egress.hosts import parse_authority
+from gateway.net.hosts import parse_authority
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@ from __future__ import annotations
 import re
 from urllib.parse import urlsplit
 
-from gateway.egress.hosts import normalise_host
+from gateway.net.hosts import normalise_host
 from gateway.policy.inputs import parse_query
 
 _DEFAULT_PORTS = {"http": 80, "https": 443, "ws": 80, "wss": 443, "ftp": 21}

@@ -20,7 +20,7 @@ from broker.backends import (FORBIDDEN, INVALID, NOT_FOUND, UNAVAILABLE, CachedR
                              LocalBackend, SecretUnavailable, Source, VaultBackend, VaultRef, parse_source)
 from broker.broker import Broker, SecretSpec
 from broker.broker import parse_secret_specs as _parse_secret_specs
-from gateway.egress.hosts import normalise_host
+from gateway.net.hosts import normalise_host
 from broker.placeholders import PlaceholderFormat, parse_format
 
 

@@ -14,7 +14,7 @@ from broker.inject import (Binding, check_destination, check_transport, find_pla
                            substitute_headers, substitute_query)
 from broker.placeholders import make_placeholder
 from broker.scrub import Scrubber, replacements_for
-from gateway.egress.hosts import normalise_host
+from gateway.net.hosts import normalise_host
 
 PH = "sgph_Ab3dEf6hIj9kLm2nOp5qRs8tUv1wXy4zAb7cDe0f"
 PH2 = "ghp_Zz9yXx8wWv7uUt6sSr5qQp4oOn3mMl2kKj1iIh0g"

@@ -172,7 +172,7 @@ def test_the_configmap_is_a_valid_sandgate_configuration(tmp_path):
     path.write_text(k8s("ConfigMap", "sandgate-config")["data"]["sandgate.toml"])
     cfg = load_config(path, tmp_path / "data", environ={})
     from broker.broker import parse_secret_specs
-    from gateway.egress.hosts import normalise_host
+    from gateway.net.hosts import normalise_host
 
     assert parse_secret_specs(cfg.raw["secrets"], normalise_host)
     assert cfg.raw["store"]["url"] == ""                                  # from the Secret, never the ConfigMap

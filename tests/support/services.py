@@ -16,7 +16,7 @@ from gateway.auth import Revocations, TokenSigner, TokenVerifier
 from gateway.config import ApprovalSettings, EgressSettings, PolicySettings, load_config
 from gateway.egress.addon import EgressAddon, EgressDeps
 from gateway.egress.hold import HoldAddon
-from gateway.egress.hosts import normalise_host
+from gateway.net.hosts import normalise_host
 from gateway.egress.injection import InjectionAddon
 from gateway.egress.recorder import FlowRecorder
 from gateway.egress.resolver import StaticResolver

@@ -1,6 +1,6 @@
-# Allowlist matching for egress policies: the Rego twin of gateway/egress/hosts.py.
+# Allowlist matching for egress policies: the Rego twin of gateway/net/hosts.py.
 #
-# An entry is the canonical text of gateway.egress.hosts.AllowEntry: "pypi.org" (any port),
+# An entry is the canonical text of gateway.net.hosts.AllowEntry: "pypi.org" (any port),
 # "example.com:8443" (one port), "*.github.com" (subdomains, not the apex), "[::1]:443" or "[::1]"
 # (a bare "::1" is read as IPv6 on any port). host is the normalised request host (lower-case,
 # no trailing dot, IPv6 without brackets) and port an integer. No net.* builtins (regopy lacks them).

@@ -11,7 +11,7 @@ from mitmproxy.proxy.layers.http import HttpRequestHeadersHook, HttpRequestHook
 from mitmproxy.test import taddons, tflow
 
 from gateway.config import EgressSettings
-from gateway.egress.addresses import parse_networks
+from gateway.net.addresses import parse_networks
 from gateway.egress.flows import flow_state
 from tests.support.services import egress_addons, open_services
 

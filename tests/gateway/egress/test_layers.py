@@ -9,7 +9,7 @@ from mitmproxy.proxy.layers import modes
 from mitmproxy.proxy.layers.http import HttpStream, HTTPMode
 from mitmproxy.test import taddons, tflow
 
-from gateway.egress.hosts import parse_allow_entry
+from gateway.net.hosts import parse_allow_entry
 from gateway.egress.layers import LayerGate, Refused, stack_level
 from gateway.egress.tunnels import Level
 from tests.gateway.egress.test_tunnels import HELLO

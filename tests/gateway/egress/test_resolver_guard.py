@@ -6,7 +6,7 @@ import socket
 
 import pytest
 
-from gateway.egress.addresses import parse_networks, vet_addresses
+from gateway.net.addresses import parse_networks, vet_addresses
 from gateway.egress.resolver import UPSTREAM_DIAL, AddressRefused, DialGuard, install_guard
 
 

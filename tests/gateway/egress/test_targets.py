@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, strategies as st
 
-from gateway.egress.hosts import parse_authority
+from gateway.net.hosts import parse_authority
 from gateway.egress.targets import AUTHORITY_MISMATCH, HOST_MISMATCH, TargetArgs, check_target
 
 DEST = ("allowed.test", 8443)

@@ -6,7 +6,7 @@ import regorus
 from hypothesis import assume, event, given, settings
 from hypothesis import strategies as st
 
-from gateway.egress.hosts import (
+from gateway.net.hosts import (
     AllowEntry,
     host_matches,
     match_allowlist,

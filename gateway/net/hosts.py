@@ -12,7 +12,7 @@ import unicodedata
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from gateway.egress.addresses import parse_ip_literal, to_address
+from gateway.net.addresses import parse_ip_literal, to_address
 
 _LABEL = re.compile(r"[a-z0-9_](?:[a-z0-9_-]{0,61}[a-z0-9_])?\Z")
 _UNICODE_DOTS = str.maketrans({"\u3002": ".", "\uff0e": ".", "\uff61": "."})

@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gateway.egress.addresses import (
+from gateway.net.addresses import (
     IP_CLASSES,
     AddressVerdict,
     classify_ip,
