@@ -15,6 +15,7 @@ class Decision:
     approval_ttl_s: float | None = None
     rev: str = ""
     extra: dict = field(default_factory=dict, compare=False)
+    decision_id: str = field(default="", compare=False)
 
     @property
     def reason(self) -> str:
@@ -25,7 +26,10 @@ class Decision:
         return self.codes[0] if self.codes else f"policy.{self.action}"
 
     def to_json(self) -> dict:
-        return {"action": self.action, "reasons": list(self.reasons), "codes": list(self.codes)}
+        out: dict = {"action": self.action, "reasons": list(self.reasons), "codes": list(self.codes)}
+        if self.approval_ttl_s is not None:
+            out["ttl_s"] = self.approval_ttl_s
+        return out
 
 
 def deny(code: str, reason: str, rev: str = "") -> Decision:
@@ -48,7 +52,9 @@ def parse_decision(raw: Any, rev: str = "") -> Decision:
     if not isinstance(codes, list) or not all(isinstance(c, str) for c in codes):
         return deny("policy.malformed", "decision.codes must be a list of strings", rev)
     ttl = None
-    approval = raw.get("approval")
-    if isinstance(approval, dict) and isinstance(approval.get("ttl_s"), (int, float)) and approval["ttl_s"] > 0:
-        ttl = float(approval["ttl_s"])
+    approval = raw.get("approval")             # wave 1's spelling, still read
+    for candidate in (raw.get("ttl_s"), approval.get("ttl_s") if isinstance(approval, dict) else None):
+        if isinstance(candidate, (int, float)) and not isinstance(candidate, bool) and candidate > 0:
+            ttl = float(candidate)
+            break
     return Decision(action, tuple(reasons), tuple(codes), approval_ttl_s=ttl, rev=rev)

@@ -4,106 +4,181 @@ import rego.v1
 
 import data.sandgate.egress
 
-sess(extra) := object.union({"id": "s1", "workload": "ephemeral", "labels": {}, "frozen": false, "allow": ["example.com", "*.github.com", "pinned.test:8443"]}, extra)
+session := {
+	"id": "s1", "workload": "ephemeral", "labels": {}, "frozen": false,
+	"allow": ["example.com", "*.github.com", "pinned.test:8443"],
+}
 
-req(extra) := object.union({"method": "GET", "scheme": "https", "host": "example.com", "port": 443, "path": "/", "query": {}, "headers": {}, "ip": "", "ip_class": ""}, extra)
+request := {
+	"method": "GET", "scheme": "https", "host": "example.com", "port": 443, "path": "/",
+	"query": {}, "headers": {}, "ip": "", "ip_class": "",
+}
 
-inp(s, r) := {"kind": "egress", "session": sess(s), "request": req(r)}
+# inp: the base input with some request and session fields replaced.
+inp(r, s) := {"kind": "egress", "session": object.union(session, s), "request": object.union(request, r)}
 
 test_allow_listed_host if {
-	d := egress.decide(inp({}, {}))
+	d := egress.decision with input as inp({}, {})
 	d.action == "allow"
+	d.codes == ["egress.allowed"]
+	d.reasons == ["example.com is allowed for this session"]
 }
 
 test_allow_wildcard_subdomain if {
-	d := egress.decide(inp({}, {"host": "api.github.com"}))
-	d.action == "allow"
+	egress.decision.action == "allow" with input as inp({"host": "api.github.com"}, {})
 }
 
 test_deny_wildcard_apex if {
-	d := egress.decide(inp({}, {"host": "github.com"}))
+	d := egress.decision with input as inp({"host": "github.com"}, {})
 	d.action == "deny"
 	d.codes == ["egress.not_allowlisted"]
+	d.reasons == ["github.com is not on this session's allow list"]
 }
 
 test_allow_pinned_port if {
-	d := egress.decide(inp({}, {"host": "pinned.test", "port": 8443}))
-	d.action == "allow"
+	egress.decision.action == "allow" with input as inp({"host": "pinned.test", "port": 8443}, {})
 }
 
 test_deny_pinned_other_port if {
-	d := egress.decide(inp({}, {"host": "pinned.test", "port": 443}))
-	d.action == "deny"
+	d := egress.decision with input as inp({"host": "pinned.test", "port": 443}, {})
+	d.codes == ["egress.not_allowlisted"]
 }
 
 test_deny_unlisted if {
-	d := egress.decide(inp({}, {"host": "evil.test"}))
+	d := egress.decision with input as inp({"host": "evil.test"}, {})
+	d.action == "deny"
 	d.codes == ["egress.not_allowlisted"]
 }
 
 test_deny_ephemeral_base_allow if {
-	d := egress.decide(inp({}, {"host": "pypi.org"}))
-	d.action == "deny"
+	d := egress.decision with input as inp({"host": "pypi.org"}, {})
+	d.codes == ["egress.not_allowlisted"]
 }
 
 test_allow_persistent_base_allow if {
-	d := egress.decide(inp({"workload": "persistent"}, {"host": "pypi.org"}))
+	d := egress.decision with input as inp({"host": "pypi.org"}, {"workload": "persistent"})
 	d.action == "allow"
 }
 
+test_allow_persistent_base_allow_from_data if {
+	d := egress.decision with input as inp({"host": "mirror.test"}, {"workload": "persistent"})
+		with data.sandgate.config.egress.base_allow as ["mirror.test"]
+	d.action == "allow"
+}
+
+test_deny_persistent_without_base_allow_data if {
+	d := egress.decision with input as inp({"host": "pypi.org"}, {"workload": "persistent"})
+		with data.sandgate.config.egress as {}
+	d.codes == ["egress.not_allowlisted"]
+}
+
 test_deny_private_ip_class if {
-	d := egress.decide(inp({}, {"ip": "10.0.0.1", "ip_class": "private"}))
+	d := egress.decision with input as inp({"ip": "10.0.0.1", "ip_class": "private"}, {})
 	d.action == "deny"
-	"address.private" in d.codes
+	d.codes == ["address.private"]
+	d.reasons == ["destination address class private is not allowed"]
+}
+
+test_allow_allowed_private_ip_class if {
+	d := egress.decision with input as inp({"ip": "10.0.0.1", "ip_class": "allowed_private"}, {})
+	d.action == "allow"
+}
+
+test_allow_missing_ip_class_field if {
+	d := egress.decision with input as {"kind": "egress", "session": session, "request": object.remove(request, ["ip_class"])}
+	d.action == "allow"
 }
 
 test_ask_delete if {
-	d := egress.decide(inp({}, {"method": "DELETE"}))
+	d := egress.decision with input as inp({"method": "DELETE"}, {})
 	d.action == "ask"
+	d.codes == ["egress.method_ask"]
+	d.reasons == ["DELETE requests need approval"]
+}
+
+test_ask_delete_lower_case if {
+	d := egress.decision with input as inp({"method": "delete"}, {})
+	d.codes == ["egress.method_ask"]
+}
+
+test_ask_method_from_data if {
+	d := egress.decision with input as inp({"method": "PUT"}, {})
+		with data.sandgate.config.egress.ask_methods as ["PUT"]
 	d.codes == ["egress.method_ask"]
 }
 
 test_ask_git_push if {
-	d := egress.decide(inp({}, {"method": "POST", "path": "/o/r.git/git-receive-pack"}))
+	d := egress.decision with input as inp({"method": "POST", "path": "/o/r.git/git-receive-pack"}, {})
+	d.action == "ask"
 	d.codes == ["egress.git_push"]
 }
 
 test_allow_git_fetch if {
-	d := egress.decide(inp({}, {"method": "POST", "path": "/o/r.git/git-upload-pack"}))
+	d := egress.decision with input as inp({"method": "POST", "path": "/o/r.git/git-upload-pack"}, {})
 	d.action == "allow"
 }
 
 test_ask_frozen_post if {
-	d := egress.decide(inp({"frozen": true}, {"method": "POST"}))
+	d := egress.decision with input as inp({"method": "POST"}, {"frozen": true})
+	d.action == "ask"
+	d.codes == ["egress.frozen"]
+	d.reasons == ["session is frozen: POST needs approval"]
+}
+
+test_ask_frozen_delete_has_both_codes if {
+	d := egress.decision with input as inp({"method": "DELETE"}, {"frozen": true})
+	d.codes == ["egress.frozen", "egress.method_ask"]
+}
+
+test_ask_frozen_missing_method if {
+	d := egress.decision with input as {"kind": "egress", "session": object.union(session, {"frozen": true}), "request": object.remove(request, ["method"])}
+	d.action == "ask"
 	d.codes == ["egress.frozen"]
 }
 
 test_allow_frozen_get if {
-	d := egress.decide(inp({"frozen": true}, {}))
-	d.action == "allow"
+	egress.decision.action == "allow" with input as inp({}, {"frozen": true})
 }
 
 test_allow_frozen_connect if {
-	d := egress.decide(inp({"frozen": true}, {"method": "CONNECT", "path": ""}))
-	d.action == "allow"
+	egress.decision.action == "allow" with input as inp({"method": "CONNECT", "path": ""}, {"frozen": true})
 }
 
 test_allow_frozen_git_upload_pack if {
-	d := egress.decide(inp({"frozen": true}, {"method": "POST", "path": "/r.git/git-upload-pack"}))
+	d := egress.decision with input as inp({"method": "POST", "path": "/r.git/git-upload-pack"}, {"frozen": true})
 	d.action == "allow"
 }
 
 test_deny_beats_ask if {
-	d := egress.decide(inp({}, {"method": "DELETE", "host": "evil.test"}))
+	d := egress.decision with input as inp({"method": "DELETE", "host": "evil.test"}, {})
 	d.action == "deny"
+	d.codes == ["egress.not_allowlisted"]
 }
 
 test_deny_missing_request if {
-	d := egress.decide({"kind": "egress", "session": sess({})})
+	d := egress.decision with input as {"kind": "egress", "session": session}
 	d.action == "deny"
+	d.codes == ["egress.not_allowlisted"]
 }
 
 test_deny_missing_session if {
-	d := egress.decide({"kind": "egress", "request": req({})})
+	d := egress.decision with input as {"kind": "egress", "request": request}
 	d.action == "deny"
+	d.codes == ["egress.not_allowlisted"]
+}
+
+test_deny_missing_host if {
+	d := egress.decision with input as inp({"host": null}, {})
+	d.action == "deny"
+}
+
+test_deny_empty_input if {
+	egress.decision.action == "deny" with input as {}
+}
+
+test_allow_site_rule_adds_a_host if {
+	d := egress.decision with input as inp({"host": "intranet.test"}, {})
+		with egress.allow as {{"code": "site.intranet", "reason": "the intranet is open"}}
+	d.action == "allow"
+	d.codes == ["site.intranet"]
 }
