@@ -121,12 +121,23 @@ def _evaluation_errors(engine: Any, modules: list[dict]) -> list[Finding]:
         probe = engine.clone()
         try:
             probe.set_input({})
-            probe.eval_rule(rule.path)
+            probe.eval_rule_as_json(rule.path)
         except BaseException as exc:  # noqa: BLE001
             if isinstance(exc, (KeyboardInterrupt, SystemExit)):
                 raise
             text = error_text(exc)
             if "could not find function" not in text:     # reported with the static walk
+                findings.append(_finding(text))
+    for package in sorted({rast_pkg for rast_pkg in (ast.module_package(m) for m in modules)}):
+        probe = engine.clone()          # a whole package: also reaches functions (e.g. arity conflicts)
+        try:
+            probe.set_input({})
+            probe.eval_query_as_json(f"data.{package}")
+        except BaseException as exc:  # noqa: BLE001
+            if isinstance(exc, (KeyboardInterrupt, SystemExit)):
+                raise
+            text = error_text(exc)
+            if "could not find function" not in text:
                 findings.append(_finding(text))
     return findings
 
@@ -136,16 +147,16 @@ def _strict(modules: list[dict]) -> list[Finding]:
     for module in modules:
         file = ast.module_file(module)
         text = module.get("source", {}).get("contents", "")
-        seen: set[tuple[str, ...]] = set()
+        seen: set[str] = set()
         for imp in module["ast"].get("imports", []):
             path = ast.ref_path(imp.get("refr"))
             if not path or path[0] not in ("data", "input"):
                 continue
             line = imp["span"]["line"]
-            if tuple(path) in seen:
-                findings.append(Finding(file, line, f"duplicate import {'.'.join(path)}", "warning"))
-            seen.add(tuple(path))
             alias = _alias(imp, path, text)
+            if alias in seen:
+                findings.append(Finding(file, line, f"duplicate import {alias}", "warning"))
+            seen.add(alias)
             body = "\n".join(t for i, t in enumerate(text.splitlines(), 1) if i != line)
             if not re.search(rf"(?<![\w.]){re.escape(alias)}\b", body):
                 findings.append(Finding(file, line, f"import {'.'.join(path)} is unused", "warning"))

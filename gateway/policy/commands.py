@@ -35,6 +35,7 @@ def register(sub: Any, common: Callable[[argparse.ArgumentParser], None]) -> Non
     peval.add_argument("--kind", required=True, choices=["egress", "toolcall"])
     peval.add_argument("--input", required=True, help="FILE or - : one JSON document, or JSON Lines")
     peval.add_argument("--policies", help="policy directory (default policy.dir)")
+    peval.add_argument("--explain", action="store_true", help="show which rules added which items")
 
 
 def run(cfg: Any, args: Any) -> int:
@@ -143,8 +144,10 @@ def cmd_eval(directory: Path, args: Any, out: TextIO) -> int:
             continue
         decision = evaluator.decide(args.kind, doc)
         result: dict = {"decision": decision}
+        if args.explain:
+            result["explain"] = evaluator.explain(args.kind, doc)
         if is_lines:
             out.write(json.dumps(result, sort_keys=False) + "\n")
         else:
-            out.write(json.dumps(decision, indent=2) + "\n")
+            out.write(json.dumps(result if args.explain else decision, indent=2) + "\n")
     return status

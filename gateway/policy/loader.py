@@ -24,6 +24,7 @@ class PolicySource:
     tests: tuple[tuple[str, str], ...]
     data: dict
     rev: str
+    data_docs: tuple[tuple[str, Any], ...] = ()   # ("a/b", value of DIR/a/b/data.json): OPA bundle layout
 
 
 def _load_yaml(text: str) -> Any:
@@ -67,12 +68,12 @@ def policy_files(root: Path) -> list[Path]:
                   and not any(part.startswith(".") or part == "__pycache__" for part in p.relative_to(root).parts))
 
 
-def load_policy_dir(root: str | Path) -> PolicySource:
+def load_policy_dir(root: str | Path, require_modules: bool = True) -> PolicySource:
     root = Path(root)
     if not root.is_dir():
         raise ValueError(f"policy directory {root} does not exist")
     digest = hashlib.sha256()
-    modules, tests, data = [], [], {}
+    modules, tests, data, docs = [], [], {}, []
     for path in policy_files(root):
         rel = path.relative_to(root).as_posix()
         text = path.read_text(encoding="utf-8")
@@ -84,7 +85,9 @@ def load_policy_dir(root: str | Path) -> PolicySource:
                 value = json.loads(text) if path.suffix == ".json" else _load_yaml(text)
             except Exception as exc:  # noqa: BLE001 - report any parse failure as a policy error
                 raise ValueError(f"{rel}: cannot parse data: {exc}") from None
-            _set_path(data, list(path.relative_to(root).parent.parts), value, rel)
-    if not modules:
+            parts = list(path.relative_to(root).parent.parts)
+            _set_path(data, parts, value, rel)
+            docs.append(("/".join(parts), value))
+    if not modules and (require_modules or not tests):
         raise ValueError(f"policy directory {root} holds no .rego modules")
-    return PolicySource(root, tuple(modules), tuple(tests), data, digest.hexdigest()[:12])
+    return PolicySource(root, tuple(modules), tuple(tests), data, digest.hexdigest()[:12], tuple(docs))

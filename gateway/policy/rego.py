@@ -6,6 +6,7 @@ evaluations at once. regorus holds the GIL while it evaluates.
 """
 from __future__ import annotations
 
+import json
 import re
 from typing import Any
 
@@ -20,6 +21,9 @@ ENTRYPOINTS = {kind: f"data.{pkg}.decision" for kind, pkg in ENTRY_PACKAGES.item
 # backtrace; turn that into "FILE:LINE:COL: MESSAGE".
 _LOCATION = re.compile(r"-->\s*(?P<loc>\S+:\d+:\d+)")
 _MESSAGE = re.compile(r"^error:\s*(?P<msg>.+)$", re.M)
+
+
+_UNDEFINED_JSON = '"<undefined>"'         # how eval_rule_as_json spells an undefined value
 
 
 class PolicyError(Exception):
@@ -58,10 +62,16 @@ def build_engine(source: PolicySource, *, tests: bool = False, coverage: bool = 
     return engine
 
 
-def evaluate(engine: Any, rule: str, input_doc: Any) -> Any:
-    """Evaluate `rule` (a full path, `data.a.b`) against `input_doc`. None when undefined; PolicyError on error."""
+def evaluate(engine: Any, rule: str, input_doc: Any, as_json: bool = False) -> Any:
+    """Evaluate `rule` (a full path, `data.a.b`) against `input_doc`. None when undefined; PolicyError on error.
+
+    `as_json` reads the value through JSON (sets become lists): needed for sets of objects, which regorus
+    cannot hand to Python as a set."""
     try:
         engine.set_input(input_doc)
+        if as_json:
+            text = engine.eval_rule_as_json(rule)
+            return None if text is None or text == _UNDEFINED_JSON else json.loads(text)
         return engine.eval_rule(rule)
     except BaseException as exc:  # noqa: BLE001
         if isinstance(exc, (KeyboardInterrupt, SystemExit)):
