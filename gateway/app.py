@@ -35,6 +35,7 @@ from gateway.egress.resolver import Resolver, StaticResolver, SystemResolver, in
 from gateway.egress.screen import SecretScreen
 from gateway.egress.tls import sandbox_bundle
 from gateway.metrics import Metrics
+from gateway.policy.decisionlog import DecisionLog
 from gateway.policy.factory import make_engine
 from gateway.revocations import RevocationService
 from gateway.session_spec import proxy_authority
@@ -140,7 +141,11 @@ async def open_gateway(cfg: Config, stack: AsyncExitStack) -> Listening:
     stack.push_async_callback(audit.close)
     revocations = RevocationService(store, revocation_set, audit)
     await revocations.load()
-    engine = make_engine(cfg.policy)
+    decision_log = DecisionLog(store) if cfg.policy.decision_log else None
+    if decision_log is not None:
+        decision_log.start()
+        stack.push_async_callback(decision_log.close)      # after the engine: its last decisions are written
+    engine = make_engine(cfg.policy, decision_log)
     stack.push_async_callback(engine.close)
     await engine.start()
     engine.watch()

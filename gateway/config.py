@@ -12,6 +12,7 @@ import os
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit
 from types import MappingProxyType
 from typing import Any, Mapping
 
@@ -33,8 +34,8 @@ DEFAULTS: dict[str, Any] = {
     },
     "approvals": {"ttl_s": 3600, "quorum": 1, "reuse_window_s": 600},
     "audit": {"max_pending": 100000},
-    "policy": {"dir": "", "engine": "embedded", "opa_url": "http://127.0.0.1:8181",
-               "timeout_s": 2.0, "workers": 2, "isolation": "process"},
+    "policy": {"dir": "", "engine": "embedded", "opa_url": "http://127.0.0.1:8181", "opa_push": True,
+               "timeout_s": 2.0, "workers": 2, "isolation": "process", "shadow_dir": "", "decision_log": True},
     "store": {"url": ""},
     "vault": {"url": "", "token": "", "namespace": "", "role_id": "", "secret_id": "", "ca_cert": ""},
     "web": {"oidc": {"issuer": "", "audience": "", "approver_claim": "groups", "approver_value": ""}},
@@ -152,6 +153,9 @@ class PolicySettings:
     timeout_s: float = 2.0
     workers: int = 2
     isolation: str = "process"
+    opa_push: bool = True               # push policy.dir to the OPA server (false: it loads its own bundles)
+    shadow_dir: str = ""                # a candidate policy evaluated beside the live one as a dry run
+    decision_log: bool = True           # log every decision (gateway/policy/decisionlog.py)
 
 
 @dataclass(frozen=True)
@@ -272,9 +276,16 @@ def _policy(pol: Mapping[str, Any]) -> PolicySettings:
         raise ValueError("policy.engine must be 'embedded' or 'opa'")
     if pol["dir"] and not Path(pol["dir"]).is_dir():
         raise ValueError(f"policy.dir: no such directory {pol['dir']!r}")
+    if pol["shadow_dir"] and not Path(pol["shadow_dir"]).is_dir():
+        raise ValueError(f"policy.shadow_dir: no such directory {pol['shadow_dir']!r}")
+    if pol["engine"] == "opa":
+        url = urlsplit(str(pol["opa_url"]))
+        if url.scheme not in ("http", "https") or not url.hostname or url.path not in ("", "/"):
+            raise ValueError("policy.opa_url must be an http(s) URL without a path, e.g. http://127.0.0.1:8181")
     return PolicySettings(dir=str(pol["dir"]), engine=pol["engine"], opa_url=str(pol["opa_url"]),
                           timeout_s=float(pol["timeout_s"]), workers=int(pol["workers"]),
-                          isolation=pol["isolation"])
+                          isolation=pol["isolation"], opa_push=bool(pol["opa_push"]),
+                          shadow_dir=str(pol["shadow_dir"] or ""), decision_log=bool(pol["decision_log"]))
 
 
 def settings_from(raw: Mapping[str, Any], data_dir: Path, path: Path | None = None) -> Config:

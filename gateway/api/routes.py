@@ -68,7 +68,7 @@ async def healthz(request: web.Request) -> web.Response:
     audit, engine = request.app[AUDIT], request.app[ENGINE]
     status = audit.status
     return web.json_response({"status": "ok" if status == "ok" else "degraded", "policy_rev": engine.rev,
-                              "policy_error": engine.last_error is not None,
+                              "policy_error": engine.last_error is not None, "policy": engine.health(),
                               "audit": {"status": status, "pending": audit.pending,
                                         "max_pending": audit.max_pending}})
 

@@ -9,7 +9,10 @@ import asyncio
 import json
 import logging
 import re
+import time
+import uuid
 from collections import OrderedDict
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -17,13 +20,32 @@ from gateway.policy.decision import Decision, deny, parse_decision
 from gateway.policy.loader import PolicySource, policy_files
 from gateway.policy.rego import ENTRYPOINTS, PolicyError
 
-__all__ = ["CachingEngine", "DecisionCache", "EvaluationTimeout", "PolicyEngine", "PolicyError"]
+__all__ = ["CachingEngine", "DecisionCache", "DecisionSink", "EvaluationTimeout", "PolicyEngine", "PolicyError"]
+
+
+def new_decision_id() -> str:
+    return uuid.uuid4().hex
+
+
+class DecisionSink(Protocol):
+    """Where decisions are logged (decisionlog.DecisionLog): `record` never blocks and never raises."""
+
+    def record(self, kind: str, input_doc: Any, result: dict, rev: str, engine: str, latency_us: int,
+               decision_id: str, ts: float | None = None) -> None: ...
+
+    def record_divergence(self, decision_id: str, kind: str, input_doc: Any, live: dict, shadow: dict,
+                          live_rev: str, shadow_rev: str) -> None: ...
 
 log = logging.getLogger("sandgate.policy")
 
 
 class PolicyEngine(Protocol):
     rev: str
+    last_error: str | None
+
+    def health(self) -> dict: ...
+
+    def watch(self, interval_s: float = 1.0) -> None: ...
 
     async def start(self) -> None: ...
 
@@ -96,9 +118,12 @@ class CachingEngine:
     on failure), `start()`, `reload()` and `close()`.
     """
 
-    def __init__(self, policy_dir: str | Path, timeout_s: float):
+    engine_name = "embedded"
+
+    def __init__(self, policy_dir: str | Path, timeout_s: float, decision_log: DecisionSink | None = None):
         self.policy_dir = Path(policy_dir)
         self.timeout_s = timeout_s
+        self.decision_log = decision_log
         self.rev = ""
         self.last_error: str | None = None
         self.cache = DecisionCache()
@@ -129,7 +154,24 @@ class CachingEngine:
     async def _evaluate(self, kind: str, entrypoint: str, input_doc: dict) -> Any:  # pragma: no cover
         raise NotImplementedError
 
+    def health(self) -> dict:
+        state = {"engine": self.engine_name, "state": "ok" if self._ready() else "starting", "rev": self.rev,
+                 "last_error": self.last_error}
+        isolation = getattr(self, "isolation", None)
+        return {**state, "isolation": isolation} if isolation else state
+
     async def decide(self, kind: str, input_doc: dict) -> Decision:
+        """The decision for one input (never raises: every failure is a deny), logged when a log is set."""
+        started = time.perf_counter()
+        decision = await self.decide_quietly(kind, input_doc)
+        if self.decision_log is not None:
+            decision = replace(decision, decision_id=new_decision_id())
+            self.decision_log.record(kind, input_doc, decision.to_json(), decision.rev, self.engine_name,
+                                     int((time.perf_counter() - started) * 1e6), decision.decision_id)
+        return decision
+
+    async def decide_quietly(self, kind: str, input_doc: dict) -> Decision:
+        """decide() without the decision log (the shadow policy uses it)."""
         rev = self.rev
         entrypoint = ENTRYPOINTS.get(kind)
         if entrypoint is None or not self._ready():

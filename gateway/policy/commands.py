@@ -14,7 +14,7 @@ from gateway.policy.factory import policy_dir
 from gateway.policy.loader import load_policy_dir
 from gateway.policy.rego import PolicyError
 
-COMMANDS = ("policy",)
+COMMANDS = ("policy", "audit")
 
 
 def register(sub: Any, common: Callable[[argparse.ArgumentParser], None]) -> None:
@@ -36,9 +36,16 @@ def register(sub: Any, common: Callable[[argparse.ArgumentParser], None]) -> Non
     peval.add_argument("--input", required=True, help="FILE or - : one JSON document, or JSON Lines")
     peval.add_argument("--policies", help="policy directory (default policy.dir)")
     peval.add_argument("--explain", action="store_true", help="show which rules added which items")
+    from gateway.policy import logcommands
+
+    logcommands.register(psub, sub, common)
 
 
 def run(cfg: Any, args: Any) -> int:
+    if args.cmd == "audit" or args.policy_cmd in ("replay", "diff"):
+        from gateway.policy import logcommands
+
+        return logcommands.run(cfg, args)
     explicit = getattr(args, "dir", None) or getattr(args, "policies", None)
     directory = Path(explicit) if explicit else policy_dir(cfg.policy)
     try:

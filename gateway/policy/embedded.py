@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from gateway.policy.base import CachingEngine, EvaluationTimeout
+from gateway.policy.base import CachingEngine, DecisionSink, EvaluationTimeout
 from gateway.policy.loader import PolicySource, load_policy_dir
 from gateway.policy.rego import PolicyError, build_engine, compile_source, evaluate
 
@@ -79,8 +79,9 @@ def _settle(fut: asyncio.Future, result: tuple) -> None:
 class EmbeddedEngine(CachingEngine):
     engine_name = "embedded"
 
-    def __init__(self, policy_dir: str | Path, timeout_s: float = 2.0, workers: int = 2):
-        super().__init__(policy_dir, timeout_s)
+    def __init__(self, policy_dir: str | Path, timeout_s: float = 2.0, workers: int = 2,
+                 decision_log: DecisionSink | None = None):
+        super().__init__(policy_dir, timeout_s, decision_log)
         self.isolation = "thread"
         self._source: PolicySource | None = None
         self._threads = [EngineThread(f"sandgate-rego-{i}") for i in range(max(1, workers))]

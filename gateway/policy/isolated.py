@@ -14,7 +14,7 @@ from pathlib import Path
 
 from typing import Any
 
-from gateway.policy.base import CachingEngine, EvaluationTimeout
+from gateway.policy.base import CachingEngine, DecisionSink, EvaluationTimeout
 from gateway.policy.loader import load_policy_dir
 from gateway.policy.pool import WorkerError, WorkerPool
 from gateway.policy.rego import PolicyError
@@ -25,8 +25,9 @@ log = logging.getLogger("sandgate.policy")
 class IsolatedEngine(CachingEngine):
     engine_name = "embedded"
 
-    def __init__(self, policy_dir: str | Path, timeout_s: float = 2.0, workers: int = 2):
-        super().__init__(policy_dir, timeout_s)
+    def __init__(self, policy_dir: str | Path, timeout_s: float = 2.0, workers: int = 2,
+                 decision_log: DecisionSink | None = None):
+        super().__init__(policy_dir, timeout_s, decision_log)
         self.workers = workers
         self.isolation = "process"
         self._pool: WorkerPool | None = None

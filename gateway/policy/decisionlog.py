@@ -1,0 +1,141 @@
+"""The decision log: every policy decision (id, time, kind, input with secrets redacted, result, policy
+revision, engine, latency in µs), written in batches off the hot path, like the audit writer (audit.py).
+
+`record()` only appends to a list (no copy, no JSON, no redaction: those happen on the store's thread when
+the batch is written) and never raises. Past `max_pending` unwritten rows the oldest are dropped and counted,
+so a slow or dead store costs decision-log rows, never request latency. `close()` flushes.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import time
+from typing import Any
+
+log = logging.getLogger("sandgate.policy")
+
+REDACTED = "[redacted]"
+_SENSITIVE_KEY = re.compile(r"pass(word|wd|phrase)?$|secret|token|api[-_]?key|authori[sz]ation|cookie|credential"
+                            r"|private[-_]?key|access[-_]?key|session[-_]?key", re.I)
+_SENSITIVE_TEXT = [
+    (re.compile(r"(?i)\b(bearer|basic|token)(\s+)[A-Za-z0-9._~+/=-]{8,}"), r"\1\2" + REDACTED),
+    (re.compile(r"(?i)\b(authorization|x-api-key|private-token|cookie)(\s*[:=]\s*)[^\s'\"]+(\s+[^\s'\"]+)?"),
+     r"\1\2" + REDACTED),
+    (re.compile(r"(?i)\b(password|passwd|secret|token|api[-_]?key|access[-_]?key)(=)[^\s&;'\"]+"), r"\1\2" + REDACTED),
+    (re.compile(r"(?i)\b(--?(?:password|token|secret|api-key))([ =])[^\s'\"]+"), r"\1\2" + REDACTED),
+    (re.compile(r"(?i)([a-z][a-z0-9+.-]*://[^/\s:@]*:)[^@\s/]+@"), r"\1" + REDACTED + "@"),
+]
+# Keys whose value is a name or a list of names, not a secret value (`input.session.secrets` lists the
+# secret names a session holds; `input.request.secrets` those named by placeholders in the request).
+_NAME_KEYS = frozenset({"secrets"})
+
+
+def redact_text(text: str) -> str:
+    for pattern, repl in _SENSITIVE_TEXT:
+        text = pattern.sub(repl, text)
+    return text
+
+
+def _redact_all(value: Any) -> Any:
+    """Every non-empty string inside `value` replaced; the shape (lists, objects, numbers) kept for replay."""
+    if isinstance(value, dict):
+        return {k: _redact_all(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_redact_all(v) for v in value]
+    return REDACTED if isinstance(value, str) and value else value
+
+
+def redact_input(value: Any) -> Any:
+    """A copy of `value` with the values of credential-like keys, and credentials inside strings (bearer
+    tokens, `password=`, URL user-info, `Authorization:` headers in commands), replaced by "[redacted]"."""
+    if isinstance(value, dict):
+        return {k: (_redact_all(v) if isinstance(k, str) and k not in _NAME_KEYS and _SENSITIVE_KEY.search(k)
+                    else redact_input(v)) for k, v in value.items()}
+    if isinstance(value, list):
+        return [redact_input(v) for v in value]
+    if isinstance(value, str):
+        return redact_text(value)
+    return value
+
+
+class DecisionLog:
+    def __init__(self, store: Any, flush_interval_s: float = 0.1, max_batch: int = 500,
+                 max_pending: int = 100_000):
+        from gateway.store.decisions import DecisionStore
+
+        self.store = DecisionStore(store)
+        self._interval = flush_interval_s
+        self._max_batch = max_batch
+        self._max_pending = max_pending
+        self._decisions: list[tuple] = []
+        self._divergences: list[dict] = []
+        self.dropped = 0
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name="sandgate-decision-log")
+
+    def record(self, kind: str, input_doc: Any, result: dict, rev: str, engine: str, latency_us: int,
+               decision_id: str, ts: float | None = None) -> None:
+        self._decisions.append((decision_id, ts or time.time(), kind, input_doc, result, rev, engine, latency_us))
+        if len(self._decisions) > self._max_pending:
+            del self._decisions[: len(self._decisions) - self._max_pending]
+            self.dropped += 1
+        if len(self._decisions) >= self._max_batch:
+            self._wake.set()
+
+    def record_divergence(self, decision_id: str, kind: str, input_doc: Any, live: dict, shadow: dict,
+                          live_rev: str, shadow_rev: str) -> None:
+        self._divergences.append({"decision_id": decision_id, "ts": time.time(), "kind": kind,
+                                  "input": input_doc, "live": live, "shadow": shadow, "live_rev": live_rev,
+                                  "shadow_rev": shadow_rev})
+        if len(self._divergences) > self._max_pending:
+            del self._divergences[0]
+            self.dropped += 1
+
+    @staticmethod
+    def _session_of(doc: Any) -> str | None:
+        session = doc.get("session") if isinstance(doc, dict) else None
+        sid = session.get("id") if isinstance(session, dict) else None
+        return sid if isinstance(sid, str) else None
+
+    def _write(self, decisions: list[tuple], divergences: list[dict]) -> None:
+        """On the store's thread: redact, serialise, insert."""
+        rows = [{"id": did, "ts": ts, "kind": kind, "session": self._session_of(doc), "input": redact_input(doc),
+                 "result": result, "policy_rev": rev, "engine": engine, "latency_us": int(latency)}
+                for did, ts, kind, doc, result, rev, engine, latency in decisions]
+        self.store.append_decisions_sync(rows)
+        self.store.append_divergences_sync([{**d, "session": self._session_of(d["input"]),
+                                             "input": redact_input(d["input"])} for d in divergences])
+
+    async def flush(self) -> None:
+        while self._decisions or self._divergences:
+            decisions, self._decisions = self._decisions[: self._max_batch], self._decisions[self._max_batch:]
+            divergences, self._divergences = self._divergences, []
+            try:
+                await self.store.store.run(self._write, decisions, divergences)
+            except Exception as exc:  # noqa: BLE001 - keep the rows and retry later; never raise into decide()
+                log.error("decision log write failed (%d rows kept): %s", len(decisions), exc)
+                self._decisions[:0] = decisions
+                self._divergences[:0] = divergences
+                return
+
+    async def _run(self) -> None:
+        while True:
+            try:
+                await asyncio.wait_for(self._wake.wait(), self._interval)
+            except asyncio.TimeoutError:
+                pass
+            self._wake.clear()
+            await self.flush()
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+        await self.flush()

@@ -1,0 +1,92 @@
+"""The decision log and the shadow policy's divergences: two tables and their queries.
+
+Every policy decision is one row of `decisions` (input with secrets redacted, result, policy revision, engine,
+latency); every decision on which the shadow policy disagreed with the live one is one row of
+`policy_divergences`. Rows arrive in batches from gateway/policy/decisionlog.py.
+"""
+from __future__ import annotations
+
+import json
+from typing import Optional
+
+from sqlalchemy import JSON, Column, Index, select
+from sqlmodel import Field, Session, SQLModel
+
+from gateway.store.models import row_dict
+from gateway.store.store import Store
+
+
+class DecisionRow(SQLModel, table=True):
+    __tablename__ = "decisions"
+    __table_args__ = (Index("ix_decisions_ts", "ts"),)
+    seq: Optional[int] = Field(default=None, primary_key=True)
+    id: str = Field(index=True)
+    ts: float
+    kind: str
+    session: Optional[str] = None
+    input: dict = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
+    result: dict = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
+    policy_rev: str = ""
+    engine: str = ""
+    latency_us: int = 0
+
+
+class DivergenceRow(SQLModel, table=True):
+    __tablename__ = "policy_divergences"
+    __table_args__ = (Index("ix_policy_divergences_ts", "ts"),)
+    seq: Optional[int] = Field(default=None, primary_key=True)
+    decision_id: str
+    ts: float
+    kind: str
+    session: Optional[str] = None
+    input: dict = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
+    live: dict = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
+    shadow: dict = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
+    live_rev: str = ""
+    shadow_rev: str = ""
+
+
+_DECISION_COLS = ("id", "ts", "kind", "session", "input", "result", "policy_rev", "engine", "latency_us")
+_DIVERGENCE_COLS = ("decision_id", "ts", "kind", "session", "input", "live", "shadow", "live_rev", "shadow_rev")
+_JSON_COLS = frozenset({"input", "result", "live", "shadow"})
+
+
+class DecisionStore:
+    """Batched inserts and time-ordered reads of the two tables, on the Store's threads."""
+
+    def __init__(self, store: Store):
+        self.store = store
+
+    def _insert(self, table: str, cols: tuple[str, ...], rows: list[dict]) -> None:
+        mark = "?" if self.store.engine.dialect.paramstyle == "qmark" else "%s"
+        sql = f"INSERT INTO {table} ({', '.join(cols)}) VALUES ({', '.join([mark] * len(cols))})"
+        values = [tuple(json.dumps(r.get(c)) if c in _JSON_COLS else r.get(c) for c in cols) for r in rows]
+        with self.store.engine.begin() as conn:
+            conn.exec_driver_sql(sql, values)
+
+    def append_decisions_sync(self, rows: list[dict]) -> None:
+        if rows:
+            self._insert("decisions", _DECISION_COLS, rows)
+
+    def append_divergences_sync(self, rows: list[dict]) -> None:
+        if rows:
+            self._insert("policy_divergences", _DIVERGENCE_COLS, rows)
+
+    def _list(self, model: type, since: float, until: Optional[float], kind: Optional[str],
+              limit: int) -> list[dict]:
+        q = select(model).where(model.ts >= since)
+        if until is not None:
+            q = q.where(model.ts < until)
+        if kind:
+            q = q.where(model.kind == kind)
+        q = q.order_by(model.seq).limit(limit)
+        with Session(self.store.engine) as db:
+            return [row_dict(r) for r in db.execute(q).scalars().all()]
+
+    async def list_decisions(self, since: float = 0.0, until: Optional[float] = None,
+                             kind: Optional[str] = None, limit: int = 1_000_000) -> list[dict]:
+        return await self.store.run(self._list, DecisionRow, since, until, kind, limit)
+
+    async def list_divergences(self, since: float = 0.0, until: Optional[float] = None,
+                               kind: Optional[str] = None, limit: int = 1_000_000) -> list[dict]:
+        return await self.store.run(self._list, DivergenceRow, since, until, kind, limit)

@@ -1,0 +1,209 @@
+"""The decision log (every decision, secrets redacted, batched off the hot path), its OPA-format export,
+`policy replay` against a candidate policy, and the shadow policy with `policy diff`."""
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import time
+
+import pytest
+import requests
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gateway.policy.decisionlog import REDACTED, DecisionLog, redact_input
+from gateway.policy.logcommands import parse_since, summarise_change
+from gateway.store import Store
+from gateway.store.decisions import DecisionStore
+from tests.conftest import LOOPBACK_CONFIG
+from tests.support.gateway import ROOT, Sandgate
+
+# -- redaction (pure) --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("value, expected", [
+    ({"headers": {"authorization": "Bearer abc", "accept": "*/*"}},
+     {"headers": {"authorization": REDACTED, "accept": "*/*"}}),
+    ({"args": {"password": "hunter2", "user": "bob"}}, {"args": {"password": REDACTED, "user": "bob"}}),
+    ({"x": {"API_KEY": "k", "Private-Key": "p", "session_token": "t", "Cookie": "c"}},
+     {"x": {"API_KEY": REDACTED, "Private-Key": REDACTED, "session_token": REDACTED, "Cookie": REDACTED}}),
+    ({"command": "curl -H 'Authorization: Bearer sk-live-123456789' https://x"},
+     {"command": f"curl -H 'Authorization: {REDACTED}' https://x"}),
+    ({"command": "export TOKEN=abcdef; psql --password=hunter22"},
+     {"command": f"export TOKEN={REDACTED}; psql --password={REDACTED}"}),
+    ({"url": "https://user:s3cret@github.com/o/r.git"}, {"url": f"https://user:{REDACTED}@github.com/o/r.git"}),
+    ({"url": "https://api.test/x?api_key=abc&q=1"}, {"url": f"https://api.test/x?api_key={REDACTED}&q=1"}),
+    ({"session": {"secrets": ["github"]}, "request": {"secrets": ["github"]}},
+     {"session": {"secrets": ["github"]}, "request": {"secrets": ["github"]}}),
+    ({"token_count": 3, "has_password": False, "password": ""}, {"token_count": 3, "has_password": False,
+                                                                 "password": ""}),
+    ([{"authorization": ["a", "b"], "token": {"v": "x", "n": 2}}],
+     [{"authorization": [REDACTED, REDACTED], "token": {"v": REDACTED, "n": 2}}]),
+])
+def test_redact_input(value, expected):
+    assert redact_input(value) == expected
+
+
+JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=20),
+                    lambda children: st.lists(children, max_size=4)
+                    | st.dictionaries(st.sampled_from(["a", "token", "Authorization", "path", "password", "x"])
+                                      | st.text(max_size=8), children, max_size=4), max_leaves=20)
+
+
+@settings(max_examples=300, deadline=None)
+@given(JSON, st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789", min_size=12, max_size=20))
+def test_redaction_is_idempotent_and_hides_credentials(value, secret):
+    once = redact_input(value)
+    assert redact_input(once) == once
+    doc = {"wrap": value, "password": secret, "h": {"authorization": f"Bearer {secret}"},
+           "cmd": f"curl -H 'Authorization: Bearer {secret}'", "u": f"https://me:{secret}@x.test/"}
+    assert secret not in json.dumps(redact_input(doc)["password"])
+    assert secret not in json.dumps({k: v for k, v in redact_input(doc).items() if k != "wrap"})
+
+
+@pytest.mark.parametrize("text, now, expected", [
+    ("1h", 10_000.0, 6_400.0), ("30m", 10_000.0, 8_200.0), ("2d", 200_000.0, 27_200.0), ("0", 5.0, 0.0),
+    ("1700000000", 0.0, 1_700_000_000.0), ("2026-01-01T00:00:00Z", 0.0, 1_767_225_600.0),
+])
+def test_parse_since(text, now, expected):
+    assert parse_since(text, now) == expected
+
+
+@pytest.mark.parametrize("text", ["yesterday", "1w", "", "-1h"])
+def test_parse_since_refuses(text):
+    with pytest.raises(ValueError):
+        parse_since(text, 0.0)
+
+
+def test_summarise_change():
+    a = {"action": "allow", "codes": ["x"]}
+    assert summarise_change(a, {"action": "allow", "codes": ["x"]}) is None
+    assert summarise_change(a, {"action": "deny", "codes": ["y"]}) == "allow -> deny  [x] -> [y]"
+    assert summarise_change(a, {"action": "allow", "codes": ["z"]}) is not None
+
+
+# -- the writer on a real store ----------------------------------------------------------------------------
+
+async def test_decision_log_batches_redacts_and_survives_a_store_outage(tmp_path):
+    store = Store(f"sqlite:///{tmp_path}/s.db")
+    await store.open()
+    log = DecisionLog(store, flush_interval_s=3600)          # flushed by hand below
+    log.start()
+    try:
+        for i in range(1200):
+            log.record("egress", {"session": {"id": f"s{i % 3}"}, "request": {"headers": {"cookie": "c=1"}}},
+                       {"action": "allow", "reasons": [], "codes": []}, "rev1", "embedded", 7, f"d{i}")
+        await log.flush()
+        rows = await DecisionStore(store).list_decisions()
+        assert [r["id"] for r in rows] == [f"d{i}" for i in range(1200)]
+        assert rows[5]["input"]["request"]["headers"]["cookie"] == REDACTED
+        assert (rows[5]["session"], rows[5]["latency_us"], rows[5]["policy_rev"]) == ("s2", 7, "rev1")
+        store.engine.dispose()
+        real_engine = store.engine
+        from sqlalchemy import create_engine
+        store.engine = create_engine(f"sqlite:///{tmp_path}/missing-dir/x.db")   # writes fail
+        log.record("toolcall", {}, {"action": "deny"}, "rev1", "embedded", 1, "late")
+        await log.flush()                                    # kept for retry, never raised
+        store.engine = real_engine
+        await log.flush()
+        assert (await DecisionStore(store).list_decisions(kind="toolcall"))[0]["id"] == "late"
+    finally:
+        await log.close()
+        store.close()
+
+
+# -- end to end: export, replay, shadow + diff ----------------------------------------------------------------
+
+def cli(sg: Sandgate, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "gateway", *args, "--data-dir", str(sg.data_dir), "--config",
+                           str(sg.config_path)], capture_output=True, text=True, timeout=120, cwd=str(ROOT))
+
+
+def wait_lines(fn, n, timeout=20.0):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        lines = [line for line in fn().stdout.splitlines() if line.strip()]
+        if len(lines) >= n:
+            return lines
+        time.sleep(0.2)
+    raise AssertionError("the decision log did not fill in time")
+
+
+def test_every_decision_is_logged_and_exported_in_opa_format(tmp_path, upstream):
+    with Sandgate(tmp_path / "gw", LOOPBACK_CONFIG) as sg:
+        sess = sg.session(allow=["allowed.test"], secrets=[])
+        proxies = sess["proxies"]
+        assert requests.get(f"http://allowed.test:{upstream.port}/a?api_key=abc123", proxies=proxies,
+                            headers={"Authorization": "Bearer sk-abcdefgh12345"}, timeout=30).status_code == 200
+        assert requests.get(f"http://other.test:{upstream.port}/b", proxies=proxies, timeout=30).status_code == 403
+        resp = sg.call("POST", "/v1/toolcalls", json={"session": sess["id"], "tool": "shell", "step": 1, "args": {
+            "command": "curl -H 'Authorization: Bearer ghp_abcdefghijklmnop' https://allowed.test/"}})
+        assert resp.status_code == 200
+        rev = sg.call("GET", "/healthz").json()["policy_rev"]
+        lines = wait_lines(lambda: cli(sg, "audit", "export", "--format", "opa-decision-log"), 3)
+    entries = [json.loads(line) for line in lines]
+    assert len(entries) == 3 and len({e["decision_id"] for e in entries}) == 3
+    by_path = {}
+    for e in entries:
+        by_path.setdefault(e["path"], []).append(e)
+        assert e["bundles"] == {"sandgate": {"revision": rev}} and e["labels"]["engine"] == "embedded"
+        assert e["timestamp"].endswith("Z") and e["metrics"]["timer_server_handler_ns"] > 0
+    egress = by_path["sandgate/egress/decision"]
+    assert [e["result"]["action"] for e in egress] == ["allow", "deny"]
+    assert egress[0]["input"]["request"]["headers"]["authorization"] == REDACTED
+    assert egress[0]["input"]["request"]["query"]["api_key"] == [REDACTED]
+    tc = by_path["sandgate/toolcall/decision"][0]
+    assert tc["input"]["tool"]["name"] == "shell"
+    text = json.dumps(entries)
+    for secret in ("sk-abcdefgh12345", "ghp_abcdefghijklmnop", "abc123", sess["token"]):
+        assert secret not in text
+
+
+def candidate_policy(tmp_path):
+    cand = tmp_path / "candidate"
+    shutil.copytree(ROOT / "policies", cand, ignore=shutil.ignore_patterns("__pycache__", "*.py"))
+    (cand / "site").mkdir()
+    (cand / "site" / "stricter.rego").write_text(
+        "package sandgate.egress\nimport rego.v1\n"
+        'deny contains {"code": "site.no_b", "reason": "no /b"} if startswith(input.request.path, "/b")\n')
+    return cand
+
+
+def test_replay_shows_what_a_candidate_policy_would_change(tmp_path, upstream):
+    cand = candidate_policy(tmp_path)
+    with Sandgate(tmp_path / "gw", LOOPBACK_CONFIG) as sg:
+        sess = sg.session(allow=["allowed.test"])
+        for path in ("/a", "/b1", "/b2", "/c"):
+            requests.get(f"http://allowed.test:{upstream.port}{path}", proxies=sess["proxies"], timeout=30)
+        wait_lines(lambda: cli(sg, "audit", "export", "--format", "opa-decision-log"), 4)
+        proc = cli(sg, "policy", "replay", "--since", "1h", "--policies", str(cand))
+        assert proc.returncode == 0, proc.stderr
+        lines = proc.stdout.splitlines()
+        assert lines[-1] == "4 decisions replayed, 2 would change (allow -> deny: 2)"
+        assert len(lines) == 3 and all("allow -> deny  [egress.allowed] -> [site.no_b]" in l for l in lines[:2])
+        as_json = [json.loads(l) for l in cli(sg, "policy", "replay", "--since", "1h", "--policies", str(cand),
+                                              "--json").stdout.splitlines()]
+        assert [j["candidate"]["codes"] for j in as_json] == [["site.no_b"], ["site.no_b"]]
+        assert cli(sg, "policy", "replay", "--since", "2000-01-01T00:00:00Z", "--until", "2000-01-02T00:00:00Z",
+                   "--policies", str(cand)).stdout.strip() == "0 decisions replayed, 0 would change"
+
+
+def test_shadow_policy_records_divergences_without_changing_decisions(tmp_path, upstream):
+    cand = candidate_policy(tmp_path)
+    cfg = {**LOOPBACK_CONFIG, "policy": {"shadow_dir": str(cand)}}
+    with Sandgate(tmp_path / "gw", cfg) as sg:
+        assert sg.call("GET", "/healthz").json()["policy"]["shadow"]["state"] == "ok"
+        sess = sg.session(allow=["allowed.test"])
+        codes = [requests.get(f"http://allowed.test:{upstream.port}{p}", proxies=sess["proxies"],
+                              timeout=30).status_code for p in ("/a", "/b", "/c")]
+        assert codes == [200, 200, 200], "the shadow is a dry run"
+        lines = wait_lines(lambda: cli(sg, "policy", "diff"), 2)
+        assert lines[-1] == "1 divergences"
+        assert "live allow -> shadow deny  [egress.allowed] -> [site.no_b]" in lines[0]
+        rows = [json.loads(l) for l in cli(sg, "policy", "diff", "--json").stdout.splitlines()]
+        assert rows[0]["input"]["request"]["path"] == "/b" and rows[0]["live_rev"] != rows[0]["shadow_rev"]
+        exported = [json.loads(l) for l in cli(sg, "audit", "export", "--format", "opa-decision-log").stdout
+                    .splitlines()]
+        assert rows[0]["decision_id"] in {e["decision_id"] for e in exported}
