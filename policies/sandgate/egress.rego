@@ -33,11 +33,18 @@ base_allow := object.get(cfg, "base_allow", [])
 
 # -- facts about the request ------------------------------------------------------------------------------
 
-method := upper(input.request.method)
+# Messages format only strings: a field of another type is shown by a fixed word.
+method := upper(input.request.method) if is_string(input.request.method)
 
-host := object.get(input, ["request", "host"], "")
+host := input.request.host if {
+	is_string(input.request.host)
+} else := "the destination"
 
-session_allow := object.get(input, ["session", "allow"], [])
+ip_class := object.get(input, ["request", "ip_class"], "")
+
+session_allow := input.session.allow if {
+	is_array(input.session.allow)
+} else := []
 
 # allow_list: the session's entries, plus the base allowlist for a persistent session.
 allow_list := array.concat(session_allow, base_allow) if {
@@ -46,7 +53,9 @@ allow_list := array.concat(session_allow, base_allow) if {
 
 host_listed if hosts.allowlisted(allow_list, input.request.host, input.request.port)
 
-ip_class_ok if object.get(input, ["request", "ip_class"], "") in ok_ip_classes
+ip_class_ok if ip_class in ok_ip_classes
+
+method_name := method if is_string(method) else := "this request"
 
 reads_only if method in read_methods
 
@@ -69,12 +78,14 @@ deny contains item if {
 
 deny contains item if {
 	not ip_class_ok
-	class := object.get(input, ["request", "ip_class"], "unknown")
+	class := ip_class_name
 	item := {
 		"code": sprintf("address.%s", [class]),
 		"reason": sprintf("destination address class %s is not allowed", [class]),
 	}
 }
+
+ip_class_name := ip_class if is_string(ip_class) else := "invalid"
 
 # -- ask --------------------------------------------------------------------------------------------------
 
@@ -90,8 +101,5 @@ ask contains {"code": "egress.git_push", "reason": "git push needs approval"} if
 ask contains item if {
 	input.session.frozen == true
 	not reads_only
-	item := {
-		"code": "egress.frozen",
-		"reason": sprintf("session is frozen: %s needs approval", [object.get(input, ["request", "method"], "this request")]),
-	}
+	item := {"code": "egress.frozen", "reason": sprintf("session is frozen: %s needs approval", [method_name])}
 }

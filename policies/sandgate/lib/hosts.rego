@@ -12,6 +12,7 @@ default allowlisted(_, _, _) := false
 
 # allowlisted is true when any entry matches host and port.
 allowlisted(entries, host, port) if {
+	is_array(entries)
 	some entry in entries
 	entry_matches(entry, host, port)
 }
