@@ -10,11 +10,48 @@ import rego.v1
 
 default allowlisted(_, _, _) := false
 
-# allowlisted is true when any entry matches host and port.
+# allowlisted is true when any entry matches host and port. It runs on every request, so instead of parsing
+# each entry it lists the few entry texts that would match this host and port (`forms`) and looks them up:
+# entries compare in their canonical form, as sandgate writes a session's list (lower case, port without
+# leading zeros, IPv6 in brackets when it has a port; base_allow in data must be written so too).
+# entry_matches below is the entry-by-entry definition, for any spelling.
 allowlisted(entries, host, port) if {
 	is_array(entries)
-	some entry in entries
-	entry_matches(entry, host, port)
+	some form in forms(host, port)
+	form in entries
+}
+
+# forms: every canonical entry text that matches host and port.
+forms(host, port) := names | port_forms(names, port) if {
+	is_string(host)
+	host != ""
+	names := host_patterns(host)
+}
+
+# host_patterns: the host itself, and "*.suffix" for each proper suffix (never the apex); IPv6 also bracketed.
+host_patterns(host) := {host, concat("", ["[", host, "]"])} if {
+	contains(host, ":")
+} else := {host} | {concat(".", array.concat(["*"], array.slice(labels, i, n))) |
+	labels := split(host, ".")
+	n := count(labels)
+	some i in numbers.range(1, n - 1)
+	i >= 1
+	i < n
+}
+
+port_forms(names, port) := {concat(":", [n, format_int(port, 10)]) |
+	some n in names
+	not bare_ipv6(n)
+} if {
+	is_number(port)
+	port == round(port)
+	port >= 1
+	port <= 65535
+} else := set()
+
+bare_ipv6(name) if {
+	contains(name, ":")
+	not startswith(name, "[")
 }
 
 default entry_matches(_, _, _) := false

@@ -168,7 +168,8 @@ def rego_bundle():
     engine.add_policy("hosts.rego", (LIB / "hosts.rego").read_text())
     engine.add_policy("hosts_test.rego", (LIB / "hosts_test.rego").read_text())
     engine.add_policy("probe.rego", "package probe\nimport rego.v1\nimport data.sandgate.lib.hosts\n"
-                      "match := hosts.entry_matches(input.entry, input.host, input.port)\n")
+                      "match := hosts.entry_matches(input.entry, input.host, input.port)\n"
+                      "listed := hosts.allowlisted(input.entries, input.host, input.port)\n")
     return engine
 
 
@@ -221,3 +222,25 @@ def test_rego_entry_matches_agrees_with_python(rego_bundle, entry, host, port):
     event(f"match={expected}")
     got = rego_query(rego_bundle, "probe/match", {"entry": str(entry), "host": host, "port": port})
     assert got is expected, (str(entry), host, port)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(entries(), min_size=1, max_size=4), st.one_of(NAMES, IPS, st.tuples(NAMES, st.booleans())),
+       st.none() | PORTS)
+def test_rego_allowlisted_agrees_with_python(rego_bundle, entry_list, host, port):
+    """The fast set lookup (`allowlisted`) decides as Python does for canonical entries (what sandgate writes)."""
+    first = entry_list[0]
+    port = port or first.port or 443
+    if isinstance(host, tuple):
+        prefix, apex = host
+        base = first.host.removeprefix("*.")
+        host = base if apex or ":" in base else f"{prefix}.{base}"
+    try:
+        host = normalise_host(host)
+    except ValueError:
+        assume(False)
+    expected = any(host_matches(e, host, port) for e in entry_list)
+    event(f"match={expected}")
+    got = rego_query(rego_bundle, "probe/listed", {"entries": [str(e) for e in entry_list], "host": host,
+                                                    "port": port})
+    assert got is expected, ([str(e) for e in entry_list], host, port)
