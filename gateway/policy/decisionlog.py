@@ -13,6 +13,9 @@ import re
 import time
 from typing import Any
 
+from gateway.store import Store
+from gateway.store.decisions import DecisionStore
+
 log = logging.getLogger("sandgate.policy")
 
 REDACTED = "[redacted]"
@@ -60,10 +63,8 @@ def redact_input(value: Any) -> Any:
 
 
 class DecisionLog:
-    def __init__(self, store: Any, flush_interval_s: float = 0.1, max_batch: int = 500,
+    def __init__(self, store: Store, flush_interval_s: float = 0.1, max_batch: int = 500,
                  max_pending: int = 100_000):
-        from gateway.store.decisions import DecisionStore
-
         self.store = DecisionStore(store)
         self._interval = flush_interval_s
         self._max_batch = max_batch

@@ -15,6 +15,8 @@ from pathlib import Path
 from typing import Any, Callable, TextIO
 
 from gateway.policy.rego import ENTRYPOINTS
+from gateway.store import Store
+from gateway.store.decisions import DecisionStore
 
 _RELATIVE = re.compile(r"^(\d+(?:\.\d+)?)([smhd])$")
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -97,9 +99,6 @@ def register(psub: Any, sub: Any, common: Callable[[argparse.ArgumentParser], No
 
 
 async def _read(cfg: Any, what: str, since: float, until: float | None, kind: str | None) -> list[dict]:
-    from gateway.store import Store
-    from gateway.store.decisions import DecisionStore
-
     if cfg.store_url.startswith("sqlite") and not Path(cfg.store_url.split("///", 1)[-1]).exists():
         raise ValueError(f"no store at {cfg.store_url} (use --data-dir or --config)")
     store = Store(cfg.store_url)

@@ -4,6 +4,7 @@ Run alone: `.venv/bin/python tests/bench/policy.py [--n N]`. Rows:
 - regorus, direct: one `evaluate()` on an engine in this thread (the engine's own cost);
 - embedded, worker processes (`policy.isolation = "process"`, the default) and embedded, threads: the
   gateway's engine objects through `decide()` with the decision cache off, so every call evaluates;
+- the same with the decision log on (rows appended, written in batches to SQLite off the hot path);
 - opa: the `opa` engine through `decide()` (HTTP, pooled) against tests/support/opa_server.py, the real OPA Go
   engine behind a small REST server of ours (not the `opa` binary: the difference is the server around it);
 - the OPA Go engine, direct: `eval_document()` in this process, for comparison.
@@ -112,6 +113,22 @@ async def run(n: int) -> list[tuple[str, str, list[float]]]:
                 rows.append((label, kind, await timed_async(eng, kind, docs[kind], n)))
         finally:
             await eng.close()
+    from gateway.policy.decisionlog import DecisionLog
+    from gateway.store import Store
+
+    store = Store(f"sqlite:///{tempfile.mkdtemp(prefix='sandgate-bench-log-')}/s.db")
+    await store.open()
+    log = DecisionLog(store)
+    log.start()
+    eng = EmbeddedEngine(POLICIES, workers=2, decision_log=log)
+    await eng.start()
+    try:
+        for kind in docs:
+            rows.append(("embedded, threads, with the decision log", kind, await timed_async(eng, kind, docs[kind], n)))
+    finally:
+        await eng.close()
+        await log.close()
+        store.close()
     with OpaServer(Path(tempfile.mkdtemp(prefix="sandgate-bench-opa-"))) as server:
         eng = OpaEngine(POLICIES, server.url)
         await eng.start()
