@@ -46,12 +46,20 @@ session_allow := input.session.allow if {
 	is_array(input.session.allow)
 } else := []
 
-# allow_list: the session's entries, plus the base allowlist for a persistent session.
-allow_list := array.concat(session_allow, base_allow) if {
-	input.session.workload == "persistent"
-} else := session_allow
+# host_listed: the session's allow list, or for a persistent session the base allowlist, has the host.
+host_forms := hosts.forms(input.request.host, input.request.port)
 
-host_listed if hosts.allowlisted(allow_list, input.request.host, input.request.port)
+host_listed if {
+	some form in host_forms
+	form in session_allow
+}
+
+host_listed if {
+	input.session.workload == "persistent"
+	is_array(base_allow)
+	some form in host_forms
+	form in base_allow
+}
 
 ip_class_ok if ip_class in ok_ip_classes
 

@@ -31,12 +31,9 @@ forms(host, port) := names | port_forms(names, port) if {
 # host_patterns: the host itself, and "*.suffix" for each proper suffix (never the apex); IPv6 also bracketed.
 host_patterns(host) := {host, concat("", ["[", host, "]"])} if {
 	contains(host, ":")
-} else := {host} | {concat(".", array.concat(["*"], array.slice(labels, i, n))) |
-	labels := split(host, ".")
-	n := count(labels)
-	some i in numbers.range(1, n - 1)
-	i >= 1
-	i < n
+} else := {host} | {concat("", ["*", substring(host, i, -1)]) |
+	some i in indexof_n(host, ".")
+	i > 0
 }
 
 port_forms(names, port) := {concat(":", [n, format_int(port, 10)]) |
