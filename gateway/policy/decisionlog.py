@@ -8,6 +8,7 @@ so a slow or dead store costs decision-log rows, never request latency. `close()
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import re
 import time
@@ -34,7 +35,13 @@ _SENSITIVE_TEXT = [
 _NAME_KEYS = frozenset({"secrets"})
 
 
+# Every pattern above needs one of these: most strings are let through after this one search.
+_MAYBE_SENSITIVE = re.compile(r"(?i)bearer|basic|token|authori|api|cookie|pass|secret|access|private|://")
+
+
 def redact_text(text: str) -> str:
+    if not _MAYBE_SENSITIVE.search(text):
+        return text
     for pattern, repl in _SENSITIVE_TEXT:
         text = pattern.sub(repl, text)
     return text
@@ -49,12 +56,17 @@ def _redact_all(value: Any) -> Any:
     return REDACTED if isinstance(value, str) and value else value
 
 
+@functools.lru_cache(maxsize=4096)
+def _sensitive_key(key: str) -> bool:
+    return key not in _NAME_KEYS and _SENSITIVE_KEY.search(key) is not None
+
+
 def redact_input(value: Any) -> Any:
     """A copy of `value` with the values of credential-like keys, and credentials inside strings (bearer
     tokens, `password=`, URL user-info, `Authorization:` headers in commands), replaced by "[redacted]"."""
     if isinstance(value, dict):
-        return {k: (_redact_all(v) if isinstance(k, str) and k not in _NAME_KEYS and _SENSITIVE_KEY.search(k)
-                    else redact_input(v)) for k, v in value.items()}
+        return {k: (_redact_all(v) if isinstance(k, str) and _sensitive_key(k) else redact_input(v))
+                for k, v in value.items()}
     if isinstance(value, list):
         return [redact_input(v) for v in value]
     if isinstance(value, str):
@@ -63,7 +75,7 @@ def redact_input(value: Any) -> Any:
 
 
 class DecisionLog:
-    def __init__(self, store: Store, flush_interval_s: float = 0.1, max_batch: int = 500,
+    def __init__(self, store: Store, flush_interval_s: float = 0.1, max_batch: int = 200,
                  max_pending: int = 100_000):
         self.store = DecisionStore(store)
         self._interval = flush_interval_s
