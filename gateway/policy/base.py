@@ -156,7 +156,7 @@ class CachingEngine:
 
     def health(self) -> dict:
         state = {"engine": self.engine_name, "state": "ok" if self._ready() else "starting", "rev": self.rev,
-                 "last_error": self.last_error}
+                 "reload_failed": self.last_error is not None}      # the error text is logged, not served
         isolation = getattr(self, "isolation", None)
         return {**state, "isolation": isolation} if isolation else state
 

@@ -59,8 +59,10 @@ class OpaEngine(CachingEngine):
         self._lock = asyncio.Lock()
 
     def health(self) -> dict:
-        return {"engine": "opa", "url": self.url, "push": self.push, "state": self.state,
-                "rev": self.rev, "last_error": self.last_error, "decision_error": self.decision_error}
+        """For /healthz, which anyone reaching the API may read: states, never error texts or addresses
+        (those are logged)."""
+        return {"engine": "opa", "push": self.push, "state": self.state, "rev": self.rev,
+                "reload_failed": self.last_error is not None}
 
     async def _open(self) -> None:
         from opa_client.opa_async import AsyncOpaClient
