@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from pathlib import Path
 from typing import Any, Callable, Iterator, TextIO
@@ -55,9 +56,12 @@ def run(cfg: Any, args: Any) -> int:
             return cmd_check(directory, args.strict, sys.stdout)
         if args.policy_cmd == "eval":
             return cmd_eval(directory, args, sys.stdout)
-    except (PolicyError, ValueError, OSError) as exc:
+    except (PolicyError, ValueError, OSError, re.error) as exc:
         print(f"sandgate policy: {exc}", file=sys.stderr)
         return 2 if args.policy_cmd == "test" else 1
+    except Exception as exc:  # noqa: BLE001 - one line for the user, never a traceback
+        print(f"sandgate policy: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 2
     return 2
 
 

@@ -153,6 +153,12 @@ def test_run_selects_tests_by_regex(tmp_path):
     assert "test_internal_get_allowed" in proc.stdout and "test_admin_allowed" not in proc.stdout
 
 
+@pytest.mark.parametrize("args", [["--run", "("], ["/no/such/dir"]])
+def test_bad_arguments_are_one_line_and_exit_2(args):
+    proc = sandgate("policy", "test", *args)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr and proc.stderr.startswith("sandgate policy:")
+
+
 def test_prints_are_shown_for_failures(tmp_path):
     proc = sandgate("policy", "test", str(write(tmp_path, {"p_test.rego": """
         package p_test
