@@ -3,11 +3,13 @@
 Reported with file:line: parse errors, calls to functions that are neither defined by the policy nor
 builtins of the engine, unsafe variables and conflicting rules (regorus finds the last two when a rule is
 first evaluated, so every rule is evaluated once on an empty input). `strict` adds OPA's strict-mode checks
-that a static walk can make: unused and duplicate imports, deprecated builtins.
+that a static walk can make: unused and duplicate imports, deprecated builtins, local assignments and function
+arguments never used, assignments to `input` or `data`.
 """
 from __future__ import annotations
 
 import re
+from collections import Counter
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
@@ -163,6 +165,58 @@ def _strict(modules: list[dict]) -> list[Finding]:
         for name, line, _ in _calls_with_arity(module["ast"].get("rules", [])):
             if ".".join(name) in DEPRECATED:
                 findings.append(Finding(file, line, f"deprecated built-in function {'.'.join(name)}", "warning"))
+        findings.extend(_unused_locals(module))
+    return findings
+
+
+def _var_names(node: Any, out: Counter) -> Counter:
+    if isinstance(node, dict):
+        var = node.get("Var")
+        if isinstance(var, dict) and isinstance(var.get("value"), str):
+            out[var["value"]] += 1
+        for value in node.values():
+            _var_names(value, out)
+    elif isinstance(node, list):
+        for value in node:
+            _var_names(value, out)
+    return out
+
+
+def _assignments(node: Any):
+    """(name, line) of every `name := ...` in a subtree."""
+    if isinstance(node, dict):
+        assign = node.get("AssignExpr")
+        if isinstance(assign, dict) and isinstance(assign.get("lhs"), dict) and "Var" in assign["lhs"]:
+            var = assign["lhs"]["Var"]
+            yield var["value"], var["span"]["line"]
+        for value in node.values():
+            yield from _assignments(value)
+    elif isinstance(node, list):
+        for value in node:
+            yield from _assignments(value)
+
+
+def _unused_locals(module: dict) -> list[Finding]:
+    """OPA strict mode: local assignments never used, function arguments never used, `input`/`data`
+    assigned to."""
+    file, findings = ast.module_file(module), []
+    for rule in module["ast"].get("rules", []):
+        kind, body = next(iter(rule.items()))
+        if kind != "Spec":
+            continue
+        counts = _var_names(body, Counter())
+        for name, line in _assignments(body.get("bodies", [])):
+            if name in ("input", "data"):
+                findings.append(Finding(file, line, f"assigns to the reserved name {name}", "warning"))
+            elif not name.startswith("_") and counts[name] == 1:
+                findings.append(Finding(file, line, f"local variable {name} is assigned but never used", "warning"))
+        head = body["head"].get("Func")
+        if head:
+            for arg in head.get("args", []):
+                var = arg.get("Var") if isinstance(arg, dict) else None
+                if var and not var["value"].startswith("_") and counts[var["value"]] == 1:
+                    findings.append(Finding(file, var["span"]["line"],
+                                            f"function argument {var['value']} is never used", "warning"))
     return findings
 
 

@@ -254,9 +254,40 @@ def test_check_strict_reports_unused_imports(tmp_path):
     assert proc.returncode == 1 and "p.rego:3: warning: import data.never.used is unused" in proc.stdout
 
 
-def test_check_shipped_policies_are_clean():
-    proc = sandgate("policy", "check", "--strict", str(ROOT / "policies"))
+def test_check_shipped_policies_are_clean(tmp_path):
+    proc = sandgate("policy", "check", str(ROOT / "policies"))
     assert proc.returncode == 0, proc.stdout
+    import shutil
+
+    for rel in ("sandgate/egress.rego", "sandgate/egress_test.rego", "sandgate/lib", "sandgate/config"):
+        src, dst = ROOT / "policies" / rel, tmp_path / rel
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        (shutil.copytree if src.is_dir() else shutil.copy)(src, dst)
+    proc = sandgate("policy", "check", "--strict", str(tmp_path))      # the egress policy and the library
+    assert proc.returncode == 0, proc.stdout
+
+
+def test_check_strict_reports_unused_locals_and_arguments(tmp_path):
+    write(tmp_path, {"p.rego": """
+        package p
+
+        import rego.v1
+
+        x if {
+            y := 1
+            z := 2
+            z > 0
+        }
+
+        f(a, b) := a
+
+        g(_, c) := c
+        """})
+    proc = sandgate("policy", "check", "--strict", str(tmp_path))
+    assert proc.returncode == 1
+    assert "p.rego:6: warning: local variable y is assigned but never used" in proc.stdout
+    assert "p.rego:11: warning: function argument b is never used" in proc.stdout
+    assert "z is" not in proc.stdout and "argument c" not in proc.stdout
 
 
 # -- eval --------------------------------------------------------------------------------------------------
