@@ -75,7 +75,7 @@ def cmd_test(directory: Path, args: Any, out: TextIO) -> int:
         if r.passed and not args.verbose:
             continue
         where = f"{r.file}:{r.line}"
-        label = {"pass": "PASS", "fail": "FAIL", "error": "ERROR"}[r.outcome]
+        label = {"pass": "PASS", "fail": "FAIL", "error": "ERROR", "skip": "SKIP"}[r.outcome]
         detail = f" ({r.detail})" if r.detail else ""
         out.write(f"{label} {r.name} {where}{detail}\n")
         if r.prints and (args.verbose or not r.passed):
@@ -90,10 +90,12 @@ def cmd_test(directory: Path, args: Any, out: TextIO) -> int:
         out.write(f"  total: {report.coverage_percent():.1f}%\n")
     passed = sum(r.passed for r in report.results)
     errors = sum(r.outcome == "error" for r in report.results)
-    tail = f", {errors} errors" if errors else ""
+    skipped = sum(r.outcome == "skip" for r in report.results)
+    failed = len(report.results) - passed - skipped
+    tail = (f", {skipped} skipped" if skipped else "") + (f", {errors} errors" if errors else "")
     if not report.results:
         out.write("no tests found\n")
-    out.write(f"{passed} passed, {len(report.results) - passed} failed{tail}\n")
+    out.write(f"{passed} passed, {failed} failed{tail}\n")
     return report.exit_code
 
 

@@ -137,13 +137,22 @@ def test_an_erroring_test_exits_2(tmp_path):
     assert re.search(r"^ERROR data\.err_test\.test_conflict_is_an_error authz/err_test\.rego:8 \(.*conflict",
                      proc.stdout, re.M), proc.stdout
     assert "FAIL data.err_test.test_failure authz/err_test.rego:12" in proc.stdout
-    assert proc.stdout.splitlines()[-1] == "6 passed, 2 failed, 1 errors"
+    assert proc.stdout.splitlines()[-1] == "6 passed, 2 failed, 1 errors"      # failed counts the error too
 
 
 def test_a_policy_that_does_not_parse_exits_2(tmp_path):
     proc = sandgate("policy", "test", str(write(tmp_path, {"p.rego": "package p\nimport rego.v1\nx := {\n"})))
     assert proc.returncode == 2
     assert "p.rego:" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_todo_tests_are_skipped(tmp_path):
+    files = dict(ORDINARY)
+    files["authz/todo_test.rego"] = "package todo_test\n\nimport rego.v1\n\ntodo_test_later if false\n"
+    proc = sandgate("policy", "test", "-v", str(write(tmp_path, files)))
+    assert proc.returncode == 0, proc.stdout
+    assert "SKIP data.todo_test.todo_test_later authz/todo_test.rego:5" in proc.stdout
+    assert proc.stdout.splitlines()[-1] == "6 passed, 0 failed, 1 skipped"
 
 
 def test_run_selects_tests_by_regex(tmp_path):
