@@ -48,6 +48,7 @@ def is_builtin(name: str, arity: int) -> bool:
     """Whether regorus knows `name` as a function of `arity` arguments (probed with a throw-away policy)."""
     args = ", ".join(["input.a"] * arity)
     engine = regorus.Engine()
+    engine.set_gather_prints(True)
     try:
         engine.add_policy("probe.rego", f"package probe\nimport rego.v1\nx if {{ {name}({args}) }}\n")
         engine.set_input({})
@@ -121,6 +122,7 @@ def _evaluation_errors(engine: Any, modules: list[dict]) -> list[Finding]:
             continue
         seen.add(rule.path)
         probe = engine.clone()
+        probe.set_gather_prints(True)         # a print() in the policy must not reach our stdout/stderr
         try:
             probe.set_input({})
             probe.eval_rule_as_json(rule.path)
@@ -132,6 +134,7 @@ def _evaluation_errors(engine: Any, modules: list[dict]) -> list[Finding]:
                 findings.append(_finding(text))
     for package in sorted({rast_pkg for rast_pkg in (ast.module_package(m) for m in modules)}):
         probe = engine.clone()          # a whole package: also reaches functions (e.g. arity conflicts)
+        probe.set_gather_prints(True)
         try:
             probe.set_input({})
             probe.eval_query_as_json(f"data.{package}")

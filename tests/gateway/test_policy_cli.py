@@ -256,6 +256,12 @@ def test_check_reports_unsafe_variables_conflicts_and_parse_errors(tmp_path, bod
     assert message in proc.stdout, proc.stdout
 
 
+def test_check_keeps_the_policys_prints_to_itself(tmp_path):
+    write(tmp_path, {"p.rego": 'package p\nimport rego.v1\nx if {\n\tprint("hello", input.a)\n}\n'})
+    proc = sandgate("policy", "check", str(tmp_path))
+    assert proc.returncode == 0 and proc.stderr == "" and proc.stdout.startswith("ok:")
+
+
 def test_check_strict_reports_unused_imports(tmp_path):
     write(tmp_path, {"p.rego": "package p\nimport rego.v1\nimport data.never.used\nx := 1\n"})
     assert sandgate("policy", "check", str(tmp_path)).returncode == 0
