@@ -7,12 +7,15 @@ evaluations at once. regorus holds the GIL while it evaluates.
 from __future__ import annotations
 
 import json
+import logging
 import re
 from typing import Any
 
 import regorus
 
 from gateway.policy.loader import PolicySource
+
+log = logging.getLogger("sandgate.policy")
 
 ENTRY_PACKAGES = {"egress": "sandgate.egress", "toolcall": "sandgate.toolcall"}
 ENTRYPOINTS = {kind: f"data.{pkg}.decision" for kind, pkg in ENTRY_PACKAGES.items()}
@@ -71,15 +74,29 @@ def evaluate(engine: Any, rule: str, input_doc: Any, as_json: bool = False) -> A
         engine.set_input(input_doc)
         if as_json:
             text = engine.eval_rule_as_json(rule)
-            return None if text is None or text == _UNDEFINED_JSON else json.loads(text)
-        return engine.eval_rule(rule)
+            value = None if text is None or text == _UNDEFINED_JSON else json.loads(text)
+        else:
+            value = engine.eval_rule(rule)
+        _drain_prints(engine)
+        return value
     except BaseException as exc:  # noqa: BLE001
+        _drain_prints(engine)
         if isinstance(exc, (KeyboardInterrupt, SystemExit)):
             raise
         text = error_text(exc)
         if text == "not a valid rule path":
             return None
         raise PolicyError(text) from None
+
+
+def _drain_prints(engine: Any) -> None:
+    """print() output of the policy is gathered by the engine: hand it to the log, never let it pile up."""
+    try:
+        prints = engine.take_prints()
+    except BaseException:  # noqa: BLE001 - an engine without gathered prints
+        return
+    for line in prints:
+        log.debug("policy print: %s", line)
 
 
 def smoke_test(engine: Any) -> None:
