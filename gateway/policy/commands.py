@@ -1,6 +1,8 @@
 """`sandgate policy test|check|eval|replay|diff` and `sandgate audit export`: parsers and implementations.
 
-cli.py registers these with `register(subparsers, common)` and runs them with `run(cfg, args)`.
+cli.py registers these with `register(subparsers, common)` and runs them with `run(cfg, args)`. Building the
+parser imports nothing heavy (every sandgate command builds it): the engine and the store load when a policy
+command runs.
 """
 from __future__ import annotations
 
@@ -10,10 +12,6 @@ import re
 import sys
 from pathlib import Path
 from typing import Any, Callable, Iterator, TextIO
-
-from gateway.policy.factory import policy_dir
-from gateway.policy.loader import load_policy_dir
-from gateway.policy.rego import PolicyError
 
 COMMANDS = ("policy", "audit")
 
@@ -47,6 +45,9 @@ def run(cfg: Any, args: Any) -> int:
         from gateway.policy import logcommands
 
         return logcommands.run(cfg, args)
+    from gateway.policy.factory import policy_dir
+    from gateway.policy.rego import PolicyError
+
     explicit = getattr(args, "dir", None) or getattr(args, "policies", None)
     directory = Path(explicit) if explicit else policy_dir(cfg.policy)
     try:
@@ -103,6 +104,7 @@ def cmd_test(directory: Path, args: Any, out: TextIO) -> int:
 
 def cmd_check(directory: Path, strict: bool, out: TextIO) -> int:
     from gateway.policy.check import check_source
+    from gateway.policy.loader import load_policy_dir
 
     source = load_policy_dir(directory)
     findings = check_source(source, strict=strict)
@@ -145,6 +147,7 @@ def _unwrap(doc: Any) -> Any:
 
 def cmd_eval(directory: Path, args: Any, out: TextIO) -> int:
     from gateway.policy.evaluator import Evaluator
+    from gateway.policy.loader import load_policy_dir
 
     text = sys.stdin.read() if args.input == "-" else Path(args.input).read_text(encoding="utf-8")
     is_lines, docs = read_documents(text, force_lines=args.input.endswith((".jsonl", ".ndjson")))

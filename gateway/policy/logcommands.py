@@ -1,4 +1,4 @@
-"""Commands over the decision log: `sandgate audit export --format opa-decision-log`, `sandgate policy replay`
+"""Commands over the decision log (the store is imported when one runs, not when the parser is built): `sandgate audit export --format opa-decision-log`, `sandgate policy replay`
 (re-decide logged inputs against a candidate policy) and `sandgate policy diff` (the shadow policy's
 divergences). They read the store named by the configuration (`store.url`, default the data dir's SQLite)."""
 from __future__ import annotations
@@ -14,9 +14,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, TextIO
 
-from gateway.policy.rego import ENTRYPOINTS
-from gateway.store import Store
-from gateway.store.decisions import DecisionStore
+KINDS = ("egress", "toolcall")
 
 _RELATIVE = re.compile(r"^(\d+(?:\.\d+)?)([smhd])$")
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -52,8 +50,7 @@ def opa_decision_log_entry(row: dict) -> dict:
     return {
         "decision_id": row["id"],
         "timestamp": rfc3339(row["ts"]),
-        "path": ENTRYPOINTS.get(row["kind"], f"data.sandgate.{row['kind']}.decision").removeprefix("data.")
-        .replace(".", "/"),
+        "path": f"sandgate/{row['kind']}/decision",
         "input": row["input"],
         "result": row["result"],
         "bundles": {"sandgate": {"revision": row["policy_rev"]}},
@@ -80,12 +77,12 @@ def register(psub: Any, sub: Any, common: Callable[[argparse.ArgumentParser], No
     replay.add_argument("--since", required=True, help="1h, 30m, 2d, an RFC 3339 time or Unix seconds")
     replay.add_argument("--until", help="same forms as --since")
     replay.add_argument("--policies", required=True, help="the candidate policy directory")
-    replay.add_argument("--kind", choices=sorted(ENTRYPOINTS))
+    replay.add_argument("--kind", choices=KINDS)
     replay.add_argument("--json", action="store_true", help="JSON Lines instead of text")
     diff = psub.add_parser("diff", help="list where the shadow policy disagreed with the live one")
     common(diff)
     diff.add_argument("--since", default="0", help="1h, 30m, 2d, an RFC 3339 time or Unix seconds")
-    diff.add_argument("--kind", choices=sorted(ENTRYPOINTS))
+    diff.add_argument("--kind", choices=KINDS)
     diff.add_argument("--json", action="store_true", help="JSON Lines instead of text")
     audit = sub.add_parser("audit", help="export the decision log")
     asub = audit.add_subparsers(dest="audit_cmd", required=True)
@@ -94,11 +91,14 @@ def register(psub: Any, sub: Any, common: Callable[[argparse.ArgumentParser], No
     export.add_argument("--format", required=True, choices=["opa-decision-log"])
     export.add_argument("--since", default="0", help="1h, 30m, 2d, an RFC 3339 time or Unix seconds")
     export.add_argument("--until")
-    export.add_argument("--kind", choices=sorted(ENTRYPOINTS))
+    export.add_argument("--kind", choices=KINDS)
     export.add_argument("--output", "-o", help="file to write (default stdout)")
 
 
 async def _read(cfg: Any, what: str, since: float, until: float | None, kind: str | None) -> list[dict]:
+    from gateway.store import Store
+    from gateway.store.decisions import DecisionStore
+
     if cfg.store_url.startswith("sqlite") and not Path(cfg.store_url.split("///", 1)[-1]).exists():
         raise ValueError(f"no store at {cfg.store_url} (use --data-dir or --config)")
     store = Store(cfg.store_url)

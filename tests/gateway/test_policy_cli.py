@@ -373,3 +373,11 @@ def test_eval_explain_includes_site_rules(tmp_path):
     assert out["decision"]["action"] == "deny"
     assert {"set": "deny", "rule": "site/x.rego:5", "items": [{"code": "site.no_delete",
                                                                "reason": "no deletes here"}]} in out["explain"]
+
+
+def test_building_the_parser_loads_neither_the_engine_nor_the_store():
+    """Every sandgate command builds the whole parser: the policy commands must not make them all slow."""
+    code = ("import sys, gateway.cli; gateway.cli.build_parser(); "
+            "print(sorted(m for m in ('regorus', 'sqlmodel', 'sqlalchemy') if m in sys.modules))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=str(ROOT))
+    assert proc.returncode == 0 and proc.stdout.strip() == "[]", proc.stdout + proc.stderr
