@@ -223,6 +223,27 @@ def _unused_locals(module: dict) -> list[Finding]:
     return findings
 
 
+def _has_var(node: Any) -> bool:
+    return bool(_var_names(node, Counter()))
+
+
+def _opa_only_errors(modules: list[dict]) -> list[Finding]:
+    """What regorus accepts and OPA refuses to compile (the `opa` engine could not load the policy):
+    `else` on a rule whose head has a variable (`x[i] := ... else := ...`)."""
+    findings = []
+    for module in modules:
+        for rule in module["ast"].get("rules", []):
+            kind, body = next(iter(rule.items()))
+            if kind != "Spec" or not any(b.get("is_else") for b in body.get("bodies", [])):
+                continue
+            head = next(iter(body["head"].values()))
+            ref = head.get("refr", {})
+            if "RefBrack" in ref and _has_var(ref["RefBrack"].get("index")):
+                findings.append(Finding(ast.module_file(module), head["span"]["line"],
+                                        "else cannot be used on a rule with variables in its head (OPA refuses it)"))
+    return findings
+
+
 def check_source(source: PolicySource, strict: bool = False) -> list[Finding]:
     """Every problem found, sorted by file and line; empty when the policy is clean."""
     try:
@@ -230,7 +251,8 @@ def check_source(source: PolicySource, strict: bool = False) -> list[Finding]:
     except PolicyError as exc:
         return [_finding(str(exc))]
     modules = ast.parse_ast(engine.get_ast_as_json())
-    findings = set(_unknown_functions(modules)) | set(_evaluation_errors(engine, modules))
+    findings = set(_unknown_functions(modules)) | set(_evaluation_errors(engine, modules)) \
+        | set(_opa_only_errors(modules))
     if strict:
         findings |= set(_strict(modules))
     return sorted(findings)

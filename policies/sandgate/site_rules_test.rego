@@ -17,11 +17,10 @@ egress_input := {
 	"request": {"method": "GET", "host": "example.com", "port": 443, "path": "/", "ip_class": ""},
 }
 
-toolcall_input(command) := {
+toolcall_input := {
 	"kind": "toolcall",
 	"session": {"id": "s1", "workload": "persistent", "frozen": false, "workspace": "/workspace"},
-	"tool": {"name": "shell", "args": {"command": command}},
-	"shell": {"parsed": true, "commands": [{"argv": split(command, " "), "name": split(command, " ")[0], "op": ""}]},
+	"tool": {"name": "list_files", "args": {}},
 }
 
 test_deny_site_rule_beats_shipped_allow_egress if {
@@ -35,18 +34,18 @@ test_ask_site_rule_with_ttl_egress if {
 }
 
 test_allow_shipped_toolcall_read if {
-	d := toolcall.decision with input as toolcall_input("ls")
+	d := toolcall.decision with input as toolcall_input
 	d.action == "allow"
 }
 
 test_deny_site_rule_beats_shipped_allow_toolcall if {
-	d := toolcall.decision with input as toolcall_input("ls") with toolcall.deny as site_deny
+	d := toolcall.decision with input as toolcall_input with toolcall.deny as site_deny
 	d.action == "deny"
 	d.codes == ["site.blocked"]
 }
 
 test_ask_site_rule_toolcall if {
-	d := toolcall.decision with input as toolcall_input("ls") with toolcall.ask as site_ask
+	d := toolcall.decision with input as toolcall_input with toolcall.ask as site_ask
 	d.action == "ask"
 	d.codes == ["site.review"]
 }

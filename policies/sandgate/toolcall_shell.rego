@@ -304,7 +304,10 @@ cli_class[i] := class if {
 	not cli_download(i)
 	some class, rank in cli_rank
 	rank == top % 10
-} else := "local" if {
+}
+
+# (two rules rather than `else`: OPA refuses `else` on a rule with a variable in its head)
+cli_class[i] := "local" if {
 	some i, _ in cli_hits
 	cli_download(i)
 }

@@ -248,6 +248,8 @@ def test_check_accepts_functions_defined_by_the_policy_and_imports(tmp_path):
     ("x := 1\nx contains 2 if true\n", "p.rego:4: error: previous value is not a set"),
     ("f(a) := a\nf(a, b) := a\n", "p.rego:4: error: data.p.f was previously defined with 1 arguments."),
     ("x := {\n", "p.rego:4: error: expecting expression"),
+    ("x[i] := 1 if {\n\tsome i in [1]\n\ti > 5\n} else := 2 if {\n\tsome i in [1]\n}\n",
+     "p.rego:3: error: else cannot be used on a rule with variables in its head (OPA refuses it)"),
 ])
 def test_check_reports_unsafe_variables_conflicts_and_parse_errors(tmp_path, body, message):
     write(tmp_path, {"p.rego": "package p\nimport rego.v1\n" + body})
