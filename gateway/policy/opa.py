@@ -1,6 +1,7 @@
 """The `opa` engine: decisions from an OPA server over its REST API (opa-python-client, aiohttp underneath).
 
-On start and on every change of the policy directory the modules are pushed with `PUT /v1/policies/<id>` and
+On start and on every change of the policy directory the modules are pushed with `PUT /v1/policies/<id>`
+(opapush.py: one per file, or one per package for files that only compile together) and
 the data files with `PUT /v1/data/<path>` (OPA's bundle layout), and modules this process pushed earlier that
 are gone are deleted; with `policy.opa_push = false` the server loads its own bundles and nothing is pushed
 (and nothing is cached: the server may change its policy at any time). A decision is `POST
@@ -17,12 +18,10 @@ from urllib.parse import urlsplit
 
 from gateway.policy.base import CachingEngine, DecisionSink, EvaluationTimeout
 from gateway.policy.loader import PolicySource, load_policy_dir
+from gateway.policy.opapush import merge_by_package, policy_id
 from gateway.policy.rego import PolicyError, compile_source
 
 log = logging.getLogger("sandgate.policy")
-
-POLICY_ID_PREFIX = "sandgate/"
-
 
 class OpaError(Exception):
     """The OPA server refused or failed a request."""
@@ -36,10 +35,6 @@ def parse_opa_url(url: str) -> tuple[str, int, bool]:
     if parts.path not in ("", "/"):
         raise ValueError("policy.opa_url must not have a path (the API is under /v1)")
     return parts.hostname, parts.port or (443 if parts.scheme == "https" else 80), parts.scheme == "https"
-
-
-def policy_id(rel: str) -> str:
-    return POLICY_ID_PREFIX + rel
 
 
 class OpaEngine(CachingEngine):
@@ -125,28 +120,44 @@ class OpaEngine(CachingEngine):
             except Exception as exc:  # noqa: BLE001
                 log.warning("could not delete stale data %s from OPA: %s", stale, exc)
         self._pushed_data = paths
-        ids = {policy_id(rel) for rel, _ in source.modules}
-        # OPA compiles every PUT against the modules it already has, so a module goes up after those it
-        # uses: push what compiles, retry the rest while that makes progress.
-        pending = list(source.modules)
-        while pending:
-            failed: list[tuple[str, str]] = []
-            last: OpaError | None = None
-            for rel, text in pending:
-                try:
-                    await asyncio.wait_for(self._put_policy(policy_id(rel), text), self.timeout_s * 5)
-                except OpaError as exc:
-                    failed.append((rel, text))
-                    last = exc
-            if len(failed) == len(pending):
-                raise last if last is not None else OpaError("policy push made no progress")
-            pending = failed
+        rel_of = {policy_id(rel): rel for rel, _ in source.modules}
+        ids, left, _ = await self._push_units([(policy_id(rel), text) for rel, text in source.modules])
+        if left:
+            # Modules that only compile together (one package, calling each other's functions): one module
+            # per package. The single-file versions of those go first, or their rules would be defined twice.
+            for pid, _ in left:
+                if pid in self._pushed:
+                    await asyncio.wait_for(client.delete_policy(pid), self.timeout_s * 5)
+            more, rest, error = await self._push_units(merge_by_package([(rel_of[pid], text) for pid, text in left]))
+            if rest:
+                raise error or OpaError("policy push made no progress")
+            ids |= more
         for stale in sorted(self._pushed - ids):
             try:
                 await asyncio.wait_for(client.delete_policy(stale), self.timeout_s * 5)
             except Exception as exc:  # noqa: BLE001 - a stale module left behind is logged, not fatal
                 log.warning("could not delete stale policy %s from OPA: %s", stale, exc)
         self._pushed = ids
+
+    async def _push_units(self, units: list[tuple[str, str]]) -> tuple[set[str], list[tuple[str, str]],
+                                                                     OpaError | None]:
+        """PUT each (id, text), retrying the failures while that makes progress: (ids pushed, units left,
+        the last error)."""
+        pushed: set[str] = set()
+        pending, error = list(units), None
+        while pending:
+            failed = []
+            for pid, text in pending:
+                try:
+                    await asyncio.wait_for(self._put_policy(pid, text), self.timeout_s * 5)
+                    pushed.add(pid)
+                except OpaError as exc:
+                    failed.append((pid, text))
+                    error = exc
+            if len(failed) == len(pending):
+                return pushed, failed, error
+            pending = failed
+        return pushed, [], None
 
     async def _put_policy(self, pid: str, text: str) -> None:
         try:

@@ -148,3 +148,41 @@ async def test_no_push_decides_with_the_servers_own_policy(opa):
         assert (await engine.decide("toolcall", {})).codes == ("policy.undefined",)
     finally:
         await engine.close()
+
+
+def test_merge_by_package_gathers_imports_once_and_keeps_every_rule():
+    from gateway.policy.opapush import merge_by_package, package_of
+
+    merged = merge_by_package([
+        ("a.rego", "# head\npackage p.q\n\nimport rego.v1\nimport data.lib as l\n\nx := l.f(1)\n"),
+        ("b.rego", "package p.q\nimport rego.v1\n\ny := 2\n"),
+        ("c.rego", "package other\nimport rego.v1\nz := 3\n"),
+    ])
+    assert [pid for pid, _ in merged] == ["sandgate/_package/p.q", "sandgate/_package/other"]
+    text = merged[0][1]
+    assert text.count("import rego.v1") == 1 and "import data.lib as l" in text
+    assert "x := l.f(1)" in text and "y := 2" in text and package_of(text) == "p.q"
+    with pytest.raises(ValueError):
+        package_of("x := 1\n")
+
+
+async def test_modules_that_call_each_other_go_up_merged(opa, tmp_path):
+    """OPA compiles each PUT against what it holds: two files of one package calling each other's functions
+    cannot go up one at a time (the shipped tool-call package is such a pair)."""
+    pol = tmp_path / "pol"
+    shutil.copytree(ROOT / "policies", pol, ignore=shutil.ignore_patterns("__pycache__", "*.py"))
+    (pol / "site").mkdir()
+    (pol / "site" / "one.rego").write_text(
+        'package sandgate.egress\nimport rego.v1\nsite_a(x) := x + 1\n'
+        'deny contains {"code": "site.pair", "reason": "r"} if site_b(input.request.port) == 888\n')
+    (pol / "site" / "two.rego").write_text('package sandgate.egress\nimport rego.v1\nsite_b(x) := site_a(x) * 2\n')
+    engine = OpaEngine(pol, opa.url)
+    await engine.start()
+    try:
+        ids = {p["id"] for p in requests.get(opa.url + "/v1/policies", timeout=5).json()["result"]}
+        assert "sandgate/_package/sandgate.egress" in ids and "sandgate/site/one.rego" not in ids
+        assert (await engine.decide("egress", egress())).codes == ("site.pair",)       # (443 + 1) * 2
+        assert (await engine.decide("toolcall", {**INPUTS[-1], "tool": {"name": "list_files", "args": {}}})).action \
+            == "allow"
+    finally:
+        await engine.close()
