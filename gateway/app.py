@@ -19,12 +19,13 @@ from aiohttp import web
 
 from broker.broker import Broker
 from broker.registry import PlaceholderRegistry
-from gateway.api.state import ApiServices, PageSettings, ProxyEndpoint
+from gateway.api.state import ApiServices, PageSettings, ProxyEndpoint, TransparentEndpoint
 from gateway.approvals import ApprovalQueue
 from gateway.audit import AuditLog
 from gateway.auth import HARNESS_TOKEN_TTL_S, Revocations, TokenSigner, TokenVerifier, load_or_create_key, write_private
 from gateway.config import Config
 from gateway.egress.addon import EgressAddon, EgressDeps
+from gateway.egress.dns import DnsServer, open_resolver
 from gateway.egress.hold import HoldAddon
 from gateway.net.hosts import normalise_host
 from gateway.egress.injection import InjectionAddon
@@ -34,7 +35,9 @@ from gateway.egress.recorder import FlowRecorder
 from gateway.egress.resolver import Resolver, StaticResolver, SystemResolver, install_guard
 from gateway.egress.screen import SecretScreen
 from gateway.egress.tls import sandbox_bundle
+from gateway.egress.transparent import TransparentAddon
 from gateway.metrics import Metrics
+from gateway.net.synthetic import SyntheticNames
 from gateway.policy.decisionlog import DecisionLog
 from gateway.policy.factory import make_engine
 from gateway.revocations import RevocationService
@@ -51,6 +54,12 @@ START_TIMEOUT_S = 30.0
 class Listening:
     proxy: tuple[str, int]
     api: tuple[str, int]
+    transparent: tuple[str, int] | None = None
+    dns: tuple[str, int] | None = None
+
+
+def _hostport(addr: tuple[str, int]) -> str:
+    return f"[{addr[0]}]:{addr[1]}" if ":" in addr[0] else f"{addr[0]}:{addr[1]}"
 
 
 async def _cancel(task: asyncio.Task) -> None:
@@ -66,7 +75,9 @@ def _background(stack: AsyncExitStack, coro: Coroutine[Any, Any, None], name: st
     stack.push_async_callback(_cancel, asyncio.create_task(coro, name=name))
 
 
-async def _start_proxy(stack: AsyncExitStack, addons: list[object], settings: MasterSettings) -> tuple[str, int]:
+async def _start_proxy(stack: AsyncExitStack, addons: list[object],
+                       settings: MasterSettings) -> dict[str, tuple[str, int]]:
+    """Start the master; the bound address of each of its modes ("regular", "transparent")."""
     master, ready = build_master(addons, settings)
     task = asyncio.create_task(master.run(), name="sandgate-proxy")
 
@@ -83,10 +94,13 @@ async def _start_proxy(stack: AsyncExitStack, addons: list[object], settings: Ma
     if waiter not in done:
         waiter.cancel()
         raise RuntimeError(f"the egress proxy could not start on {host}:{port}")
-    addrs = master.addons.get("proxyserver").listen_addrs()
-    if not addrs:
+    bound = {server.mode.type_name: (server.listen_addrs[0][0], server.listen_addrs[0][1])
+             for server in master.addons.get("proxyserver").servers if server.listen_addrs}
+    if "regular" not in bound:
         raise RuntimeError(f"the egress proxy is not listening on {host}:{port}")
-    return addrs[0][0], addrs[0][1]
+    if settings.transparent is not None and "transparent" not in bound:
+        raise RuntimeError("the transparent listener is not listening on {}:{}".format(*settings.transparent))
+    return bound
 
 
 async def _start_api(stack: AsyncExitStack, app: web.Application, listen: tuple[str, int]) -> tuple[str, int]:
@@ -99,7 +113,8 @@ async def _start_api(stack: AsyncExitStack, app: web.Application, listen: tuple[
     return sock[0], sock[1]
 
 
-async def _housekeeping(sessions: SessionRegistry, approvals: ApprovalQueue, metrics: Metrics) -> None:
+async def _housekeeping(sessions: SessionRegistry, approvals: ApprovalQueue, metrics: Metrics,
+                        dns: DnsServer | None) -> None:
     tick = 0
     store_ok = True
     while True:
@@ -108,6 +123,8 @@ async def _housekeeping(sessions: SessionRegistry, approvals: ApprovalQueue, met
         try:
             if tick % 5 == 0:
                 await sessions.refresh()
+                if dns is not None:
+                    dns.retain(sessions.live_ids())
             metrics.sessions_live.set(sessions.count_live())
             await approvals.tick()
             store_ok = True
@@ -165,31 +182,51 @@ async def open_gateway(cfg: Config, stack: AsyncExitStack) -> Listening:
                                     screen=screen, own_listeners=own_listeners))
     gate = LayerGate(raw_tcp=cfg.egress.raw_tcp, passthrough=cfg.egress.passthrough, audit=audit,
                      session_of=egress.session_of, connection_valid=egress.connection_valid,
-                     on_refused=lambda code: metrics.decision("egress", "deny"))
+                     on_refused=lambda code: metrics.decision("egress", "deny"), tunnel_of=egress.tunnel_of)
     addons: list[object] = [gate, egress, HoldAddon(approvals, sessions, placeholders, recorder, cfg.egress),
                             InjectionAddon(broker, placeholders, screen, recorder, metrics)]
-    proxy_addr = await _start_proxy(stack, addons, MasterSettings(listen=cfg.proxy.listen, confdir=cfg.data_dir,
-                                                                  upstream_ca=cfg.egress.upstream_ca))
+    transparent = cfg.proxy.transparent
+    dns: DnsServer | None = None
+    dns_addr: tuple[str, int] | None = None
+    if transparent is not None:
+        # Transparent capture (`sandgate run --isolate`): a second listener in the same master, and the filtering
+        # resolver whose synthetic addresses it reads back.
+        names = SyntheticNames()
+        addons.insert(0, TransparentAddon(egress, sessions, names))
+        dns = DnsServer(sessions, names, audit, metrics)
+        dns_transport, sockname = await open_resolver(dns, transparent.dns_listen)
+        stack.callback(dns_transport.close)
+        dns_addr = (sockname[0], sockname[1])
+    bound = await _start_proxy(stack, addons, MasterSettings(
+        listen=cfg.proxy.listen, confdir=cfg.data_dir, upstream_ca=cfg.egress.upstream_ca,
+        transparent=transparent.listen if transparent is not None else None))
+    proxy_addr = bound["regular"]
+    transparent_addr = bound.get("transparent")
     ca_pem = sandbox_bundle((cfg.data_dir / "mitmproxy-ca-cert.pem").read_text())
+    endpoint = None
+    if transparent is not None and transparent_addr is not None and dns_addr is not None:
+        endpoint = TransparentEndpoint(_hostport(transparent_addr), _hostport(dns_addr), transparent.sources)
 
     app = create_app(ApiServices(
         tokens=tokens, signer=signer, sessions=sessions, approvals=approvals, audit=audit, metrics=metrics,
         engine=engine, broker=broker, revocations=revocations,
-        proxy=ProxyEndpoint(proxy_authority(cfg.proxy.advertise_url, proxy_addr), ca_pem),
+        proxy=ProxyEndpoint(proxy_authority(cfg.proxy.advertise_url, proxy_addr), ca_pem, endpoint),
         page=PageSettings(oidc=cfg.oidc, hold_timeout_s=cfg.egress.hold_timeout_s)))
     api_addr = await _start_api(stack, app, cfg.api.listen)
-    own_listeners[:] = [proxy_addr, api_addr]
+    own_listeners[:] = [proxy_addr, api_addr] + [a for a in (transparent_addr, dns_addr) if a is not None]
 
     if not cfg.api.harness_token_file:
         token = signer.mint("harness", "harness", HARNESS_TOKEN_TTL_S)
         write_private(cfg.data_dir / "harness.token", token.encode() + b"\n")
     listen = {"proxy": f"{proxy_addr[0]}:{proxy_addr[1]}", "api": f"{api_addr[0]}:{api_addr[1]}"}
+    if endpoint is not None:
+        listen |= {"transparent": endpoint.listen, "dns": endpoint.dns}
     (cfg.data_dir / "listen.json").write_text(json.dumps(listen))
 
-    _background(stack, _housekeeping(sessions, approvals, metrics), "sandgate-housekeeping")
+    _background(stack, _housekeeping(sessions, approvals, metrics, dns), "sandgate-housekeeping")
     _background(stack, revocations.poll(), "sandgate-revocations")
     log.info("sandgate ready: proxy %s:%d, api %s:%d, policy rev %s", *proxy_addr, *api_addr, engine.rev)
-    return Listening(proxy_addr, api_addr)
+    return Listening(proxy_addr, api_addr, transparent_addr, dns_addr)
 
 
 async def run_gateway(cfg: Config) -> int:
@@ -205,8 +242,10 @@ async def run_gateway(cfg: Config) -> int:
             log.error("sandgate failed to start: %s", exc)
             log.debug("start failure", exc_info=True)
             return 1
+        extra = (f"  transparent {_hostport(listening.transparent)}  dns {_hostport(listening.dns)}"
+                 if listening.transparent is not None and listening.dns is not None else "")
         print(f"sandgate: proxy {listening.proxy[0]}:{listening.proxy[1]}  api {listening.api[0]}:"
-              f"{listening.api[1]}  data {cfg.data_dir}", flush=True)
+              f"{listening.api[1]}{extra}  data {cfg.data_dir}", flush=True)
         await stop.wait()
         log.info("sandgate stopping")
     return 0

@@ -152,6 +152,8 @@ def build_parser() -> argparse.ArgumentParser:
     _common(serve)
     serve.add_argument("--proxy-listen", help="HOST:PORT for the egress proxy")
     serve.add_argument("--api-listen", help="HOST:PORT for the API and page")
+    serve.add_argument("--transparent-listen", help="HOST:PORT for the transparent listener (with --dns-listen)")
+    serve.add_argument("--dns-listen", help="HOST:PORT (UDP) for the filtering resolver of transparent capture")
     serve.add_argument("--log-level", default=os.environ.get("SANDGATE_LOG_LEVEL", "INFO"))
     serve.set_defaults(func=cmd_serve)
 
@@ -189,7 +191,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--secret", action="append", metavar="NAME", help="give the session this secret")
     run.add_argument("--workload", choices=["ephemeral", "persistent"], default="ephemeral")
     run.add_argument("--ttl-s", type=int, default=None)
-    run.add_argument("--isolate", action="store_true", help="own network namespace (root; not in this build)")
+    run.add_argument("--isolate", action="store_true", help="run CMD in its own network namespace, every TCP connection and DNS query captured (root)")
     run.add_argument("command", nargs=argparse.REMAINDER)
     run.set_defaults(func=cmd_run)
 
@@ -228,6 +230,9 @@ def main(argv: list[str] | None = None) -> int:
         overrides.setdefault("proxy", {})["listen"] = args.proxy_listen
     if getattr(args, "api_listen", None):
         overrides.setdefault("api", {})["listen"] = args.api_listen
+    for flag, key in (("transparent_listen", "transparent_listen"), ("dns_listen", "dns_listen")):
+        if getattr(args, flag, None):
+            overrides.setdefault("proxy", {})[key] = getattr(args, flag)
     try:
         cfg = load_config(args.config, args.data_dir, overrides=overrides)
     except ValueError as exc:

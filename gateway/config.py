@@ -21,7 +21,9 @@ from gateway.net.addresses import IPNetwork, parse_networks
 from gateway.net.hosts import AllowEntry, normalise_host, parse_allow_entry, split_hostport
 
 DEFAULTS: dict[str, Any] = {
-    "proxy": {"listen": "127.0.0.1:8080", "advertise_url": ""},
+    "proxy": {"listen": "127.0.0.1:8080", "advertise_url": "",
+              # transparent capture (`sandgate run --isolate`, sandbox recipes): off unless both are set
+              "transparent_listen": "", "dns_listen": "", "transparent_sources": ["10.200.0.0/16"]},
     "api": {"listen": "127.0.0.1:8700", "harness_token_file": ""},
     "egress": {
         "private_allow": [],
@@ -111,9 +113,19 @@ def env_overrides(environ: Mapping[str, str], base: Mapping) -> dict:
 # -- typed sections ----------------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
+class TransparentSettings:
+    """Transparent capture: a second proxy mode in the same mitmproxy master, and the filtering resolver."""
+
+    listen: tuple[str, int]             # the transparent listener (connections redirected to it by nftables)
+    dns_listen: tuple[str, int]         # the filtering resolver (UDP)
+    sources: tuple[IPNetwork, ...]      # the source addresses a session may be bound to
+
+
+@dataclass(frozen=True)
 class ProxySettings:
     listen: tuple[str, int]
     advertise_url: str = ""             # host:port sandboxes reach the proxy at; "" = the bound listener
+    transparent: TransparentSettings | None = None      # None: no transparent listener, no resolver
 
 
 @dataclass(frozen=True)
@@ -288,6 +300,19 @@ def _policy(pol: Mapping[str, Any]) -> PolicySettings:
                           shadow_dir=str(pol["shadow_dir"] or ""), decision_log=bool(pol["decision_log"]))
 
 
+def _proxy(px: Mapping[str, Any]) -> ProxySettings:
+    listen, dns = str(px["transparent_listen"] or "").strip(), str(px["dns_listen"] or "").strip()
+    transparent = None
+    if bool(listen) != bool(dns):
+        raise ValueError("proxy.transparent_listen and proxy.dns_listen go together: set both or neither")
+    if listen:
+        sources = parse_networks(px["transparent_sources"])
+        if not sources:
+            raise ValueError("proxy.transparent_sources must list the networks sandboxes connect from")
+        transparent = TransparentSettings(parse_hostport(listen), parse_hostport(dns), sources)
+    return ProxySettings(parse_hostport(px["listen"]), str(px["advertise_url"] or ""), transparent)
+
+
 def settings_from(raw: Mapping[str, Any], data_dir: Path, path: Path | None = None) -> Config:
     """The typed configuration of a merged document. ValueError on anything wrong."""
     mp = raw["audit"]["max_pending"]
@@ -300,7 +325,7 @@ def settings_from(raw: Mapping[str, Any], data_dir: Path, path: Path | None = No
                             vault=vault, cache_ttl_s=float(raw["broker"]["cache_ttl_s"]))
     return Config(
         data_dir=data_dir, path=path,
-        proxy=ProxySettings(parse_hostport(raw["proxy"]["listen"]), str(raw["proxy"]["advertise_url"] or "")),
+        proxy=_proxy(raw["proxy"]),
         api=ApiSettings(parse_hostport(raw["api"]["listen"]), str(raw["api"]["harness_token_file"] or "")),
         egress=_egress(raw["egress"]), approvals=_approvals(raw["approvals"]), audit=AuditSettings(mp),
         policy=_policy(raw["policy"]),

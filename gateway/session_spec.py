@@ -2,10 +2,12 @@
 status, ownership, the sandbox environment. No I/O; `now` is passed in."""
 from __future__ import annotations
 
+import ipaddress
 import secrets as pysecrets
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
+from gateway.net.addresses import IPNetwork
 from gateway.net.hosts import parse_allow_entry
 
 WORKLOADS = {"ephemeral": 3600, "persistent": 7 * 24 * 3600}
@@ -59,6 +61,22 @@ def parse_session_spec(body: Any, known_secrets: Mapping[str, Any]) -> SessionSp
         if not isinstance(val, str) or not val.startswith("/") or "\0" in val:
             raise BadRequest(f"{key} must be an absolute path")
     return SessionSpec(workload, labels, allow, list(dict.fromkeys(names)), ttl, workspace.rstrip("/") or "/", ca_path)
+
+
+def parse_source(value: Any, networks: Sequence[IPNetwork]) -> str:
+    """A session's source address (transparent capture): one IP address, in its canonical text, inside one of
+    `networks` (`proxy.transparent_sources`). An IPv4-mapped IPv6 address is taken as its IPv4 form."""
+    if not isinstance(value, str) or not value.strip():
+        raise BadRequest("source must be an IP address")
+    try:
+        addr = ipaddress.ip_address(value.strip())
+    except ValueError:
+        raise BadRequest("source must be an IP address") from None
+    if isinstance(addr, ipaddress.IPv6Address) and addr.ipv4_mapped is not None:
+        addr = addr.ipv4_mapped
+    if not any(addr.version == net.version and addr in net for net in networks):
+        raise BadRequest(f"source {addr} is outside proxy.transparent_sources")
+    return str(addr)
 
 
 def renewed_expiry(row: Mapping[str, Any], ttl_s: Any, now: float) -> float:

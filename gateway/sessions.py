@@ -4,6 +4,11 @@ The store is the truth. `SessionCache` mirrors it in memory so per-request check
 writes every change in one sequence — store row, then cache, then the placeholder registry (a deleted session's
 placeholders stop being its own at once) — whether the change is local (create, patch, delete) or comes from the
 store (`refresh`, another replica's change; `apply` takes one changed row, e.g. from a change notification).
+
+A session may also be bound to a source address (`SourceBindings`): transparent capture (`sandgate run
+--isolate`) knows a connection's session by the address it comes from, never by credentials it sends. Bindings
+live in this process only (the transparent listener that sees the connection is this process's); a binding
+ends with its session.
 """
 from __future__ import annotations
 
@@ -13,6 +18,7 @@ from typing import Any, Mapping
 from broker.registry import PlaceholderRegistry
 from gateway.approvals import ApprovalQueue
 from gateway.audit import AuditLog
+from gateway.auth import Principal
 from gateway.session_spec import STAT_KEYS, SessionSpec, new_session_id, session_status
 from gateway.store import Store
 from gateway.store.models import SessionRow
@@ -57,6 +63,37 @@ class SessionCache:
         return list(self._rows.values())
 
 
+class SourceInUse(Exception):
+    """Another live session is bound to this source address."""
+
+
+class SourceBindings:
+    """Source address <-> session, one each way. The principal is the session token's (so revoking that token
+    also cuts what its address does)."""
+
+    def __init__(self) -> None:
+        self._by_addr: dict[str, tuple[str, Principal]] = {}
+        self._by_session: dict[str, str] = {}
+
+    def bind(self, sid: str, addr: str, principal: Principal) -> None:
+        holder = self._by_addr.get(addr)
+        if (holder is not None and holder[0] != sid) or self._by_session.get(sid, addr) != addr:
+            raise SourceInUse(addr)
+        self._by_addr[addr] = (sid, principal)
+        self._by_session[sid] = addr
+
+    def unbind(self, sid: str) -> None:
+        addr = self._by_session.pop(sid, None)
+        if addr is not None:
+            self._by_addr.pop(addr, None)
+
+    def lookup(self, addr: str) -> tuple[str, Principal] | None:
+        return self._by_addr.get(addr)
+
+    def address_of(self, sid: str) -> str | None:
+        return self._by_session.get(sid)
+
+
 class SessionRegistry:
     def __init__(self, store: Store, cache: SessionCache, placeholders: PlaceholderRegistry, audit: AuditLog,
                  approvals: ApprovalQueue):
@@ -65,6 +102,7 @@ class SessionRegistry:
         self._placeholders = placeholders
         self._audit = audit
         self._approvals = approvals
+        self._sources = SourceBindings()
 
     # -- the one write sequence --------------------------------------------------------------------
     def _remember(self, row: Mapping[str, Any]) -> None:
@@ -73,6 +111,7 @@ class SessionRegistry:
         placeholders = row.get("placeholders") or {}
         if row.get("deleted_at"):
             self._placeholders.remove(placeholders)
+            self._sources.unbind(row["id"])
         else:
             self._placeholders.add(row["id"], placeholders)
 
@@ -120,12 +159,45 @@ class SessionRegistry:
     def count_live(self) -> int:
         return self._cache.count_live()
 
+    def live_ids(self) -> set[str]:
+        now = time.time()
+        return {row["id"] for row in self._cache.all() if session_status(row, now) == "active"}
+
     async def paths(self, sid: str) -> list[dict]:
         """The links and scripts the session's earlier tool calls left (tool-call history)."""
         return await self._store.list_session_paths(sid)
 
     async def add_paths(self, rows: list[dict]) -> None:
         await self._store.append_session_paths(rows)
+
+    # -- source addresses (transparent capture) ----------------------------------------------------
+    def source_holder(self, addr: str) -> str | None:
+        """The live session bound to `addr` (a binding whose session has ended is dropped here)."""
+        hit = self._sources.lookup(addr)
+        if hit is None:
+            return None
+        if self._cache.live(hit[0]) is None:
+            self._sources.unbind(hit[0])
+            return None
+        return hit[0]
+
+    def bind_source(self, sid: str, addr: str, principal: Principal) -> None:
+        """Bind a live session to a source address; SourceInUse when another live session holds it."""
+        if self._cache.live(sid) is None:
+            raise KeyError(sid)
+        self.source_holder(addr)            # drops an ended holder's binding
+        self._sources.bind(sid, addr, principal)
+        self._audit.record("session.updated", session=sid, action="bind", detail={"source": addr})
+
+    def by_source(self, addr: str) -> tuple[dict, Principal] | None:
+        """The live session a connection from `addr` belongs to, with its token's principal (no store read)."""
+        sid = self.source_holder(addr)
+        hit = self._sources.lookup(addr) if sid is not None else None
+        row = self._cache.live(sid) if sid is not None else None
+        return (row, hit[1]) if row is not None and hit is not None else None
+
+    def source_of(self, sid: str) -> str | None:
+        return self._sources.address_of(sid)
 
     # -- per-session step and counters -------------------------------------------------------------
     def step(self, sid: str) -> int | None:
@@ -170,5 +242,6 @@ class SessionRegistry:
         updated = await self._store.update_session(row["id"], deleted_at=time.time())
         if updated is not None:
             self._remember(updated)
+        self._sources.unbind(row["id"])
         await self._approvals.cancel_session(row["id"], by=by)
         self._audit.record("session.deleted", session=row["id"], action="delete", detail={"by": by})

@@ -8,7 +8,7 @@ from aiohttp import web
 from gateway.api.auth import require
 from gateway.api.errors import ApiError
 from gateway.api.owned import owned_session, owned_session_ids
-from gateway.api.state import AUDIT, ENGINE, METRICS
+from gateway.api.state import AUDIT, ENGINE, METRICS, PROXY
 from gateway.api.timefmt import rfc3339
 
 routes = web.RouteTableDef()
@@ -70,7 +70,8 @@ async def healthz(request: web.Request) -> web.Response:
     return web.json_response({"status": "ok" if status == "ok" else "degraded", "policy_rev": engine.rev,
                               "policy_error": engine.last_error is not None, "policy": engine.health(),
                               "audit": {"status": status, "pending": audit.pending,
-                                        "max_pending": audit.max_pending}})
+                                        "max_pending": audit.max_pending},
+                              "transparent": request.app[PROXY].transparent is not None})
 
 
 @routes.get("/readyz")

@@ -8,20 +8,22 @@ from aiohttp import web
 from gateway.api.auth import require
 from gateway.api.errors import ApiError
 from gateway.api.owned import owned_session
-from gateway.api.state import BROKER, PROXY, SESSIONS, SIGNER, read_json
+from gateway.api.state import BROKER, PROXY, SESSIONS, SIGNER, TOKENS, TransparentEndpoint, read_json
 from gateway.api.timefmt import rfc3339
-from gateway.session_spec import (MAX_TTL_S, BadRequest, build_env, owns, parse_session_spec, renewed_expiry,
-                                  session_status)
+from gateway.session_spec import (MAX_TTL_S, BadRequest, build_env, owns, parse_session_spec, parse_source,
+                                  renewed_expiry, session_status)
+from gateway.sessions import SessionRegistry, SourceInUse
 
 routes = web.RouteTableDef()
 
 
-def session_view(row: dict, now: float) -> dict:
+def session_view(row: dict, now: float, sessions: SessionRegistry) -> dict:
     return {
         "id": row["id"], "workload": row["workload"], "labels": row["labels"], "allow": row["allow"],
         "secrets": row["secrets"], "workspace": row["workspace"], "ca_path": row["ca_path"],
         "frozen": row["frozen"], "created_at": rfc3339(row["created_at"]), "expires_at": rfc3339(row["expires_at"]),
         "status": session_status(row, now), "created_by": row.get("created_by", ""),
+        "source": sessions.source_of(row["id"]),
     }
 
 
@@ -29,30 +31,54 @@ def session_view(row: dict, now: float) -> dict:
 async def create_session(request: web.Request) -> web.Response:
     principal = require(request, "harness")
     broker = request.app[BROKER]
+    body = await read_json(request)
+    proxy = request.app[PROXY]
+    sessions = request.app[SESSIONS]
     try:
-        spec = parse_session_spec(await read_json(request), broker.specs)
+        spec = parse_session_spec(body, broker.specs)
+        source = _source(body, proxy.transparent)
     except BadRequest as exc:
         raise ApiError(400, "bad_request", str(exc)) from None
+    if source is not None and sessions.source_holder(source) is not None:
+        raise ApiError(409, "source_in_use", f"another live session is bound to {source}")
     now = time.time()
     placeholders = await broker.new_placeholders(spec.secrets) if spec.secrets else {}
-    stored = await request.app[SESSIONS].create(spec, placeholders, principal.ident, now)
+    stored = await sessions.create(spec, placeholders, principal.ident, now)
     sid = stored["id"]
     # The token lives as long as the session could be renewed (PATCH ttl_s); the session row decides liveness
     # on every request, so an ended or expired session's token is refused at once.
     token = request.app[SIGNER].mint("session", sid, MAX_TTL_S, session_id=sid, workload=spec.workload, now=now)
-    proxy = request.app[PROXY]
+    extra: dict = {}
+    if source is not None and proxy.transparent is not None:
+        try:
+            sessions.bind_source(sid, source, request.app[TOKENS].verify(token))
+        except (SourceInUse, KeyError):
+            await sessions.delete(stored, principal.ident)
+            raise ApiError(409, "source_in_use", f"another live session is bound to {source}") from None
+        extra["transparent"] = {"listen": proxy.transparent.listen, "dns": proxy.transparent.dns}
     proxy_url = f"http://sandgate:{token}@{proxy.authority}"
     env_names = broker.env_names(spec.secrets)
     env = build_env(proxy_url, spec.ca_path, {env_names[n]: placeholders[n] for n in spec.secrets})
-    body = session_view(stored, now) | {"token": token, "proxy_url": proxy_url, "ca_pem": proxy.ca_pem, "env": env}
+    body = session_view(stored, now, sessions) | {"token": token, "proxy_url": proxy_url,
+                                                  "ca_pem": proxy.ca_pem, "env": env} | extra
     return web.json_response(body, status=201)
+
+
+def _source(body: object, transparent: TransparentEndpoint | None) -> str | None:
+    """The source address a new session is bound to (`"source"`), or None; BadRequest when it cannot be."""
+    if not isinstance(body, dict) or body.get("source") is None:
+        return None
+    if transparent is None:
+        raise BadRequest("this sandgate has no transparent listener (set proxy.transparent_listen and "
+                         "proxy.dns_listen), so a session cannot be bound to a source address")
+    return parse_source(body["source"], transparent.sources)
 
 
 @routes.get("/v1/sessions")
 async def list_sessions(request: web.Request) -> web.Response:
     principal = require(request, "harness")
     now = time.time()
-    rows = [session_view(r, now) for r in await request.app[SESSIONS].list()
+    rows = [session_view(r, now, request.app[SESSIONS]) for r in await request.app[SESSIONS].list()
             if owns(principal.role, principal.ident, r)]
     status = request.query.get("status")
     if status:
@@ -64,7 +90,7 @@ async def list_sessions(request: web.Request) -> web.Response:
 async def get_session(request: web.Request) -> web.Response:
     principal = require(request, "harness")
     return web.json_response(session_view(await owned_session(request, principal, request.match_info["sid"]),
-                                          time.time()))
+                                          time.time(), request.app[SESSIONS]))
 
 
 @routes.patch("/v1/sessions/{sid}")
@@ -95,7 +121,7 @@ async def patch_session(request: web.Request) -> web.Response:
         updated = await request.app[SESSIONS].patch(row["id"], values, principal.ident)
     except KeyError:
         raise ApiError(404, "not_found", "no such session") from None
-    return web.json_response(session_view(updated, time.time()))
+    return web.json_response(session_view(updated, time.time(), request.app[SESSIONS]))
 
 
 @routes.delete("/v1/sessions/{sid}")

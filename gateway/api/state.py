@@ -13,9 +13,20 @@ from gateway.audit import AuditLog
 from gateway.auth import TokenSigner, TokenVerifier
 from gateway.config import OidcSettings
 from gateway.metrics import Metrics
+from gateway.net.addresses import IPNetwork
 from gateway.policy.base import CachingEngine
 from gateway.revocations import RevocationService
 from gateway.sessions import SessionRegistry
+
+
+@dataclass(frozen=True)
+class TransparentEndpoint:
+    """Where transparent capture ends: the transparent listener and the filtering resolver (bound host:port), and
+    the networks a session's source address may come from."""
+
+    listen: str
+    dns: str
+    sources: tuple[IPNetwork, ...]
 
 
 @dataclass(frozen=True)
@@ -24,6 +35,7 @@ class ProxyEndpoint:
 
     authority: str
     ca_pem: str
+    transparent: TransparentEndpoint | None = None      # None: this sandgate has no transparent listener
 
 
 @dataclass(frozen=True)

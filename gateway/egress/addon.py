@@ -98,6 +98,16 @@ class EgressAddon:
             state.principal = principal
         return principal, ""
 
+    def adopt(self, client: connection.Client, principal: Principal) -> None:
+        """A transparent connection's session, known by its source address (transparent.py); nothing the client
+        sends changes it. Never called for a regular-mode connection, which authenticates with credentials."""
+        self.conns[client] = ConnState(principal)
+
+    def tunnel_of(self, client: connection.Client) -> tuple[str, int] | None:
+        """The decided destination of a client connection (CONNECT target or transparent destination)."""
+        state = self.conns.get(client)
+        return state.tunnel if state is not None else None
+
     def connection_valid(self, client: connection.Client) -> bool:
         """Whether the connection's session is still live and its token neither expired nor revoked."""
         state = self.conns.get(client)

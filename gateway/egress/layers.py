@@ -41,6 +41,11 @@ def stack_level(context: Context) -> Level:
     stack = context.layers
     if len(stack) == 1 and isinstance(stack[0], modes.HttpProxy):
         return Level.PROXY
+    if len(stack) == 1 and isinstance(stack[0], modes.TransparentProxy):
+        return Level.TRANSPARENT
+    if (len(stack) == 3 and isinstance(stack[0], modes.TransparentProxy)
+            and isinstance(stack[1], layers.ServerTLSLayer) and isinstance(stack[2], layers.ClientTLSLayer)):
+        return Level.TLS
     if (len(stack) >= 3 and isinstance(stack[0], modes.HttpProxy) and isinstance(stack[1], layers.HttpLayer)
             and stack[1].mode is HTTPMode.regular and isinstance(stack[2], HttpStream)):
         if len(stack) == 3:
@@ -75,24 +80,28 @@ class LayerGate:
 
     def __init__(self, *, raw_tcp: Sequence[AllowEntry], passthrough: Sequence[AllowEntry], audit: Recorder,
                  session_of: Callable[[connection.Client], str | None], on_refused: Callable[[str], None],
-                 connection_valid: Callable[[connection.Client], bool]):
+                 connection_valid: Callable[[connection.Client], bool],
+                 tunnel_of: Callable[[connection.Client], tuple[str, int] | None] = lambda client: None):
         self.raw_tcp = list(raw_tcp)
         self.passthrough = list(passthrough)
         self.audit = audit
         self.session_of = session_of
         self.on_refused = on_refused
         self.connection_valid = connection_valid
+        self.tunnel_of = tunnel_of
         self.flows: "weakref.WeakKeyDictionary[tcp.TCPFlow, TcpState]" = weakref.WeakKeyDictionary()
         self._modes: "weakref.WeakKeyDictionary[connection.Server, str]" = weakref.WeakKeyDictionary()
 
     def args_for(self, nextlayer: layer.NextLayer) -> LayerArgs:
         context = nextlayer.context
         level = stack_level(context)
-        target = target_of(context) if level is Level.TUNNEL else None
+        target = target_of(context) if level in (Level.TUNNEL, Level.TRANSPARENT) else None
         return LayerArgs(
             level=level, data=nextlayer.data_client(), alpn=context.client.alpn,
             raw_tcp=bool(target and match_allowlist(self.raw_tcp, *target)),
-            passthrough=bool(target and match_allowlist(self.passthrough, *target)))
+            passthrough=bool(target and match_allowlist(self.passthrough, *target)),
+            decided=level is not Level.TRANSPARENT or (target is not None
+                                                         and self.tunnel_of(context.client) == target))
 
     def next_layer(self, nextlayer: layer.NextLayer) -> None:
         if nextlayer.layer is not None:

@@ -17,6 +17,16 @@ class MasterSettings:
     listen: tuple[str, int]
     confdir: Path                    # mitmproxy's CA lives here (the data dir)
     upstream_ca: str = ""            # extra CA bundle trusted upstream, on top of the public roots
+    transparent: tuple[str, int] | None = None       # a second, transparent-mode listener (configured only when used)
+
+
+def mode_specs(settings: MasterSettings) -> list[str]:
+    """mitmproxy's `mode` option: the regular proxy (on listen_host/listen_port), and the transparent listener."""
+    modes = ["regular"]
+    if settings.transparent is not None:
+        host, port = settings.transparent
+        modes.append(f"transparent@{f'[{host}]' if ':' in host else host}:{port}")
+    return modes
 
 
 class Ready:
@@ -38,6 +48,7 @@ def build_master(addons: Sequence[object], settings: MasterSettings) -> tuple[Du
     # sandgate decides every layer itself (layers.LayerGate): mitmproxy's heuristics, its raw-TCP fallback and
     # its SNI/Host-matching ignore_hosts are switched off, and its NextLayer addon is replaced.
     master.options.update(
+        mode=mode_specs(settings),
         connection_strategy="lazy",
         block_global=False,
         onboarding=False,

@@ -5,6 +5,9 @@ not take for HTTP (a request split across segments, stray bytes, binary data): t
 undecided. sandgate decides instead, by these rules:
 
 - the proxy listener speaks plain HTTP/1 (requests and CONNECT); anything else is refused;
+- a connection to the transparent listener is a tunnel whose destination is the address the client dialled
+  (transparent.py decides it as it would a CONNECT first): the tunnel rules below apply; one whose
+  destination was not decided is refused;
 - inside a CONNECT tunnel whose target is listed in `egress.raw_tcp`: raw TCP (host-level decision only);
 - inside a tunnel whose target is listed in `egress.passthrough` and that starts with a TLS ClientHello:
   the TLS stream is relayed without interception (host-level decision only);
@@ -72,6 +75,7 @@ def _classify_tls(data: bytes) -> Content:
 class Level(enum.Enum):
     PROXY = "proxy"      # the first bytes on a connection to the proxy listener
     TUNNEL = "tunnel"    # the first bytes inside a CONNECT tunnel
+    TRANSPARENT = "transparent"  # the first bytes on a transparently captured connection (a tunnel too)
     TLS = "tls"          # the first bytes inside TLS that sandgate intercepted in a tunnel
     UNKNOWN = "unknown"  # any other position in the layer stack (refused)
 
@@ -93,6 +97,7 @@ class LayerArgs:
     alpn: bytes | None = None    # the ALPN agreed with the client (intercepted TLS)
     raw_tcp: bool = False        # the CONNECT target is listed in egress.raw_tcp
     passthrough: bool = False    # the CONNECT target is listed in egress.passthrough
+    decided: bool = True         # TRANSPARENT: the destination was decided (as a CONNECT would be)
 
 
 @dataclass(frozen=True)
@@ -113,6 +118,10 @@ def decide_layer(args: LayerArgs) -> LayerDecision:
     """The next protocol layer for a connection (pure). Default: refuse."""
     if args.level is Level.UNKNOWN:
         return _refuse("egress.layer_unknown", "sandgate cannot place this connection")
+    if args.level is Level.TRANSPARENT:
+        if not args.decided:
+            return _refuse("egress.undecided", "the connection's destination was not decided")
+        args = LayerArgs(Level.TUNNEL, args.data, args.alpn, args.raw_tcp, args.passthrough)
     if args.level is Level.TUNNEL and args.raw_tcp:
         return LayerDecision(Choice.RAW_TCP, "egress.raw_tcp", "raw TCP is allowed to this target")
     if args.level is Level.TLS and args.alpn:

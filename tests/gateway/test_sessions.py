@@ -98,3 +98,49 @@ async def test_counters_and_steps_reach_the_policy_view(pair):
     one.sessions.set_step(row["id"], 7)
     assert one.sessions.with_stats(row)["stats"]["requests"] == 2 and one.sessions.step(row["id"]) == 7
     assert one.sessions.count_live() == 1
+
+
+# -- source-address bindings (transparent capture) -------------------------------------------------------
+async def test_a_source_binding_names_the_session_until_it_ends(pair):
+    one, two = pair
+    row, token = await one.session()
+    principal = one.tokens.verify(token)
+    one.sessions.bind_source(row["id"], "10.200.0.2", principal)
+    bound = one.sessions.by_source("10.200.0.2")
+    assert bound is not None and bound[0]["id"] == row["id"] and bound[1] == principal
+    assert one.sessions.source_of(row["id"]) == "10.200.0.2"
+    assert one.sessions.by_source("10.200.0.6") is None
+    assert two.sessions.by_source("10.200.0.2") is None          # a binding is this process's only
+    assert [e["detail"] for e in await one.events(row["id"], kind="session.updated")] == [{"source": "10.200.0.2"}]
+    await one.sessions.delete(row, "harness:test")
+    assert one.sessions.by_source("10.200.0.2") is None and one.sessions.source_of(row["id"]) is None
+
+
+async def test_a_source_is_held_by_one_live_session(pair):
+    from gateway.sessions import SourceInUse
+    one, _ = pair
+    first, t1 = await one.session()
+    second, t2 = await one.session()
+    one.sessions.bind_source(first["id"], "10.200.0.2", one.tokens.verify(t1))
+    with pytest.raises(SourceInUse):
+        one.sessions.bind_source(second["id"], "10.200.0.2", one.tokens.verify(t2))
+    with pytest.raises(SourceInUse):                             # one address per session
+        one.sessions.bind_source(first["id"], "10.200.0.6", one.tokens.verify(t1))
+    await one.sessions.delete(first, "harness:test")             # the address is free once its session ended
+    one.sessions.bind_source(second["id"], "10.200.0.2", one.tokens.verify(t2))
+    assert one.sessions.by_source("10.200.0.2")[0]["id"] == second["id"]
+    with pytest.raises(KeyError):                                # an ended session cannot be bound
+        one.sessions.bind_source(first["id"], "10.200.0.10", one.tokens.verify(t1))
+
+
+async def test_a_binding_ends_when_another_replica_ends_the_session_or_it_expires(pair):
+    one, two = pair
+    row, token = await one.session()
+    one.sessions.bind_source(row["id"], "10.200.0.2", one.tokens.verify(token))
+    await two.sessions.delete(row, "harness:test")
+    await one.sessions.refresh()
+    assert one.sessions.by_source("10.200.0.2") is None
+    short, token = await one.session(ttl_s=1)
+    one.sessions.bind_source(short["id"], "10.200.0.6", one.tokens.verify(token))
+    await one.sessions.patch(short["id"], {"expires_at": short["created_at"]}, "harness:test")
+    assert one.sessions.by_source("10.200.0.6") is None and one.sessions.source_of(short["id"]) is None

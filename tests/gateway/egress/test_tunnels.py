@@ -118,6 +118,17 @@ def test_bytes_that_cannot_start_a_request_or_hello_are_other(data):
     (LayerArgs(Level.TLS, b"\x00binary", raw_tcp=True), Choice.REFUSE),  # raw TCP is decided at the tunnel only
     (LayerArgs(Level.UNKNOWN, b"GET / HTTP/1.1\r\n"), Choice.REFUSE),
     (LayerArgs(Level.UNKNOWN, b"", raw_tcp=True), Choice.REFUSE),
+    # a transparently captured connection is a tunnel to the destination it dialled, once that was decided
+    (LayerArgs(Level.TRANSPARENT, HELLO), Choice.INTERCEPT_TLS),
+    (LayerArgs(Level.TRANSPARENT, HELLO, passthrough=True), Choice.PASSTHROUGH),
+    (LayerArgs(Level.TRANSPARENT, b"GET / HTTP/1.1\r\n"), Choice.HTTP),
+    (LayerArgs(Level.TRANSPARENT, b"CONNECT a:1 HTTP/1.1\r\n"), Choice.HTTP),    # parsed, then decided (nested)
+    (LayerArgs(Level.TRANSPARENT, b""), Choice.WAIT),
+    (LayerArgs(Level.TRANSPARENT, b"SSH-2.0-x\r\n"), Choice.REFUSE),
+    (LayerArgs(Level.TRANSPARENT, b"", raw_tcp=True), Choice.RAW_TCP),
+    (LayerArgs(Level.TRANSPARENT, b"", raw_tcp=True, decided=False), Choice.REFUSE),
+    (LayerArgs(Level.TRANSPARENT, HELLO, decided=False), Choice.REFUSE),
+    (LayerArgs(Level.TRANSPARENT, b"GET / HTTP/1.1\r\n", decided=False), Choice.REFUSE),
 ])
 def test_decide_layer(args, choice):
     decision = decide_layer(args)
@@ -127,10 +138,14 @@ def test_decide_layer(args, choice):
 
 
 @given(st.sampled_from(list(Level)), st.binary(max_size=64), st.booleans(), st.booleans(),
-       st.sampled_from([None, b"h2", b"http/1.1", b"x-other"]))
-def test_raw_bytes_are_relayed_only_for_listed_tunnels(level, data, raw_tcp, passthrough, alpn):
-    decision = decide_layer(LayerArgs(level, data, alpn=alpn, raw_tcp=raw_tcp, passthrough=passthrough))
+       st.sampled_from([None, b"h2", b"http/1.1", b"x-other"]), st.booleans())
+def test_raw_bytes_are_relayed_only_for_listed_tunnels(level, data, raw_tcp, passthrough, alpn, decided):
+    decision = decide_layer(LayerArgs(level, data, alpn=alpn, raw_tcp=raw_tcp, passthrough=passthrough,
+                                      decided=decided))
+    tunnel = level is Level.TUNNEL or (level is Level.TRANSPARENT and decided)
     if decision.choice is Choice.RAW_TCP:
-        assert level is Level.TUNNEL and raw_tcp
+        assert tunnel and raw_tcp
     if decision.choice is Choice.PASSTHROUGH:
-        assert level is Level.TUNNEL and passthrough and classify_content(data) is Content.TLS
+        assert tunnel and passthrough and classify_content(data) is Content.TLS
+    if level is Level.TRANSPARENT and not decided:
+        assert decision.choice is Choice.REFUSE
