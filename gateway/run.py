@@ -4,11 +4,14 @@ Creates a session on a running sandgate (or on an embedded one started for the r
 writes the CA bundle to a temporary file, runs CMD with the session's environment, prints one stderr line
 `sandgate: denied HOST: REASON` per refused destination (read from the session's events), ends the session
 when CMD exits and exits with CMD's code. How CMD is started is a `Launcher`: `DirectLauncher` (proxy
-variables) today; the `--isolate` launcher (own network namespace, transparent capture) slots in beside it.
+variables), or with `--isolate` `NetnsLauncher`: CMD in its own network namespace (isolate.py) whose every TCP
+connection is captured by sandgate's transparent listener and whose DNS is the filtering resolver; the session
+is bound to the namespace's source address, so nothing in CMD needs to know about a proxy.
 """
 from __future__ import annotations
 
 import asyncio
+import errno
 import json
 import os
 import shutil
@@ -22,6 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, AsyncIterator, Mapping, Protocol, TextIO
 
+from gateway.isolate import IsolatedNetwork, isolated_network, preflight
+from gateway.net.isolation import IsolationError, isolated_env
 from sandgate.client import Client, Session
 from sandgate.types import Event, SandgateError, Unavailable
 
@@ -100,13 +105,31 @@ class DirectLauncher:
         return await asyncio.create_subprocess_exec(*cmd, env=env)
 
 
+class NetnsLauncher:
+    """CMD inside the isolated namespace, without proxy variables (everything is captured there)."""
+
+    def __init__(self, network: IsolatedNetwork):
+        self.network = network
+
+    async def start(self, cmd: list[str], env: dict[str, str]) -> asyncio.subprocess.Process:
+        env = isolated_env(env)
+        program = shutil.which(cmd[0], path=env.get("PATH", os.defpath))
+        if program is None:
+            raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), cmd[0])
+        return await asyncio.create_subprocess_exec(*self.network.command([program, *cmd[1:]]), env=env)
+
+
 # -- an embedded sandgate -----------------------------------------------------------------------------
 @asynccontextmanager
-async def embedded_sandgate(config: str | None, stderr: TextIO) -> AsyncIterator[tuple[str, str]]:
-    """A `sandgate serve` child on free loopback ports in a temporary data dir: (API URL, harness token)."""
+async def embedded_sandgate(config: str | None, stderr: TextIO,
+                            transparent: bool = False) -> AsyncIterator[tuple[str, str]]:
+    """A `sandgate serve` child on free loopback ports in a temporary data dir: (API URL, harness token). With
+    `transparent`, it also runs the transparent listener and the filtering resolver (for --isolate)."""
     ddir = Path(tempfile.mkdtemp(prefix="sandgate-embedded-"))
     cmd = [sys.executable, "-m", "gateway", "serve", "--data-dir", str(ddir), "--proxy-listen", "127.0.0.1:0",
            "--api-listen", "127.0.0.1:0", "--log-level", "WARNING"]
+    if transparent:
+        cmd += ["--transparent-listen", "127.0.0.1:0", "--dns-listen", "127.0.0.1:0"]
     if config:
         cmd += ["--config", config]
     log = open(ddir / "serve.log", "wb")
@@ -168,30 +191,64 @@ async def _reachable(api_url: str) -> bool:
 async def run(spec: RunSpec, *, api_url: str, token: str, explicit_url: bool, config: str | None,
               stderr: TextIO = sys.stderr, launcher: Launcher | None = None) -> int:
     if spec.isolate:
-        raise RunError("--isolate is not available in this build yet; run without it (proxy variables only)")
+        try:
+            preflight()
+        except IsolationError as exc:
+            raise RunError(str(exc)) from None
     async with AsyncExitStack() as stack:
         if not await _reachable(api_url):
             if explicit_url:
                 raise RunError(f"no sandgate answers at {api_url}")
-            api_url, token = await stack.enter_async_context(embedded_sandgate(config, stderr))
+            api_url, token = await stack.enter_async_context(embedded_sandgate(config, stderr, spec.isolate))
         if not token:
             raise RunError("no harness token (use --token, SANDGATE_TOKEN or the data dir's harness.token)")
         client = await stack.enter_async_context(Client(api_url, token))
+        if spec.isolate and not await _transparent(client):
+            raise RunError(f"the sandgate at {api_url} has no transparent listener (set proxy.transparent_listen "
+                           f"and proxy.dns_listen, or let run start its own)")
         tmp = Path(tempfile.mkdtemp(prefix="sandgate-run-"))
         stack.callback(shutil.rmtree, tmp, True)
         ca_file = tmp / "ca.pem"
+        network = None
+        if spec.isolate:
+            try:
+                network = await stack.enter_async_context(isolated_network())
+            except IsolationError as exc:
+                raise RunError(str(exc)) from None
         try:
             session = await client.create_session(workload=spec.workload, allow=spec.allow, secrets=spec.secrets,
-                                                  ttl_s=spec.ttl_s, ca_path=str(ca_file))
+                                                  ttl_s=spec.ttl_s, ca_path=str(ca_file),
+                                                  source=network.link.sandbox if network is not None else None)
         except SandgateError as exc:
             raise RunError(f"cannot create a session: {exc.detail or exc.code}") from None
-        ca_file.write_text(session.ca_pem)
-        ca_file.chmod(0o644)
         try:
+            ca_file.write_text(session.ca_pem)
+            ca_file.chmod(0o644)
+            if network is not None:
+                launcher = await _capture(network, session)
             return await _supervise(client, session, spec, stderr, launcher or DirectLauncher())
         finally:
             await asyncio.shield(_end(client, session, stderr))
     raise AssertionError("unreachable")  # pragma: no cover
+
+
+async def _transparent(client: Client) -> bool:
+    try:
+        return bool((await client.health()).get("transparent"))
+    except SandgateError:
+        return False
+
+
+async def _capture(network: IsolatedNetwork, session: Session) -> Launcher:
+    """Point the namespace's capture at the session's transparent listener and resolver."""
+    where = session.info.transparent
+    if not where or not where.get("listen") or not where.get("dns"):
+        raise RunError("this sandgate did not bind the session to the namespace's address")
+    try:
+        await network.capture(where["listen"], where["dns"])
+    except IsolationError as exc:
+        raise RunError(str(exc)) from None
+    return NetnsLauncher(network)
 
 
 async def _supervise(client: Client, session: Session, spec: RunSpec, stderr: TextIO, launcher: Launcher) -> int:

@@ -64,6 +64,8 @@ class SessionInfo:
     proxy_url: str | None = None
     ca_pem: str | None = None
     env: Mapping[str, str] = field(default_factory=dict)
+    source: str | None = None                        # the source address it is bound to (transparent capture)
+    transparent: Mapping[str, str] | None = None     # on creation with a source: {"listen", "dns"} (HOST:PORT)
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> "SessionInfo":
@@ -72,7 +74,8 @@ class SessionInfo:
                    secrets=tuple(d.get("secrets") or ()), labels=dict(d.get("labels") or {}),
                    workspace=d.get("workspace", "/workspace"), ca_path=d.get("ca_path", ""),
                    frozen=bool(d.get("frozen")), created_at=d.get("created_at", ""), token=d.get("token"),
-                   proxy_url=d.get("proxy_url"), ca_pem=d.get("ca_pem"), env=dict(d.get("env") or {}))
+                   proxy_url=d.get("proxy_url"), ca_pem=d.get("ca_pem"), env=dict(d.get("env") or {}),
+                   source=d.get("source"), transparent=d.get("transparent"))
 
 
 @dataclass(frozen=True)

@@ -132,10 +132,16 @@ def test_no_sandgate_at_an_explicit_url_is_an_error(env):
     assert out.returncode == 2 and "no sandgate answers" in out.stderr
 
 
-def test_isolate_is_refused_until_supported(env):
+def test_isolate_needs_a_sandgate_with_a_transparent_listener(env):
     sg, _ = env
+    before = session_ids(sg)
     out = sandgate_run(sg, "--isolate", "--", "true")
-    assert out.returncode == 2 and "--isolate" in out.stderr
+    assert out.returncode == 2
+    if os.geteuid() == 0:
+        assert "has no transparent listener" in out.stderr and "proxy.transparent_listen" in out.stderr
+    else:
+        assert "--isolate needs root" in out.stderr
+    assert session_ids(sg) == before                     # refused before any session or namespace was made
 
 
 # -- pip against a local index -------------------------------------------------------------------------

@@ -1,0 +1,104 @@
+"""`sandgate run --isolate` end to end: real curl, a raw socket, real DNS queries, in real network namespaces.
+
+Everything runs inside `unshare -n -m` (tests/support/isolate_probe.py): that namespace plays the host (sandgate,
+its transparent listener and resolver, the upstreams on its loopback), each `run --isolate` builds its sandbox
+namespace inside it, and nothing can leave the machine. The probe runs once per module; each test reads its part.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import need
+from tests.support.gateway import ROOT
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory):
+    need(os.geteuid() == 0, "root (network namespaces, nftables)")
+    for binary in ("unshare", "ip", "nft", "curl"):
+        need(shutil.which(binary) is not None, f"the {binary} binary")
+    tmp = tmp_path_factory.mktemp("isolate")
+    proc = subprocess.run(["unshare", "-n", "-m", "--", sys.executable, str(ROOT / "tests/support/isolate_probe.py"),
+                           str(tmp)], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def lines(text: str) -> list[str]:
+    return [line for line in text.splitlines() if line.strip()]
+
+
+def test_a_client_that_ignores_the_proxy_is_still_decided(lab):
+    # curl told to use no proxy at all: captured, intercepted (it trusts the session's CA), decided, forwarded
+    assert lab["https_noproxy"] == {"rc": 0, "out": "200", "err": ""}
+    # a raw socket to NAME:PORT, no proxy and no library: the same
+    assert lab["raw_socket"]["out"] == "HTTP/1.1 200 OK\n"
+    assert "/raw" in lab["plain_paths"] and ["/isolated-tls", ""] in lab["secure_seen"]
+    events = [(e["host"], e["method"], e["action"]) for e in lab["events"]]
+    assert ("secure.test", "CONNECT", "allow") in events and ("secure.test", "GET", "allow") in events
+    assert ("allowed.test", "CONNECT", "allow") in events and ("allowed.test", "GET", "allow") in events
+
+
+def test_the_isolated_command_has_no_proxy_variables_but_the_ca(lab):
+    env = dict(line.split("=", 1) for line in lines(lab["env"]["out"]) if "=" in line)
+    assert not {k for k in env if k.lower() in ("http_proxy", "https_proxy", "all_proxy", "no_proxy")}
+    assert env["CURL_CA_BUNDLE"].endswith("/ca.pem") and env["SSL_CERT_FILE"] == env["CURL_CA_BUNDLE"]
+    assert not {k for k in env if k.startswith("SANDGATE_")}
+
+
+def test_dns_answers_only_allowed_names(lab):
+    resolved = dict(line.split(" ", 1) for line in lines(lab["resolve"]["out"]))
+    assert resolved["allowed.test"].startswith("['10.200.1") and resolved["secure.test"].startswith("['10.200.1")
+    assert resolved["allowed.test"] != resolved["secure.test"]        # one synthetic address per name
+    for name in ("evil.test", "localhost.evil.test", "127.0.0.1.nip.io"):
+        assert resolved[name] == "-", name
+    # asked directly, of the gateway or of any other server: port 53 always reaches the filtering resolver
+    dig = lines(lab["dig"]["out"])
+    assert dig[0] == dig[1] and dig[0].startswith("NOERROR ['10.200.1")
+    assert dig[2] == "NXDOMAIN []" and dig[3] == "NXDOMAIN []"       # a denied name gets no answer
+    assert dig[4] == "NOERROR []"                                     # no IPv6 answers (no IPv6 route)
+    assert dig[5] == "NXDOMAIN []"
+    assert "sandgate: denied evil.test: evil.test is not on this session's allow list (DNS)" in lab["dig"]["err"]
+    assert "Could not resolve host: evil.test" in lab["denied_name"]["err"]
+
+
+def test_direct_connections_to_other_addresses_fail(lab):
+    rcs = [line.strip() for line in lines(lab["direct_ip"]["out"])]
+    assert rcs == ["rc=52", "rc=35", "rc=52"]       # closed before any byte was forwarded (plain, TLS, the gateway)
+    err = lab["direct_ip"]["err"]
+    assert "sandgate: denied 192.0.2.10: 192.0.2.10 is not on this session's allow list" in err
+    assert "sandgate: denied 10.200.0.1: " in err   # the gateway's own address: sandgate's API is out of reach
+    assert "/direct" not in lab["plain_paths"] and all(p != "/direct-sni" for p, _ in lab["secure_seen"])
+    assert lab["udp"]["out"].strip() == "noanswer"  # UDP that is not DNS goes nowhere
+
+
+def test_one_destination_per_request_and_secrets_in_transparent_mode(lab):
+    assert lab["host_mismatch"]["out"] == "403"
+    assert "the request names another host or port than its tunnel's" in lab["host_mismatch"]["err"]
+    assert lab["secret"]["out"] == "200 403"      # injected for its bound host; refused anywhere else
+    assert ["/with-secret", "Bearer ghp_" + "R" * 36] in lab["secure_seen"]
+    assert "/exfil" not in lab["plain_paths"]
+    assert "sandgate: denied allowed.test: secret demo is not bound to allowed.test" in lab["secret"]["err"]
+
+
+def test_exit_code_denial_lines_and_session_end(lab):
+    assert lab["exit_code"]["rc"] == 7
+    out = lab["denied_line"]
+    assert out["rc"] == 3
+    refusals = [line for line in lines(out["err"]) if line.startswith("sandgate: ")]
+    assert refusals == [
+        "sandgate: denied other.test: other.test is not on this session's allow list (DNS)",
+        "sandgate: denied 192.0.2.10: 192.0.2.10 is not on this session's allow list; destination address class "
+        "documentation is not allowed"]
+    assert lab["sessions"] and all(s == {"status": "deleted", "source": None} for s in lab["sessions"])
+
+
+def test_namespaces_links_and_rules_are_removed(lab):
+    assert lab["bad_secret"]["rc"] == 2 and "unknown secrets: nope" in lab["bad_secret"]["err"]
+    assert lab["leftovers"] == {"netns": [], "links": [], "tables": [], "etc": []}

@@ -1,0 +1,134 @@
+"""Run inside `unshare -n -m` (loopback only, private mounts): `sandgate run --isolate` end to end.
+
+This process's network namespace plays the host: it holds the upstreams (on its loopback), sandgate (with its
+transparent listener and filtering resolver) and the nftables tables `run --isolate` installs; each run makes
+its own sandbox namespace inside it. Nothing but loopback and the runs' veth pairs exists here, so even a bug
+could not send a packet off the machine, and whatever a failing run leaves behind dies with this namespace.
+Prints one JSON object: {case: {"rc", "out", "err", ...}} plus what was left over and what the upstreams saw.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from tests.support.gateway import Sandgate  # noqa: E402
+from tests.support.upstream import Upstream, free_port, make_cert  # noqa: E402
+
+SECRET = "ghp_" + "R" * 36
+PY = sys.executable
+
+# A raw client: no proxy, no library, just a socket to NAME:PORT (resolved in the sandbox).
+RAW_GET = ("import socket,sys\n"
+           "s=socket.create_connection((sys.argv[1],int(sys.argv[2])),timeout=10)\n"
+           "s.sendall(b'GET /raw HTTP/1.1\\r\\nHost: '+sys.argv[1].encode()+b':'+sys.argv[2].encode()+"
+           "b'\\r\\nConnection: close\\r\\n\\r\\n')\n"
+           "data=b''\n"
+           "while True:\n"
+           "    try: chunk=s.recv(65536)\n"
+           "    except OSError as e: print('error', type(e).__name__); break\n"
+           "    if not chunk: break\n"
+           "    data+=chunk\n"
+           "print(data.split(b'\\r\\n',1)[0].decode() if data else 'closed')\n")
+
+# Resolve names inside the sandbox; "-" for a name that does not resolve.
+RESOLVE = ("import socket,sys\n"
+           "for n in sys.argv[1:]:\n"
+           "    try: print(n, sorted({i[4][0] for i in socket.getaddrinfo(n, 80, type=socket.SOCK_STREAM)}))\n"
+           "    except socket.gaierror as e: print(n, '-')\n")
+
+# Ask a DNS server directly (any address: port 53 is captured), print rcode and answers.
+DIG = ("import sys, dns.message, dns.query, dns.rcode\n"
+       "q=dns.message.make_query(sys.argv[2], sys.argv[3])\n"
+       "try:\n"
+       "    r=dns.query.udp(q, sys.argv[1], timeout=3)\n"
+       "    print(dns.rcode.to_text(r.rcode()), [str(rd) for rrs in r.answer for rd in rrs])\n"
+       "except Exception as e: print('noanswer', type(e).__name__)\n")
+
+# UDP to a port that is not DNS: dropped (no answer ever).
+UDP = ("import socket\n"
+       "s=socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.settimeout(2)\n"
+       "s.sendto(b'hello', ('192.0.2.10', 9999))\n"
+       "try: print('answered', s.recvfrom(100))\n"
+       "except OSError as e: print('noanswer')\n")
+
+
+def sh(*args: str, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run(list(args), capture_output=True, text=True, timeout=kw.pop("timeout", 60), **kw)
+
+
+def leftovers() -> dict:
+    return {"netns": [n for n in sh("ip", "netns", "list").stdout.split() if n.startswith("sandgate-")],
+            "links": [l for l in sh("ip", "-o", "link").stdout.split() if l.startswith("sgi")],
+            "tables": [t for t in sh("nft", "list", "tables").stdout.split() if t.startswith("sandgate_")],
+            "etc": sorted(p.name for p in Path("/etc/netns").glob("sandgate-*")) if Path("/etc/netns").exists()
+            else []}
+
+
+def main(tmp: Path) -> int:
+    sh("ip", "link", "set", "lo", "up")
+    cert = make_cert(tmp / "certs", ["secure.test", "allowed.test"])
+    results: dict = {}
+    with Upstream() as plain, Upstream(tls=cert) as secure:
+        config = {
+            "proxy": {"transparent_listen": f"127.0.0.1:{free_port()}", "dns_listen": f"127.0.0.1:{free_port()}"},
+            "egress": {"private_allow": ["127.0.0.0/8"], "upstream_ca": cert.cert,
+                       "resolve": {"allowed.test": ["127.0.0.1"], "secure.test": ["127.0.0.1"],
+                                   "other.test": ["127.0.0.1"]}},
+            "secrets": {"demo": {"source": "env:SANDGATE_TEST_DEMO", "hosts": ["secure.test"], "env": "DEMO_TOKEN"}},
+        }
+        with Sandgate(tmp / "gw", config, env={"SANDGATE_TEST_DEMO": SECRET}) as sg:
+            env = {**os.environ, "SANDGATE_TOKEN": sg.harness_token}
+            env.pop("HTTPS_PROXY", None)
+
+            def run(case: str, script: str, *extra: str) -> None:
+                cmd = [PY, "-m", "gateway", "run", "--api-url", sg.api, "--isolate", "--allow", "allowed.test",
+                       "--allow", "secure.test", *extra, "--", "sh", "-c", script]
+                proc = sh(*cmd, env=env, timeout=120, cwd=str(tmp))
+                results[case] = {"rc": proc.returncode, "out": proc.stdout, "err": proc.stderr}
+
+            ca = "--cacert \"$CURL_CA_BUNDLE\""
+            run("https_noproxy", f"curl -s -S --noproxy '*' {ca} -o /dev/null -w '%{{http_code}}' "
+                                 f"https://secure.test:{secure.port}/isolated-tls")
+            run("raw_socket", f"{PY} -c \"$0\" allowed.test {plain.port}".replace("$0", RAW_GET.replace('"', '\\"')))
+            run("env", "env | sort")
+            run("exit_code", "exit 7")
+            run("resolve", f"{PY} -c \"{RESOLVE}\" allowed.test secure.test evil.test localhost.evil.test "
+                           f"127.0.0.1.nip.io")
+            run("dig", "; ".join(f"{PY} -c \"{DIG}\" {server} {name} {qtype}" for server, name, qtype in (
+                ("10.200.0.1", "allowed.test", "A"), ("192.0.2.53", "allowed.test", "A"),
+                ("10.200.0.1", "evil.test", "A"), ("192.0.2.53", "evil.test", "A"),
+                ("10.200.0.1", "allowed.test", "AAAA"), ("10.200.0.1", "evil.test", "TXT"))))
+            run("denied_name", f"curl -s -S --noproxy '*' http://evil.test:{plain.port}/ ; echo \" rc=$?\"")
+            run("direct_ip", f"curl -s -S --max-time 10 http://192.0.2.10:{plain.port}/direct; echo \" rc=$?\"; "
+                             f"curl -s -S --max-time 10 {ca} --resolve secure.test:{secure.port}:192.0.2.10 "
+                             f"https://secure.test:{secure.port}/direct-sni; echo \" rc=$?\"; "
+                             f"curl -s -S --max-time 10 http://10.200.0.1:{sg.api_port}/healthz; echo \" rc=$?\"")
+            run("udp", f"{PY} -c \"{UDP}\"")
+            run("host_mismatch", f"curl -s {ca} -H 'Host: allowed.test' https://secure.test:{secure.port}/mismatch"
+                                 f" -o /dev/null -w '%{{http_code}}'")
+            run("secret", f"curl -s {ca} -H \"Authorization: Bearer $DEMO_TOKEN\" "
+                          f"https://secure.test:{secure.port}/with-secret -o /dev/null -w '%{{http_code}} '; "
+                          f"curl -s {ca} -H \"Authorization: Bearer $DEMO_TOKEN\" "
+                          f"http://allowed.test:{plain.port}/exfil -o /dev/null -w '%{{http_code}}'", "--secret", "demo")
+            run("denied_line", f"curl -s -S --max-time 10 http://other.test:{plain.port}/ ; "
+                               f"curl -s --max-time 10 -o /dev/null http://192.0.2.10/ ; exit 3")
+            run("bad_secret", "true", "--secret", "nope")        # refused after the namespace was made: removed
+            sessions = sg.call("GET", "/v1/sessions").json()
+            results["sessions"] = [{"status": s["status"], "source": s.get("source")} for s in sessions]
+            results["events"] = [{"host": e["host"], "method": e["method"], "action": e["action"],
+                                  "codes": e["codes"]} for s in sessions for e in sg.events(s["id"])
+                                 if e["kind"] == "egress"]
+        results["plain_paths"] = [r.path for r in plain.recorder.requests]
+        results["secure_seen"] = [[r.path, r.headers.get("authorization", "")] for r in secure.recorder.requests]
+    results["leftovers"] = leftovers()
+    print(json.dumps(results))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(Path(sys.argv[1])))
