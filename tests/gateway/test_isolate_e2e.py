@@ -102,3 +102,12 @@ def test_exit_code_denial_lines_and_session_end(lab):
 def test_namespaces_links_and_rules_are_removed(lab):
     assert lab["bad_secret"]["rc"] == 2 and "unknown secrets: nope" in lab["bad_secret"]["err"]
     assert lab["leftovers"] == {"netns": [], "links": [], "tables": [], "etc": []}
+
+
+def test_raw_tcp_only_to_listed_destinations(lab):
+    # egress.raw_tcp lists allowed.test:ECHO: the name behind the synthetic address is the destination, as a
+    # CONNECT target would be; raw bytes anywhere else are refused before they are forwarded
+    echoed, refused = lines(lab["raw_tcp"]["out"])
+    assert echoed == "b'\\x00\\x01raw bytes'" and refused.startswith("closed")
+    assert lab["echo_connections"] == 1
+    assert "sandgate: denied allowed.test: the tunnel carries bytes that are not HTTP or TLS" in lab["raw_tcp"]["err"]

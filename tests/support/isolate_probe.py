@@ -17,7 +17,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from tests.support.gateway import Sandgate  # noqa: E402
-from tests.support.upstream import Upstream, free_port, make_cert  # noqa: E402
+from tests.support.upstream import EchoServer, Upstream, free_port, make_cert  # noqa: E402
 
 SECRET = "ghp_" + "R" * 36
 PY = sys.executable
@@ -34,6 +34,13 @@ RAW_GET = ("import socket,sys\n"
            "    if not chunk: break\n"
            "    data+=chunk\n"
            "print(data.split(b'\\r\\n',1)[0].decode() if data else 'closed')\n")
+
+# Raw bytes (not HTTP, not TLS) to NAME:PORT: what comes back, or "closed".
+RAW_BYTES = ("import socket,sys\n"
+             "s=socket.create_connection((sys.argv[1],int(sys.argv[2])),timeout=10)\n"
+             "s.sendall(b'\\x00\\x01raw bytes')\n"
+             "try: print(s.recv(100) or 'closed')\n"
+             "except OSError as e: print('closed', type(e).__name__)\n")
 
 # Resolve names inside the sandbox; "-" for a name that does not resolve.
 RESOLVE = ("import socket,sys\n"
@@ -73,10 +80,11 @@ def main(tmp: Path) -> int:
     sh("ip", "link", "set", "lo", "up")
     cert = make_cert(tmp / "certs", ["secure.test", "allowed.test"])
     results: dict = {}
-    with Upstream() as plain, Upstream(tls=cert) as secure:
+    with Upstream() as plain, Upstream(tls=cert) as secure, EchoServer() as echo:
         config = {
             "proxy": {"transparent_listen": f"127.0.0.1:{free_port()}", "dns_listen": f"127.0.0.1:{free_port()}"},
             "egress": {"private_allow": ["127.0.0.0/8"], "upstream_ca": cert.cert,
+                       "raw_tcp": [f"allowed.test:{echo.port}"],
                        "resolve": {"allowed.test": ["127.0.0.1"], "secure.test": ["127.0.0.1"],
                                    "other.test": ["127.0.0.1"]}},
             "secrets": {"demo": {"source": "env:SANDGATE_TEST_DEMO", "hosts": ["secure.test"], "env": "DEMO_TOKEN"}},
@@ -96,6 +104,8 @@ def main(tmp: Path) -> int:
                                  f"https://secure.test:{secure.port}/isolated-tls")
             run("raw_socket", f"{PY} -c \"$0\" allowed.test {plain.port}".replace("$0", RAW_GET.replace('"', '\\"')))
             run("env", "env | sort")
+            run("raw_tcp", f"{PY} -c \"{RAW_BYTES}\" allowed.test {echo.port}; "
+                           f"{PY} -c \"{RAW_BYTES}\" allowed.test {plain.port}")
             run("exit_code", "exit 7")
             run("resolve", f"{PY} -c \"{RESOLVE}\" allowed.test secure.test evil.test localhost.evil.test "
                            f"127.0.0.1.nip.io")
@@ -123,6 +133,7 @@ def main(tmp: Path) -> int:
             results["events"] = [{"host": e["host"], "method": e["method"], "action": e["action"],
                                   "codes": e["codes"]} for s in sessions for e in sg.events(s["id"])
                                  if e["kind"] == "egress"]
+        results["echo_connections"] = echo.connections
         results["plain_paths"] = [r.path for r in plain.recorder.requests]
         results["secure_seen"] = [[r.path, r.headers.get("authorization", "")] for r in secure.recorder.requests]
     results["leftovers"] = leftovers()
