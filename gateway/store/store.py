@@ -9,10 +9,11 @@ import asyncio
 import functools
 import json
 import time
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Optional, TypeVar
 
-from sqlalchemy import event, func, inspect, select, update
+from sqlalchemy import column, event, insert, inspect, select, table, text, update
 from sqlalchemy.engine import Engine
 from sqlmodel import Session, SQLModel, create_engine
 
@@ -45,7 +46,7 @@ class Store:
         self.engine = _make_engine(url)
         workers = 1 if url.startswith("sqlite") else 4
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="sandgate-store")
-        self._seqs: dict = {}
+        self._seq_known: set[str] = set()      # sessions whose audit_seqs row exists
 
     # -- plumbing -------------------------------------------------------------------------------
     async def run(self, fn: Callable[..., T], *args: Any) -> T:
@@ -219,35 +220,40 @@ class Store:
     _EVENT_COLS = ("seq", "ts", "session", "step", "kind", "action", "reasons", "codes", "request_id", "method",
                    "host", "path", "http_status", "bytes_in", "bytes_out", "policy_rev", "detail")
     _JSON_COLS = frozenset({"reasons", "codes", "detail"})
+    # Untyped columns: rows arrive with their JSON already serialised, and go to the driver as they are.
+    _EVENTS = table("events", *(column(c) for c in _EVENT_COLS))
+    _SEQ_INIT = text("INSERT INTO audit_seqs (session, last) SELECT CAST(:key AS VARCHAR), COALESCE(MAX(seq), 0) "
+                     "FROM events WHERE session = :key ON CONFLICT (session) DO NOTHING")
+    _SEQ_INIT_NONE = text("INSERT INTO audit_seqs (session, last) SELECT '', COALESCE(MAX(seq), 0) FROM events "
+                          "WHERE session IS NULL ON CONFLICT (session) DO NOTHING")
+    _SEQ_TAKE = text("UPDATE audit_seqs SET last = last + :n WHERE session = :key RETURNING last")
 
-    def _events_sql(self) -> str:
-        style = self.engine.dialect.paramstyle
-        mark = "?" if style == "qmark" else "%s"
-        cols = ", ".join(self._EVENT_COLS)
-        return f"INSERT INTO events ({cols}) VALUES ({', '.join([mark] * len(self._EVENT_COLS))})"
+    @classmethod
+    def event_values(cls, row: dict) -> dict:
+        """One event as the INSERT takes it (JSON columns serialised; `seq` is given at write time)."""
+        return {c: json.dumps(row.get(c)) if c in cls._JSON_COLS else row.get(c) for c in cls._EVENT_COLS}
 
     def _append_events(self, rows: list[dict]) -> None:
-        """One bulk INSERT per batch (driver-level executemany: this runs for every request).
-
-        Per-session sequence numbers continue from the stored maximum (read once per session, then counted
-        here: this writer is the only one for its sessions)."""
+        """One transaction per batch: take each session's next sequence numbers from `audit_seqs` (sessions in
+        sorted order, so two writers never wait on each other in a cycle), then one executemany INSERT."""
+        counts = Counter(r.get("session") for r in rows)
         with self.engine.begin() as conn:
-            for sid in {r.get("session") for r in rows} - self._seqs.keys():
-                cur = conn.execute(select(func.max(EventRow.seq)).where(EventRow.session == sid)).scalar()
-                self._seqs[sid] = int(cur or 0)
+            nxt: dict[Optional[str], int] = {}
+            for sid in sorted(counts, key=lambda s: s or ""):
+                key = sid or ""
+                if key not in self._seq_known:
+                    conn.execute(self._SEQ_INIT_NONE if sid is None else self._SEQ_INIT, {"key": key})
+                last = conn.execute(self._SEQ_TAKE, {"n": counts[sid], "key": key}).scalar_one()
+                nxt[sid] = int(last) - counts[sid]
             values = []
             for r in rows:
                 sid = r.get("session")
-                self._seqs[sid] += 1
-                r = {**r, "seq": self._seqs[sid]}
-                values.append(tuple(json.dumps(r.get(c)) if c in self._JSON_COLS else r.get(c)
-                                    for c in self._EVENT_COLS))
-            try:
-                conn.exec_driver_sql(self._events_sql(), values)
-            except Exception:
-                for sid in {r.get("session") for r in rows}:
-                    self._seqs.pop(sid, None)
-                raise
+                nxt[sid] += 1
+                v = self.event_values(r)
+                v["seq"] = nxt[sid]
+                values.append(v)
+            conn.execute(insert(self._EVENTS), values)
+        self._seq_known.update(s or "" for s in counts)
 
     async def append_events(self, rows: list[dict]) -> None:
         if rows:
