@@ -23,6 +23,7 @@ from gateway.api.state import ApiServices, PageSettings, ProxyEndpoint, Transpar
 from gateway.approvals import ApprovalQueue
 from gateway.audit import AuditLog
 from gateway.auth import HARNESS_TOKEN_TTL_S, Revocations, TokenSigner, TokenVerifier, load_or_create_key, write_private
+from gateway.changes import ChangeFeed, LocalChangeFeed, PgChangeFeed
 from gateway.config import Config
 from gateway.egress.addon import EgressAddon, EgressDeps
 from gateway.egress.dns import DnsServer, open_resolver
@@ -39,6 +40,7 @@ from gateway.egress.transparent import TransparentAddon
 from gateway.metrics import Metrics
 from gateway.net.synthetic import SyntheticNames
 from gateway.policy.decisionlog import DecisionLog
+from gateway.policy.announce import PolicyRevisions
 from gateway.policy.factory import make_engine
 from gateway.revocations import RevocationService
 from gateway.session_spec import proxy_authority
@@ -114,14 +116,16 @@ async def _start_api(stack: AsyncExitStack, app: web.Application, listen: tuple[
 
 
 async def _housekeeping(sessions: SessionRegistry, approvals: ApprovalQueue, metrics: Metrics,
-                        dns: DnsServer | None) -> None:
+                        dns: DnsServer | None, refresh_every_s: int) -> None:
+    """Once a second: expiry and metrics; every `refresh_every_s` the sessions are re-read (the backstop
+    behind change notifications, the only path for replicas on one SQLite file)."""
     tick = 0
     store_ok = True
     while True:
         await asyncio.sleep(1.0)
         tick += 1
         try:
-            if tick % 5 == 0:
+            if tick % refresh_every_s == 0:
                 await sessions.refresh()
                 if dns is not None:
                     dns.retain(sessions.live_ids())
@@ -152,11 +156,13 @@ async def open_gateway(cfg: Config, stack: AsyncExitStack) -> Listening:
     store = Store(cfg.store_url)
     stack.callback(store.close)
     await store.open()
+    # Replicas (and --workers processes) on PostgreSQL hear each other's changes by LISTEN/NOTIFY.
+    feed: ChangeFeed = PgChangeFeed(store.libpq_url()) if store.is_postgres else LocalChangeFeed()
     metrics = Metrics()
     audit = AuditLog(store, max_pending=cfg.audit.max_pending)
     audit.start()
     stack.push_async_callback(audit.close)
-    revocations = RevocationService(store, revocation_set, audit)
+    revocations = RevocationService(store, revocation_set, audit, feed)
     await revocations.load()
     decision_log = DecisionLog(store) if cfg.policy.decision_log else None
     if decision_log is not None:
@@ -170,9 +176,16 @@ async def open_gateway(cfg: Config, stack: AsyncExitStack) -> Listening:
                                normalise_host=normalise_host, cache_ttl_s=cfg.broker.cache_ttl_s)
     await broker.load_local_specs()
     placeholders = PlaceholderRegistry()
-    approvals = ApprovalQueue(store, audit, metrics, cfg.approvals)
-    sessions = SessionRegistry(store, SessionCache(), placeholders, audit, approvals)
+    approvals = ApprovalQueue(store, audit, metrics, cfg.approvals, feed)
+    sessions = SessionRegistry(store, SessionCache(), placeholders, audit, approvals, feed)
     await sessions.load()
+    policy_revisions = PolicyRevisions(engine, feed)
+    feed.subscribe("session", sessions)
+    feed.subscribe("approval", approvals)
+    feed.subscribe("revocation", revocations)
+    feed.subscribe("policy", policy_revisions)
+    await feed.start()
+    stack.push_async_callback(feed.close)
 
     own_listeners: list[tuple[str, int]] = []        # filled below, once both listeners are bound
     recorder = FlowRecorder(audit, metrics, sessions, engine)
@@ -223,8 +236,10 @@ async def open_gateway(cfg: Config, stack: AsyncExitStack) -> Listening:
         listen |= {"transparent": endpoint.listen, "dns": endpoint.dns}
     (cfg.data_dir / "listen.json").write_text(json.dumps(listen))
 
-    _background(stack, _housekeeping(sessions, approvals, metrics, dns), "sandgate-housekeeping")
-    _background(stack, revocations.poll(), "sandgate-revocations")
+    notified = isinstance(feed, PgChangeFeed)
+    _background(stack, _housekeeping(sessions, approvals, metrics, dns, 5), "sandgate-housekeeping")
+    _background(stack, revocations.poll(2.0 if notified else 0.25), "sandgate-revocations")
+    _background(stack, policy_revisions.announce(), "sandgate-policy-revisions")
     log.info("sandgate ready: proxy %s:%d, api %s:%d, policy rev %s", *proxy_addr, *api_addr, engine.rev)
     return Listening(proxy_addr, api_addr, transparent_addr, dns_addr)
 

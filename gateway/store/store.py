@@ -75,6 +75,14 @@ class Store:
                     clause = f" DEFAULT {default!r}" if isinstance(default, (int, float)) else ""
                     conn.exec_driver_sql(f'ALTER TABLE {table.name} ADD COLUMN {column.name} {ddl_type}{clause}')
 
+    @property
+    def is_postgres(self) -> bool:
+        return self.engine.dialect.name == "postgresql"
+
+    def libpq_url(self) -> str:
+        """The store's PostgreSQL URL for a plain psycopg connection (change notifications)."""
+        return self.engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
+
     async def open(self) -> None:
         await self.run(self.create_all)
 
