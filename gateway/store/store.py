@@ -13,9 +13,11 @@ from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Optional, TypeVar
 
-from sqlalchemy import column, event, insert, inspect, select, table, text, update
+from sqlalchemy import column, event, insert, select, table, text, update
 from sqlalchemy.engine import Engine
-from sqlmodel import Session, SQLModel, create_engine
+from sqlmodel import Session, create_engine
+
+from gateway.store import migrate
 
 from gateway.store.models import ApprovalRow, EventRow, RevocationRow, SessionPathRow, SessionRow, row_dict
 
@@ -60,20 +62,9 @@ class Store:
                 raise StoreError(f"store unavailable: {exc.__class__.__name__}") from exc
             raise
 
-    def create_all(self) -> None:
-        """Create the tables, then add columns a newer sandgate defines (additive schema changes only)."""
-        SQLModel.metadata.create_all(self.engine)
-        inspector = inspect(self.engine)
-        with self.engine.begin() as conn:
-            for table in SQLModel.metadata.sorted_tables:
-                have = {c["name"] for c in inspector.get_columns(table.name)}
-                for column in table.columns:
-                    if column.name in have:
-                        continue
-                    ddl_type = column.type.compile(dialect=self.engine.dialect)
-                    default = column.default.arg if column.default is not None and column.default.is_scalar else None
-                    clause = f" DEFAULT {default!r}" if isinstance(default, (int, float)) else ""
-                    conn.exec_driver_sql(f'ALTER TABLE {table.name} ADD COLUMN {column.name} {ddl_type}{clause}')
+    def migrate(self) -> tuple[Optional[str], Optional[str]]:
+        """Bring the schema to the newest revision (alembic, behind a lock; see migrate.py)."""
+        return migrate.upgrade(self.engine)
 
     @property
     def is_postgres(self) -> bool:
@@ -84,7 +75,7 @@ class Store:
         return self.engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
 
     async def open(self) -> None:
-        await self.run(self.create_all)
+        await self.run(self.migrate)
 
     def close(self) -> None:
         self._pool.shutdown(wait=True)
