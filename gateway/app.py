@@ -145,8 +145,9 @@ def _resolver(cfg: Config) -> Resolver:
     return StaticResolver(cfg.egress.resolve, system) if cfg.egress.resolve else system
 
 
-async def open_gateway(cfg: Config, stack: AsyncExitStack) -> Listening:
-    """Build and start everything; `stack` stops it. Raises when something cannot start."""
+async def open_gateway(cfg: Config, stack: AsyncExitStack, worker: bool = False) -> Listening:
+    """Build and start everything; `stack` stops it. Raises when something cannot start. A `worker` (of `serve
+    --workers N`) leaves the harness token and listen.json to its supervisor."""
     if not cfg.data_dir.exists():
         cfg.data_dir.mkdir(parents=True, mode=0o700)
     signer = TokenSigner(load_or_create_key(cfg.data_dir))
@@ -228,13 +229,14 @@ async def open_gateway(cfg: Config, stack: AsyncExitStack) -> Listening:
     api_addr = await _start_api(stack, app, cfg.api.listen)
     own_listeners[:] = [proxy_addr, api_addr] + [a for a in (transparent_addr, dns_addr) if a is not None]
 
-    if not cfg.api.harness_token_file:
+    if not cfg.api.harness_token_file and not worker:
         token = signer.mint("harness", "harness", HARNESS_TOKEN_TTL_S)
         write_private(cfg.data_dir / "harness.token", token.encode() + b"\n")
     listen = {"proxy": f"{proxy_addr[0]}:{proxy_addr[1]}", "api": f"{api_addr[0]}:{api_addr[1]}"}
     if endpoint is not None:
         listen |= {"transparent": endpoint.listen, "dns": endpoint.dns}
-    (cfg.data_dir / "listen.json").write_text(json.dumps(listen))
+    if not worker:
+        (cfg.data_dir / "listen.json").write_text(json.dumps(listen))
 
     notified = isinstance(feed, PgChangeFeed)
     _background(stack, _housekeeping(sessions, approvals, metrics, dns, 5), "sandgate-housekeeping")
@@ -244,7 +246,7 @@ async def open_gateway(cfg: Config, stack: AsyncExitStack) -> Listening:
     return Listening(proxy_addr, api_addr, transparent_addr, dns_addr)
 
 
-async def run_gateway(cfg: Config) -> int:
+async def run_gateway(cfg: Config, worker: bool = False) -> int:
     """`sandgate serve`: run until SIGINT or SIGTERM, then stop cleanly (pending audit flushed)."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -252,7 +254,7 @@ async def run_gateway(cfg: Config) -> int:
         loop.add_signal_handler(sig, stop.set)
     async with AsyncExitStack() as stack:
         try:
-            listening = await open_gateway(cfg, stack)
+            listening = await open_gateway(cfg, stack, worker)
         except Exception as exc:  # noqa: BLE001 - report and exit non-zero, no traceback for users
             log.error("sandgate failed to start: %s", exc)
             log.debug("start failure", exc_info=True)
