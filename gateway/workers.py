@@ -151,6 +151,10 @@ class Supervisor:
                 w.proc.kill()
                 w.proc.wait()
 
+    def _write_listen(self, proxy: str, api: str) -> None:
+        (self.cfg.data_dir / "listen.json").write_text(json.dumps({
+            "proxy": proxy, "api": api, "workers": [w.proc.pid for w in self.workers.values()]}))
+
     def run(self) -> int:
         cfg = self.cfg
         prepare_data_dir(cfg)
@@ -168,14 +172,15 @@ class Supervisor:
                     log.error("sandgate worker %d did not start", w.index)
                     self._stop_all()
                     return 1
-            (cfg.data_dir / "listen.json").write_text(json.dumps({
-                "proxy": proxy, "api": api, "workers": [w.proc.pid for w in self.workers.values()]}))
+            self._write_listen(proxy, api)
             print(f"sandgate: proxy {proxy}  api {api}  data {cfg.data_dir}  workers {self.count}", flush=True)
             while not self.stopping.wait(0.5):
                 for i, w in list(self.workers.items()):
                     if w.proc.poll() is not None and not self.stopping.is_set():
                         log.error("sandgate worker %d exited with %s; starting it again", i, w.proc.returncode)
                         self.workers[i] = self._spawn(i, proxy, api)
+                        if self._wait_ready(self.workers[i], time.monotonic() + READY_TIMEOUT_S):
+                            self._write_listen(proxy, api)
             log.info("sandgate stopping %d workers", self.count)
             self._stop_all()
             return 0

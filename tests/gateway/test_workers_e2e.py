@@ -3,6 +3,8 @@ PostgreSQL store and its notifications; with SQLite more than one worker is refu
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -100,6 +102,29 @@ def test_a_session_deleted_through_one_worker_is_refused_by_all(two_workers, ups
             assert time.monotonic() - deleted < 1.5, "a worker kept serving a deleted session"
         for c in conns:
             c.close()
+
+
+def test_a_worker_that_dies_is_started_again(two_workers, upstream):
+    sg = two_workers
+    victim = sg.pids[0]
+    os.kill(victim, signal.SIGKILL)
+    deadline = time.time() + 60
+    while True:
+        pids = json.loads((sg.data_dir / "listen.json").read_text())["workers"]
+        if victim not in pids:
+            break
+        assert time.time() < deadline, "the dead worker was not replaced"
+        time.sleep(0.2)
+    sg.pids = pids
+    sess = sg.session(allow=["allowed.test"])
+    conns: list[requests.Session] = []
+    while owners(sg.pids, sg.proxy_port) != set(sg.pids):      # both workers, the new one included, serve
+        assert len(conns) < 40, "every connection went to one worker"
+        conns.append(requests.Session())
+        assert conns[-1].get(f"http://allowed.test:{upstream.port}/again", proxies=sess["proxies"],
+                             timeout=10).status_code == 200
+    for c in conns:
+        c.close()
 
 
 def test_stop_stops_every_worker(tmp_path):
