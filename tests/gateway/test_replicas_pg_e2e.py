@@ -89,6 +89,31 @@ def test_session_deleted_on_r1_is_refused_by_r2_at_once(pair, upstream):
     assert max(lags) < 1.5
 
 
+def test_a_notification_lost_while_r2_reconnects_is_re_read(pair, upstream):
+    """r2's listening connection is cut, and the deletion's notification goes out while r2 is away: r2 re-reads
+    the sessions when it is back, well before its 5 s backstop."""
+    import psycopg
+
+    from tests.support.pg import PG_DSN
+
+    r1, r2 = pair
+    sess = r1.session(allow=["allowed.test"])
+    url = f"http://allowed.test:{upstream.port}/lost"
+    assert requests.get(url, proxies=via(sess, r2), timeout=10).status_code == 200
+    with psycopg.connect(PG_DSN, autocommit=True) as conn:
+        cut = conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = %s",
+                           (f"sandgate-listen-{r2.proc.pid}",)).fetchall()
+    assert cut == [(True,)]
+    assert r1.call("DELETE", f"/v1/sessions/{sess['id']}").status_code == 204
+    deleted = time.monotonic()
+    while requests.get(url, proxies=via(sess, r2), timeout=10).status_code != 407:
+        assert time.monotonic() - deleted < 3.0, "r2 missed a deletion made while it reconnected"
+        time.sleep(0.02)
+    print(f"\nsession deleted on r1 while r2 reconnected -> refused by r2: "
+          f"{(time.monotonic() - deleted) * 1000:.0f} ms")
+    assert "change notifications lost" in r2.log()
+
+
 def test_request_held_on_r1_is_released_by_approval_on_r2(pair, upstream):
     r1, r2 = pair
     sess = r1.session(allow=["allowed.test"])
