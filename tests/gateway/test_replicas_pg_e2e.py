@@ -230,3 +230,30 @@ def test_kill_9_of_r1_with_approvals_pending_r2_serves_them(tmp_path, upstream):
     finally:
         r2.stop()
         r1.stop()
+
+
+def test_page_logout_on_r1_ends_the_login_on_r2(pair):
+    """Security regression: logging out of the approval page on one replica must end that login on every
+    replica (a copied cookie replayed against another replica, or another --workers process, is refused)."""
+    import jwt
+
+    r1, r2 = pair
+
+    def same_origin(sg: Sandgate) -> dict:
+        return {"Origin": sg.api, "Sec-Fetch-Site": "same-origin"}
+    s = requests.Session()
+    login = s.post(f"{r1.api}/login", data={"token": r1.approver, "next": "/"}, headers=same_origin(r1),
+                   allow_redirects=False)
+    assert login.status_code == 303, login.text
+    cookie = s.cookies.get("sandgate_page")
+    jar = {"sandgate_page": cookie}
+    assert requests.get(r2.api + "/", cookies=jar, allow_redirects=False).status_code == 200
+    csrf = jwt.decode(cookie, options={"verify_signature": False})["jti"]
+    out = requests.post(f"{r1.api}/logout", cookies=jar, data={"csrf_token": csrf}, headers=same_origin(r1),
+                        allow_redirects=False)
+    assert out.status_code == 303
+    assert requests.get(r1.api + "/", cookies=jar, allow_redirects=False).status_code == 303
+    logged_out = time.monotonic()
+    while requests.get(r2.api + "/", cookies=jar, allow_redirects=False).status_code != 303:
+        assert time.monotonic() - logged_out < 1.0, "r2 still accepts a page login that logged out on r1"
+        time.sleep(0.02)
