@@ -14,12 +14,16 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Optional, TypeVar
 
 from sqlalchemy import column, event, insert, select, table, text, update
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import Engine
 from sqlmodel import Session, create_engine
 
 from gateway.store import migrate
 
-from gateway.store.models import ApprovalRow, EventRow, RevocationRow, SessionPathRow, SessionRow, row_dict
+from gateway.session_spec import STAT_KEYS
+from gateway.store.models import (ApprovalRow, EventRow, RevocationRow, SessionPathRow, SessionRow, SessionStatsRow,
+                                  row_dict)
 
 T = TypeVar("T")
 
@@ -117,6 +121,26 @@ class Store:
 
     async def update_session(self, sid: str, **values: Any) -> Optional[dict]:
         return await self.run(self._update_session, sid, {**values, "updated_at": time.time()})
+
+    # -- session counters summed over replicas ------------------------------------------------------
+    def _sync_stats(self, deltas: dict[str, dict[str, int]], read: list[str]) -> dict[str, dict[str, int]]:
+        """Add this replica's counts (sessions in sorted order: no lock cycles between replicas), then read
+        the totals of the sessions in `read`."""
+        t = SessionStatsRow.__table__
+        dialect_insert = pg_insert if self.engine.dialect.name == "postgresql" else sqlite_insert
+        totals: dict[str, dict[str, int]] = {}
+        with self.engine.begin() as conn:
+            for sid in sorted(deltas):
+                ins = dialect_insert(t).values(session=sid, **{k: int(deltas[sid].get(k, 0)) for k in STAT_KEYS})
+                conn.execute(ins.on_conflict_do_update(index_elements=[t.c.session],
+                                                       set_={k: t.c[k] + ins.excluded[k] for k in STAT_KEYS}))
+            for i in range(0, len(read), 500):
+                for row in conn.execute(select(t).where(t.c.session.in_(read[i:i + 500]))):
+                    totals[row.session] = {k: int(getattr(row, k)) for k in STAT_KEYS}
+        return totals
+
+    async def sync_stats(self, deltas: dict[str, dict[str, int]], read: list[str]) -> dict[str, dict[str, int]]:
+        return await self.run(self._sync_stats, deltas, read)
 
     # -- approvals ------------------------------------------------------------------------------
     def _put_approval(self, row: ApprovalRow) -> dict:
