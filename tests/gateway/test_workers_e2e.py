@@ -18,14 +18,20 @@ from tests.support.pg import PG_URL, pg_available
 from tests.support.threads import background
 
 
-@pytest.mark.parametrize("store, message", [
-    ("", "--workers > 1 needs a PostgreSQL store"),
+TRANSPARENT = {"transparent_listen": "127.0.0.1:0", "dns_listen": "127.0.0.1:0"}
+
+
+@pytest.mark.parametrize("config, workers, message", [
+    ({}, "2", "--workers > 1 needs a PostgreSQL store"),
+    ({"store": {"url": "sqlite:////tmp/x.db"}}, "3", "--workers > 1 needs a PostgreSQL store"),
+    ({"store": {"url": PG_URL}, "proxy": TRANSPARENT}, "2", "--workers > 1 cannot run transparent capture"),
+    ({"store": {"url": PG_URL}}, "0", "--workers must be 1 or more"),
 ])
-def test_workers_refused_without_postgresql(tmp_path, store, message):
+def test_workers_refused_where_they_cannot_agree(tmp_path, config, workers, message):
     cfg = tmp_path / "sandgate.toml"
-    write_toml(cfg, {"store": {"url": store}} if store else {})
+    write_toml(cfg, config)
     out = subprocess.run([sys.executable, "-m", "gateway", "serve", "--config", str(cfg), "--data-dir",
-                          str(tmp_path / "data"), "--workers", "2"], capture_output=True, text=True, timeout=60)
+                          str(tmp_path / "data"), "--workers", workers], capture_output=True, text=True, timeout=60)
     assert out.returncode == 2
     assert out.stderr.startswith(f"sandgate: {message}") and "Traceback" not in out.stderr
 
