@@ -249,7 +249,14 @@ class Store:
                      "FROM events WHERE session = :key ON CONFLICT (session) DO NOTHING")
     _SEQ_INIT_NONE = text("INSERT INTO audit_seqs (session, last) SELECT '', COALESCE(MAX(seq), 0) FROM events "
                           "WHERE session IS NULL ON CONFLICT (session) DO NOTHING")
-    _SEQ_TAKE = text("UPDATE audit_seqs SET last = last + :n WHERE session = :key RETURNING last")
+
+    @staticmethod
+    def _seq_take(count: int):
+        """One statement taking the next numbers of `count` sessions: an upsert that adds, returning the new
+        last numbers (the rows stay locked until the batch commits)."""
+        values = ", ".join(f"(:k{i}, :n{i})" for i in range(count))
+        return text(f"INSERT INTO audit_seqs (session, last) VALUES {values} ON CONFLICT (session) DO UPDATE "
+                    "SET last = audit_seqs.last + excluded.last RETURNING session, last")
 
     @classmethod
     def event_values(cls, row: dict) -> dict:
@@ -257,17 +264,20 @@ class Store:
         return {c: json.dumps(row.get(c)) if c in cls._JSON_COLS else row.get(c) for c in cls._EVENT_COLS}
 
     def _append_events(self, rows: list[dict]) -> None:
-        """One transaction per batch: take each session's next sequence numbers from `audit_seqs` (sessions in
-        sorted order, so two writers never wait on each other in a cycle), then one executemany INSERT."""
+        """One transaction per batch: take every session's next sequence numbers from `audit_seqs` in one upsert
+        (sessions in sorted order, so two writers never wait on each other in a cycle), then one executemany
+        INSERT."""
         counts = Counter(r.get("session") for r in rows)
+        order = sorted(counts, key=lambda s: s or "")
         with self.engine.begin() as conn:
-            nxt: dict[Optional[str], int] = {}
-            for sid in sorted(counts, key=lambda s: s or ""):
-                key = sid or ""
-                if key not in self._seq_known:
-                    conn.execute(self._SEQ_INIT_NONE if sid is None else self._SEQ_INIT, {"key": key})
-                last = conn.execute(self._SEQ_TAKE, {"n": counts[sid], "key": key}).scalar_one()
-                nxt[sid] = int(last) - counts[sid]
+            for sid in order:                  # a session this process has not written yet: continue its trail
+                if (sid or "") not in self._seq_known:
+                    conn.execute(self._SEQ_INIT_NONE if sid is None else self._SEQ_INIT, {"key": sid or ""})
+            params: dict[str, Any] = {}
+            for i, sid in enumerate(order):
+                params[f"k{i}"], params[f"n{i}"] = sid or "", counts[sid]
+            last = {key: int(n) for key, n in conn.execute(self._seq_take(len(order)), params)}
+            nxt = {sid: last[sid or ""] - counts[sid] for sid in order}
             values = []
             for r in rows:
                 sid = r.get("session")
