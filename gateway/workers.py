@@ -157,8 +157,17 @@ class Supervisor:
 
     def run(self) -> int:
         cfg = self.cfg
-        prepare_data_dir(cfg)
-        reserved = [reserve_port(*cfg.proxy.listen), reserve_port(*cfg.api.listen)]
+        reserved: list[socket.socket] = []
+        try:
+            prepare_data_dir(cfg)
+            for host, port in (cfg.proxy.listen, cfg.api.listen):
+                reserved.append(reserve_port(host, port))
+        except Exception as exc:  # noqa: BLE001 - one line, no traceback (the store URL is never shown)
+            first = str(exc).splitlines()[0][:200] if str(exc) else ""
+            log.error("sandgate failed to start: %s: %s", exc.__class__.__name__, first)
+            for sock in reserved:
+                sock.close()
+            return 1
         try:
             proxy = _hostport(*reserved[0].getsockname()[:2])
             api = _hostport(*reserved[1].getsockname()[:2])

@@ -36,6 +36,16 @@ def test_workers_refused_where_they_cannot_agree(tmp_path, config, workers, mess
     assert out.stderr.startswith(f"sandgate: {message}") and "Traceback" not in out.stderr
 
 
+def test_workers_with_the_store_unreachable_exit_1_without_a_traceback(tmp_path):
+    cfg = tmp_path / "sandgate.toml"
+    write_toml(cfg, {"store": {"url": "postgresql+psycopg://sandgate:hunter2@127.0.0.1:1/nope"}})
+    out = subprocess.run([sys.executable, "-m", "gateway", "serve", "--config", str(cfg), "--data-dir",
+                          str(tmp_path / "data"), "--workers", "2"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 1
+    assert "sandgate failed to start: OperationalError" in out.stderr
+    assert "Traceback" not in out.stderr and "hunter2" not in out.stderr
+
+
 def owners(pids: list[int], port: int) -> set[int]:
     """The worker pids holding established connections accepted on `port`."""
     out = subprocess.run(["ss", "-Htnp", "state", "established", f"( sport = :{port} )"], capture_output=True,
