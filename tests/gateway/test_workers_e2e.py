@@ -120,6 +120,31 @@ def test_a_session_deleted_through_one_worker_is_refused_by_all(two_workers, ups
             c.close()
 
 
+def allowed_egress(sg: Sandgate) -> float:
+    """sandgate_decisions_total{kind="egress",action="allow"} as one scrape (a fresh connection) reports it."""
+    text = requests.get(sg.api + "/metrics", timeout=10).text
+    for line in text.splitlines():
+        if line.startswith("sandgate_decisions_total{") and 'kind="egress"' in line and 'action="allow"' in line:
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
+def test_metrics_count_every_worker(two_workers, upstream):
+    sg = two_workers
+    sess = sg.session(allow=["allowed.test"])
+    before = allowed_egress(sg)
+    conns: list[requests.Session] = []
+    while len(conns) < 10 or owners(sg.pids, sg.proxy_port) != set(sg.pids):
+        assert len(conns) < 40, "every connection went to one worker"
+        conns.append(requests.Session())
+        assert conns[-1].get(f"http://allowed.test:{upstream.port}/m/{len(conns)}", proxies=sess["proxies"],
+                             timeout=10).status_code == 200
+    scrapes = {allowed_egress(sg) for _ in range(8)}      # fresh connections: both workers answer some
+    assert scrapes == {before + len(conns)}
+    for c in conns:
+        c.close()
+
+
 def test_a_worker_that_dies_is_started_again(two_workers, upstream):
     sg = two_workers
     victim = sg.pids[0]
