@@ -232,6 +232,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="one short run (< 30 s)")
     ap.add_argument("--runs", type=int, help="number of runs (default 3, --quick 1)")
     ap.add_argument("--isolation", choices=("process", "thread"), help="policy.isolation (default: sandgate's)")
+    ap.add_argument("--profile", default="", help="run sandgate under py-spy, collapsed stacks to this file")
+    ap.add_argument("--profile-opts", nargs="*", default=[], help="extra py-spy options (--gil, --native ...)")
     ap.add_argument("--no-cache", action="store_true", help="turn the decision cache off (policy.decision_cache)")
     args = ap.parse_args(argv)
     mode = QUICK if args.quick else FULL
@@ -252,7 +254,15 @@ def main(argv: list[str] | None = None) -> int:
                 sg.start(extra)
                 sessions = [sg.call("POST", "/v1/sessions", {"allow": ["api.github.com"]})["id"]
                             for _ in range(CLIENTS)]
+                spy = None
+                if args.profile:           # py-spy (pip install py-spy) on sandgate's main process, collapsed stacks
+                    spy = subprocess.Popen([str(Path(sys.executable).parent / "py-spy"), "record", "-f", "raw",
+                                            "-r", "200", "-d", str(int(mode.warmup_s + mode.window_s)),
+                                            "-p", str(sg.proc.pid), "-o", args.profile] + args.profile_opts,
+                                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
                 res = asyncio.run(load(sg, sessions, mode))
+                if spy is not None:
+                    spy.wait(60)
                 time.sleep(1.0)                                    # let the audit writer flush its last batch
                 stored = sum(len(sg.call("GET", f"/v1/events?session={sid}&kind=toolcall&limit=100000"))
                              for sid in sessions[:2])
