@@ -11,7 +11,7 @@ from aiohttp import web
 
 from gateway.api.auth import require
 from gateway.api.errors import ApiError
-from gateway.api.owned import owned_session
+from gateway.api.owned import owned_live_session
 from gateway.api.state import APPROVALS, AUDIT, ENGINE, METRICS, SESSIONS, read_json
 from gateway.approval_rules import binding_hash, canonical_json
 from gateway.approvals import ApprovalRequest
@@ -68,8 +68,7 @@ async def post_toolcall(request: web.Request) -> web.Response:
         mcp = parse_mcp_context(body["mcp"]) if body.get("mcp") is not None else None
     except ValueError as exc:
         raise ApiError(400, "bad_request", str(exc)) from None
-    await owned_session(request, principal, sid)
-    live = await sessions.live(sid)
+    live = await owned_live_session(request, principal, sid)
     if live is None:
         raise ApiError(409, "session_ended", "the session has ended")
     if step is not None:

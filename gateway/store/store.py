@@ -12,13 +12,16 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Optional, TypeVar
 
-from sqlalchemy import event, func, inspect, select, update
+from sqlalchemy import event, func, insert, inspect, select, update
 from sqlalchemy.engine import Engine
 from sqlmodel import Session, SQLModel, create_engine
 
 from gateway.store.models import ApprovalRow, EventRow, RevocationRow, SessionPathRow, SessionRow, row_dict
 
 T = TypeVar("T")
+
+_SESSIONS, _APPROVALS, _EVENTS, _PATHS = (m.__table__ for m in (SessionRow, ApprovalRow, EventRow, SessionPathRow))
+_PATH_COLS = ("session", "path", "kind", "target", "content", "ts")
 
 
 class StoreError(Exception):
@@ -59,6 +62,16 @@ class Store:
                 raise StoreError(f"store unavailable: {exc.__class__.__name__}") from exc
             raise
 
+    # Hot reads and writes go through SQLAlchemy Core on the tables (no ORM identity map, no instances): a
+    # tenth of the cost of a Session query per call.
+    def _core_all(self, q: Any) -> list[dict]:
+        with self.engine.connect() as conn:
+            return [dict(r._mapping) for r in conn.execute(q)]
+
+    def _core_one(self, q: Any) -> Optional[dict]:
+        rows = self._core_all(q)
+        return rows[0] if rows else None
+
     def create_all(self) -> None:
         """Create the tables, then add columns a newer sandgate defines (additive schema changes only)."""
         SQLModel.metadata.create_all(self.engine)
@@ -93,9 +106,7 @@ class Store:
         return await self.run(self._put_session, row)
 
     def _get_session(self, sid: str) -> Optional[dict]:
-        with Session(self.engine) as db:
-            row = db.get(SessionRow, sid)
-            return row_dict(row) if row else None
+        return self._core_one(select(_SESSIONS).where(_SESSIONS.c.id == sid))
 
     async def get_session(self, sid: str) -> Optional[dict]:
         return await self.run(self._get_session, sid)
@@ -139,18 +150,17 @@ class Store:
 
     def _list_approvals(self, status: Optional[str], session: Optional[str], kind: Optional[str],
                         binding: Optional[str], limit: int) -> list[dict]:
-        q = select(ApprovalRow)
+        t = _APPROVALS
+        q = select(t)
         if status:
-            q = q.where(ApprovalRow.status == status)
+            q = q.where(t.c.status == status)
         if session:
-            q = q.where(ApprovalRow.session == session)
+            q = q.where(t.c.session == session)
         if kind:
-            q = q.where(ApprovalRow.kind == kind)
+            q = q.where(t.c.kind == kind)
         if binding:
-            q = q.where(ApprovalRow.binding == binding)
-        q = q.order_by(ApprovalRow.created_at, ApprovalRow.id).limit(limit)
-        with Session(self.engine) as db:
-            return [row_dict(r) for r in db.execute(q).scalars().all()]
+            q = q.where(t.c.binding == binding)
+        return self._core_all(q.order_by(t.c.created_at, t.c.id).limit(limit))
 
     async def list_approvals(self, status: Optional[str] = None, session: Optional[str] = None,
                              kind: Optional[str] = None, binding: Optional[str] = None,
@@ -255,16 +265,15 @@ class Store:
 
     def _list_events(self, session: Optional[str], kind: Optional[str], limit: int,
                      newest: bool, after_seq: Optional[int] = None) -> list[dict]:
-        q = select(EventRow)
+        t = _EVENTS
+        q = select(t)
         if session:
-            q = q.where(EventRow.session == session)
+            q = q.where(t.c.session == session)
         if after_seq is not None:
-            q = q.where(EventRow.seq > after_seq)
+            q = q.where(t.c.seq > after_seq)
         if kind:
-            q = q.where(EventRow.kind == kind)
-        q = q.order_by(EventRow.id.desc() if newest else EventRow.id).limit(limit)
-        with Session(self.engine) as db:
-            rows = [row_dict(r) for r in db.execute(q).scalars().all()]
+            q = q.where(t.c.kind == kind)
+        rows = self._core_all(q.order_by(t.c.id.desc() if newest else t.c.id).limit(limit))
         return list(reversed(rows)) if newest else rows
 
     async def list_events(self, session: Optional[str] = None, kind: Optional[str] = None,
@@ -275,20 +284,17 @@ class Store:
 
     # -- session paths (links and files left by tool calls) -----------------------------------------
     def _append_session_paths(self, rows: list[dict]) -> None:
-        with Session(self.engine) as db:
-            db.add_all([SessionPathRow(**row) for row in rows])
-            db.commit()
+        with self.engine.begin() as conn:
+            conn.execute(insert(_PATHS), [{c: row.get(c) for c in _PATH_COLS} for row in rows])
 
     async def append_session_paths(self, rows: list[dict]) -> None:
         if rows:
             await self.run(self._append_session_paths, rows)
 
     def _list_session_paths(self, session: str, limit: int) -> list[dict]:
-        q = (select(SessionPathRow).where(SessionPathRow.session == session)
-             .order_by(SessionPathRow.id.desc()).limit(limit))
-        with Session(self.engine) as db:
-            rows = [row_dict(r) for r in db.execute(q).scalars().all()]
-        return list(reversed(rows))
+        t = _PATHS
+        return list(reversed(self._core_all(select(t).where(t.c.session == session).order_by(t.c.id.desc())
+                                            .limit(limit))))
 
     async def list_session_paths(self, session: str, limit: int = 500) -> list[dict]:
         """The session's newest `limit` path rows, oldest first."""
