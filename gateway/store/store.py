@@ -263,17 +263,36 @@ class Store:
         if rows:
             await self.run(self._append_events, rows)
 
+    _EVENT_READ_COLS = ("id",) + _EVENT_COLS
+
     def _list_events(self, session: Optional[str], kind: Optional[str], limit: int,
                      newest: bool, after_seq: Optional[int] = None) -> list[dict]:
-        t = _EVENTS
-        q = select(t)
+        """Driver-level SELECT (this runs for every tool call: the session's recent history)."""
+        mark = "?" if self.engine.dialect.paramstyle == "qmark" else "%s"
+        where, params = [], []
         if session:
-            q = q.where(t.c.session == session)
+            where.append(f"session = {mark}")
+            params.append(session)
         if after_seq is not None:
-            q = q.where(t.c.seq > after_seq)
+            where.append(f"seq > {mark}")
+            params.append(after_seq)
         if kind:
-            q = q.where(t.c.kind == kind)
-        rows = self._core_all(q.order_by(t.c.id.desc() if newest else t.c.id).limit(limit))
+            where.append(f"kind = {mark}")
+            params.append(kind)
+        # Within a session, seq is the order (and the index): ordering by id would sort every row of the session.
+        order = "seq" if session else "id"
+        sql = (f"SELECT {', '.join(self._EVENT_READ_COLS)} FROM events"
+               + (f" WHERE {' AND '.join(where)}" if where else "")
+               + f" ORDER BY {order}{' DESC' if newest else ''} LIMIT {int(limit)}")
+        with self.engine.connect() as conn:
+            fetched = conn.exec_driver_sql(sql, tuple(params)).fetchall()
+        rows = []
+        for values in fetched:
+            row = dict(zip(self._EVENT_READ_COLS, values))
+            for col in self._JSON_COLS:
+                if isinstance(row[col], str):
+                    row[col] = json.loads(row[col])
+            rows.append(row)
         return list(reversed(rows)) if newest else rows
 
     async def list_events(self, session: Optional[str] = None, kind: Optional[str] = None,
