@@ -311,9 +311,13 @@ class Store:
             await self.run(self._append_session_paths, rows)
 
     def _list_session_paths(self, session: str, limit: int) -> list[dict]:
-        t = _PATHS
-        return list(reversed(self._core_all(select(t).where(t.c.session == session).order_by(t.c.id.desc())
-                                            .limit(limit))))
+        mark = "?" if self.engine.dialect.paramstyle == "qmark" else "%s"
+        cols = ("id",) + _PATH_COLS
+        sql = (f"SELECT {', '.join(cols)} FROM session_paths WHERE session = {mark} ORDER BY id DESC "
+               f"LIMIT {int(limit)}")
+        with self.engine.connect() as conn:                 # driver-level: this runs for every tool call
+            fetched = conn.exec_driver_sql(sql, (session,)).fetchall()
+        return [dict(zip(cols, values)) for values in reversed(fetched)]
 
     async def list_session_paths(self, session: str, limit: int = 500) -> list[dict]:
         """The session's newest `limit` path rows, oldest first."""
