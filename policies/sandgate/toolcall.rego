@@ -241,26 +241,26 @@ history_size := count(input.history)
 # A destructive call right after a freeze was lifted asks: the last `after_freeze_calls` calls were made in a
 # frozen session and this one is not.
 ask contains {"code": "toolcall.after_freeze", "reason": "the session was frozen until just now: this destructive call needs approval"} if {
-	native
-	not frozen
-	destructive
 	n := object.get(cfg, "after_freeze_calls", 1)
 	n > 0
 	some i
-	input.history[i].frozen == true
+	input.history[i].frozen == true # the history first: it rarely holds, and `destructive` costs more
 	i >= history_size - n
+	native
+	not frozen
+	destructive
 }
 
 # After `denial_streak` denials in a row, every mutating call asks: something is probing the policy.
 ask contains {"code": "toolcall.after_denials", "reason": sprintf("the last %d tool calls were denied: this one needs approval", [n])} if {
-	native
-	mutating
 	n := object.get(cfg, "denial_streak", 3)
 	n > 0
 	history_size >= n
 	every i in numbers.range(history_size - n, history_size - 1) {
 		input.history[i].decision == "deny"
 	}
+	native
+	mutating
 }
 
 destructive if {
