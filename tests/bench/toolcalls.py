@@ -234,14 +234,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--isolation", choices=("process", "thread"), help="policy.isolation (default: sandgate's)")
     ap.add_argument("--profile", default="", help="run sandgate under py-spy, collapsed stacks to this file")
     ap.add_argument("--profile-opts", nargs="*", default=[], help="extra py-spy options (--gil, --native ...)")
-    ap.add_argument("--no-cache", action="store_true", help="turn the decision cache off (policy.decision_cache)")
     args = ap.parse_args(argv)
     mode = QUICK if args.quick else FULL
     runs = args.runs or mode.runs
     extra = ""
-    if args.isolation or args.no_cache:
-        extra = "[policy]\n" + (f'isolation = "{args.isolation}"\n' if args.isolation else "") \
-            + ("decision_cache = false\n" if args.no_cache else "")
+    if args.isolation:
+        extra = f'[policy]\nisolation = "{args.isolation}"\n'
     print(f"tool-call bench ({'quick' if args.quick else 'full'}): {os.cpu_count()} CPUs, "
           f"Python {platform.python_version()}, {CLIENTS} clients, load average {os.getloadavg()[0]:.2f}",
           flush=True)
