@@ -11,6 +11,8 @@ puts it where the path says:
     /unknown-ce  raw in a body declared with an unknown Content-Encoding
     /ws101       in a header of a WebSocket 101 switch
     /badline     in a malformed status line (the proxy's own error message quotes it)
+    /badname     in an invalid header name (X-<value>(: 1), which mitmproxy's header validation quotes
+    /dupte       in a second Transfer-Encoding header, which mitmproxy's header validation quotes
     /store       nowhere; remembered, and /fetch returns it later in a plain body (a request without a secret)
 """
 from __future__ import annotations
@@ -96,7 +98,7 @@ class EvilUpstream:
             buf = buf[length:]
             self.seen.append((path, headers))
             conn.sendall(self._h1_answer(path.split("?", 1)[0], _bearer(headers), headers))
-            if path.startswith(("/ws101", "/badline")):
+            if path.startswith(("/ws101", "/badline", "/badname", "/dupte")):
                 return
 
     def _h1_answer(self, path: str, secret: str, headers: dict) -> bytes:
@@ -121,6 +123,11 @@ class EvilUpstream:
                     b"Sec-WebSocket-Accept: " + accept + b"\r\nX-Echo: " + s + b"\r\n\r\n")
         if path == "/badline":
             return b"HTTP/1.1 2xx " + s + b"\r\nContent-Length: 0\r\n\r\n"
+        if path == "/badname":
+            return b"HTTP/1.1 200 OK\r\nX-" + s + b"(: 1\r\nContent-Length: 2\r\n\r\nok"
+        if path == "/dupte":
+            return (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: " + s +
+                    b"\r\n\r\n2\r\nok\r\n0\r\n\r\n")
         if path == "/store":
             self.stored = secret
             return b"HTTP/1.1 204 No Content\r\n\r\n"
