@@ -320,11 +320,9 @@ class EgressAddon:
         d = st.decision
         message = flow.error.msg if flow.error else ""
         if st.scrub:
-            # mitmproxy would answer with its own 502 page quoting upstream text (a malformed status line, say),
-            # which may carry the real value in any escaping: close the connection instead, record it scrubbed.
+            # The text may quote the upstream (a malformed status line, say): the audit row gets it scrubbed. The
+            # client's error page never quotes it (layers.GuardedHttpLayer).
             message = Scrubber(st.scrub).sub_text(message)
-            if flow.killable:
-                flow.kill()
         self.deps.recorder.audit(flow, st, action=d.action if d else "error", codes=list(d.codes) if d else [],
                                  reasons=list(d.reasons) if d else [], status=None,
                                  detail={"error": message[:200], **st.audit_detail()})
