@@ -181,3 +181,33 @@ def test_a_value_stored_upstream_and_read_back_without_a_secret_is_scrubbed(env)
         data, _ = read_until_closed(tls, 8)
     assert evil.stored == REAL
     assert b"stored=" in data and not leaked(data)
+
+
+def test_a_transfer_coded_compressed_response_never_reaches_the_sandbox(env):
+    sg, evil = env
+    data = h1(sg, evil, "/te-gzip")
+    assert not leaked(data) and b"token=" not in data
+    body = data.partition(b"\r\n\r\n")[2]
+    assert data.startswith(b"HTTP/1.1 502") or body == b"", data[:300]
+    import gzip as _gzip
+
+    try:
+        assert REAL.encode() not in _gzip.decompress(body)
+    except (OSError, EOFError):
+        pass
+
+
+def test_a_bodyless_response_stays_bodyless_and_the_connection_in_sync(env):
+    """A 204 with Content-Length: 0, scrubbed: no chunked terminator may follow it on a keep-alive connection."""
+    sg, evil = env
+    EVIL_PORT[0] = evil.port
+    sess = sg.session(allow=["evil.test"], secrets=["evil"])
+    with tunnel(sg, sess, "http/1.1") as tls:
+        tls.sendall(f"GET /nocontent HTTP/1.1\r\nHost: evil.test:{evil.port}\r\n"
+                    f"Authorization: Bearer {sess['env']['EVIL']}\r\n\r\n".encode())
+        time.sleep(0.5)
+        tls.sendall(f"GET /plain HTTP/1.1\r\nHost: evil.test:{evil.port}\r\nConnection: close\r\n\r\n".encode())
+        data, _ = read_until_closed(tls, 8)
+    assert not leaked(data)
+    first, _, rest = data.partition(b"\r\n\r\n")
+    assert first.startswith(b"HTTP/1.1 204") and rest.startswith(b"HTTP/1.1 200"), data

@@ -13,6 +13,8 @@ puts it where the path says:
     /badline     in a malformed status line (the proxy's own error message quotes it)
     /badname     in an invalid header name (X-<value>(: 1), which mitmproxy's header validation quotes
     /dupte       in a second Transfer-Encoding header, which mitmproxy's header validation quotes
+    /te-gzip     gzip-compressed in a body with Transfer-Encoding: gzip, chunked
+    /nocontent   in a header of a 204 that declares Content-Length: 0 (keep-alive must stay in sync)
     /store       nowhere; remembered, and /fetch returns it later in a plain body (a request without a secret)
 """
 from __future__ import annotations
@@ -128,6 +130,12 @@ class EvilUpstream:
         if path == "/dupte":
             return (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: " + s +
                     b"\r\n\r\n2\r\nok\r\n0\r\n\r\n")
+        if path == "/te-gzip":
+            body = gzip.compress(b"token=" + s)
+            return (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\n\r\n%x\r\n" % len(body) + body +
+                    b"\r\n0\r\n\r\n")
+        if path == "/nocontent":
+            return b"HTTP/1.1 204 No Content\r\nContent-Length: 0\r\nX-Echo: " + s + b"\r\n\r\n"
         if path == "/store":
             self.stored = secret
             return b"HTTP/1.1 204 No Content\r\n\r\n"
