@@ -140,8 +140,11 @@ class InjectionAddon:
         if flow.response.status_code == 101:
             return
         encoding = flow.response.headers.get("content-encoding", "identity").strip().lower()
-        if encoding not in ("", "identity"):
-            return self.withhold(flow, st)
+        transfer = flow.response.headers.get("transfer-encoding", "").strip().lower()
+        if encoding not in ("", "identity") or transfer not in ("", "chunked", "identity"):
+            return self.withhold(flow, st)          # e.g. "gzip, chunked": a client would decompress it
+        if not has_body(flow):
+            return
         counted: StreamFilter = flow.response.stream if callable(flow.response.stream) else st.count_in
         if "content-length" in flow.response.headers:
             del flow.response.headers["content-length"]
@@ -192,6 +195,13 @@ class InjectionAddon:
         except Exception:  # noqa: BLE001 - fail closed: drop the frame
             log.exception("internal_error in websocket_message")
             message.drop()
+
+
+def has_body(flow: http.HTTPFlow) -> bool:
+    """Whether the response may carry a body at all (not to HEAD, not 1xx, 204 or 304): one that may not keeps its
+    framing headers as they are, and never gets a chunked terminator."""
+    status = flow.response.status_code if flow.response is not None else 0
+    return flow.request.method != "HEAD" and not (100 <= status < 200 or status in (204, 304))
 
 
 def _scrub_fields(fields: tuple[tuple[bytes, bytes], ...], scrubber: Scrubber,
