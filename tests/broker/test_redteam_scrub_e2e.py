@@ -211,3 +211,27 @@ def test_a_bodyless_response_stays_bodyless_and_the_connection_in_sync(env):
     assert not leaked(data)
     first, _, rest = data.partition(b"\r\n\r\n")
     assert first.startswith(b"HTTP/1.1 204") and rest.startswith(b"HTTP/1.1 200"), data
+
+
+def test_an_informational_response_is_scrubbed(env):
+    sg, evil = env
+    data = h1(sg, evil, "/early")
+    assert not leaked(data), data
+
+
+@pytest.mark.parametrize("path", ["/badline", "/badname", "/gzip", "/trailer", "/reason"])
+def test_a_value_injected_into_the_query_stays_out_of_error_pages_logs_and_audit(env, path):
+    """The injected URL is what mitmproxy knows the flow by: its errors and logs must not carry it (the module's
+    teardown checks the log, the data directory and the events)."""
+    sg, evil = env
+    EVIL_PORT[0] = evil.port
+    sess = sg.session(allow=["evil.test"], secrets=["evil"])
+    ph = sess["env"]["EVIL"]
+    with tunnel(sg, sess, "http/1.1") as tls:
+        tls.sendall(f"GET {path}?k={ph} HTTP/1.1\r\nHost: evil.test:{evil.port}\r\n"
+                    f"Authorization: Bearer {ph}\r\nConnection: close\r\n\r\n".encode())
+        data, _ = read_until_closed(tls, 8)
+    assert evil.seen[-1][0] == f"{path}?k={REAL}"
+    assert not leaked(data)
+    log = sg.log()
+    assert REAL not in log

@@ -15,6 +15,7 @@ puts it where the path says:
     /dupte       in a second Transfer-Encoding header, which mitmproxy's header validation quotes
     /te-gzip     gzip-compressed in a body with Transfer-Encoding: gzip, chunked
     /nocontent   in a header of a 204 that declares Content-Length: 0 (keep-alive must stay in sync)
+    /early       in a 103 Early Hints before the real answer
     /store       nowhere; remembered, and /fetch returns it later in a plain body (a request without a secret)
 """
 from __future__ import annotations
@@ -136,6 +137,9 @@ class EvilUpstream:
                     b"\r\n0\r\n\r\n")
         if path == "/nocontent":
             return b"HTTP/1.1 204 No Content\r\nContent-Length: 0\r\nX-Echo: " + s + b"\r\n\r\n"
+        if path == "/early":
+            return (b"HTTP/1.1 103 Early Hints\r\nLink: <https://cdn.test/" + s + b">\r\n\r\n"
+                    b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
         if path == "/store":
             self.stored = secret
             return b"HTTP/1.1 204 No Content\r\n\r\n"
