@@ -235,3 +235,12 @@ def test_a_value_injected_into_the_query_stays_out_of_error_pages_logs_and_audit
     assert not leaked(data)
     log = sg.log()
     assert REAL not in log
+
+
+def test_a_value_split_by_header_folding_never_reaches_the_sandbox(env):
+    sg, evil = env
+    data = h1(sg, evil, "/fold")
+    flat = data.replace(b"\r\n ", b"").replace(b"\r\n\t", b"")
+    assert not leaked(flat), data
+    assert REAL[10:].encode() not in data
+    assert data.startswith(b"HTTP/1.1 502") and b"secret.unscannable" in data

@@ -16,6 +16,7 @@ puts it where the path says:
     /te-gzip     gzip-compressed in a body with Transfer-Encoding: gzip, chunked
     /nocontent   in a header of a 204 that declares Content-Length: 0 (keep-alive must stay in sync)
     /early       in a 103 Early Hints before the real answer
+    /fold        split across an obsolete header line folding
     /store       nowhere; remembered, and /fetch returns it later in a plain body (a request without a secret)
 """
 from __future__ import annotations
@@ -140,6 +141,8 @@ class EvilUpstream:
         if path == "/early":
             return (b"HTTP/1.1 103 Early Hints\r\nLink: <https://cdn.test/" + s + b">\r\n\r\n"
                     b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+        if path == "/fold":
+            return b"HTTP/1.1 200 OK\r\nX-Echo: " + s[:10] + b"\r\n " + s[10:] + b"\r\nContent-Length: 2\r\n\r\nok"
         if path == "/store":
             self.stored = secret
             return b"HTTP/1.1 204 No Content\r\n\r\n"
