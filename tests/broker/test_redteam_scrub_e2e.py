@@ -22,6 +22,7 @@ from tests.support.tunnel import open_tunnel, read_until_closed, tls_in_tunnel
 from tests.support.upstream import make_cert
 
 REAL = "sk-evil-" + "q" * 20 + "0123456789"       # lower case: HTTP/2 lowercases header names
+MIXED = "Sk-Mixed-" + "AbCd" * 6                    # HTTP/2 lowercases it in a header name
 
 
 @pytest.fixture(scope="module")
@@ -32,16 +33,18 @@ def env(tmp_path_factory):
         cfg = {"egress": {**LOOPBACK_CONFIG["egress"], "upstream_ca": cert.cert,
                           "resolve": {"evil.test": ["127.0.0.1"]}},
                "secrets": {"evil": {"source": "env:SG_EVIL", "hosts": ["evil.test"],
-                                    "inject_in": ["header", "query", "body"]}}}
-        sg = Sandgate(tmp / "gw", cfg, env={"SG_EVIL": REAL})
+                                    "inject_in": ["header", "query", "body"]},
+                           "mixed": {"source": "env:SG_MIXED", "hosts": ["evil.test"]}}}
+        sg = Sandgate(tmp / "gw", cfg, env={"SG_EVIL": REAL, "SG_MIXED": MIXED})
         sg.start()
         yield sg, evil
         events = sg.call("GET", "/v1/events").text
         sg.stop()
-        assert REAL not in events
-        for path in (tmp / "gw").rglob("*"):
-            if path.is_file():
-                assert REAL.encode() not in path.read_bytes(), f"the real value is in {path}"
+        for real in (REAL, MIXED):
+            assert real not in events
+            for path in (tmp / "gw").rglob("*"):
+                if path.is_file():
+                    assert real.encode() not in path.read_bytes(), f"the real value is in {path}"
 
 
 def leaked(data: bytes) -> bool:
@@ -68,17 +71,17 @@ def h1(sg, evil, path: str, extra: str = "") -> bytes:
     return data
 
 
-def h2_all(sg, evil, path: str) -> tuple[int, list, bytes, list]:
+def h2_all(sg, evil, path: str, secret: str = "evil") -> tuple[int, list, bytes, list]:
     """(status, headers, body, trailers) the sandbox gets for one HTTP/2 request carrying the placeholder."""
     EVIL_PORT[0] = evil.port
-    sess = sg.session(allow=["evil.test"], secrets=["evil"])
+    sess = sg.session(allow=["evil.test"], secrets=[secret])
     with tunnel(sg, sess, "h2") as tls:
         assert tls.selected_alpn_protocol() == "h2"
         conn = h2.connection.H2Connection()
         conn.initiate_connection()
         conn.send_headers(1, [(":method", "GET"), (":path", path), (":scheme", "https"),
                               (":authority", f"evil.test:{evil.port}"),
-                              ("authorization", f"Bearer {sess['env']['EVIL']}")], end_stream=True)
+                              ("authorization", f"Bearer {sess['env'][secret.upper()]}")], end_stream=True)
         tls.sendall(conn.data_to_send())
         tls.settimeout(8)
         status, headers, body, trailers, raw = 0, [], b"", [], b""
@@ -101,7 +104,8 @@ def h2_all(sg, evil, path: str) -> tuple[int, list, bytes, list]:
                 elif isinstance(event, (h2.events.StreamEnded, h2.events.StreamReset)):
                     done = True
             tls.sendall(conn.data_to_send())
-    assert evil.seen and evil.seen[-1][1].get("authorization") == f"Bearer {REAL}", "the secret was not injected"
+    real = REAL if secret == "evil" else MIXED
+    assert evil.seen and evil.seen[-1][1].get("authorization") == f"Bearer {real}", "the secret was not injected"
     return status, headers, body, trailers
 
 
@@ -244,3 +248,11 @@ def test_a_value_split_by_header_folding_never_reaches_the_sandbox(env):
     assert not leaked(flat), data
     assert REAL[10:].encode() not in data
     assert data.startswith(b"HTTP/1.1 502") and b"secret.unscannable" in data
+
+
+def test_a_value_lowercased_by_http2_in_a_header_name_never_reaches_the_sandbox(env):
+    """HTTP/2 lowercases header names: the echo is a case variant of the value, which a head check still finds."""
+    sg, evil = env
+    status, headers, body, _ = h2_all(sg, evil, "/hname", secret="mixed")
+    assert MIXED.lower().encode() not in repr(headers).encode().lower() + body.lower()
+    assert status == 502 and b"secret.unscannable" in body
