@@ -141,6 +141,8 @@ class InjectionAddon:
             return self.withhold(flow, st)
         scrubber = Scrubber(st.scrub)
         scrub_head(flow.response, scrubber)
+        if case_variant_in_head(flow.response, st.scrub):
+            return self.withhold(flow, st)          # e.g. a header name, lowercased by HTTP/2
         if flow.response.status_code == 101:
             return
         encoding = flow.response.headers.get("content-encoding", "identity").strip().lower()
@@ -177,6 +179,9 @@ class InjectionAddon:
             scrubbed = _scrub_fields(flow.response.trailers.fields, Scrubber(st.scrub))
             if scrubbed is not None:
                 flow.response.trailers = http.Headers(scrubbed)
+            text = b"\n".join(b"%s: %s" % field for field in flow.response.trailers.fields).lower()
+            if any(real.lower() in text for real in st.scrub):
+                flow.response.trailers = None       # a case variant is left: the head is sent, drop them all
 
     # -- websocket frames ------------------------------------------------------------------------
     def websocket_message(self, flow: http.HTTPFlow) -> None:
@@ -206,6 +211,13 @@ def has_body(flow: http.HTTPFlow) -> bool:
     framing headers as they are, and never gets a chunked terminator."""
     status = flow.response.status_code if flow.response is not None else 0
     return flow.request.method != "HEAD" and not (100 <= status < 200 or status in (204, 304))
+
+
+def case_variant_in_head(response: http.Response, scrub: dict[bytes, bytes]) -> bool:
+    """Whether a real value is still in the (scrubbed) head in another letter case (the scrubber matches exact
+    case only; HTTP/2 lowercases header names, servers may fold case)."""
+    head = b"\n".join([response.data.reason] + [b"%s: %s" % field for field in response.headers.fields]).lower()
+    return any(real.lower() in head for real in scrub)
 
 
 def _scrub_fields(fields: tuple[tuple[bytes, bytes], ...], scrubber: Scrubber,
