@@ -28,10 +28,10 @@ MIXED = "Sk-Mixed-" + "AbCd" * 6                    # HTTP/2 lowercases it in a 
 @pytest.fixture(scope="module")
 def env(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("redteam-scrub")
-    cert = make_cert(tmp / "certs", ["evil.test"])
+    cert = make_cert(tmp / "certs", ["evil.test", "elsewhere.test"])
     with EvilUpstream(tls=cert) as evil:
         cfg = {"egress": {**LOOPBACK_CONFIG["egress"], "upstream_ca": cert.cert,
-                          "resolve": {"evil.test": ["127.0.0.1"]}},
+                          "resolve": {"evil.test": ["127.0.0.1"], "elsewhere.test": ["127.0.0.1"]}},
                "secrets": {"evil": {"source": "env:SG_EVIL", "hosts": ["evil.test"],
                                     "inject_in": ["header", "query", "body"]},
                            "mixed": {"source": "env:SG_MIXED", "hosts": ["evil.test"]}}}
@@ -256,3 +256,41 @@ def test_a_value_lowercased_by_http2_in_a_header_name_never_reaches_the_sandbox(
     status, headers, body, _ = h2_all(sg, evil, "/hname", secret="mixed")
     assert MIXED.lower().encode() not in repr(headers).encode().lower() + body.lower()
     assert status == 502 and b"secret.unscannable" in body
+
+
+@pytest.mark.parametrize("sized", [True, False])
+def test_a_placeholder_in_http2_request_trailers_never_reaches_an_unbound_host(env, sized):
+    """Request trailers follow the body (sent after the request hook): an unbound host never gets a placeholder
+    in them. A declared small body is held and refused (403); an unsized one streams, its trailers dropped."""
+    sg, evil = env
+    sess = sg.session(allow=["evil.test", "elsewhere.test"], secrets=["evil"])
+    ph = sess["env"]["EVIL"]
+    before = len(evil.seen)
+    tls = tls_in_tunnel(open_tunnel(sg.proxy_port, sess["token"], f"elsewhere.test:{evil.port}"),
+                        sess["ca_file"], "elsewhere.test", alpn=["h2"])
+    with tls:
+        conn = h2.connection.H2Connection()
+        conn.initiate_connection()
+        headers = [(":method", "POST"), (":path", "/plain"), (":scheme", "https"),
+                   (":authority", f"elsewhere.test:{evil.port}"), ("te", "trailers")]
+        conn.send_headers(1, headers + ([("content-length", "5")] if sized else []))
+        conn.send_data(1, b"hello")
+        conn.send_headers(1, [("x-trailer", f"Bearer {ph}")], end_stream=True)
+        tls.sendall(conn.data_to_send())
+        tls.settimeout(8)
+        status, deadline, done = 0, time.time() + 8, False
+        while time.time() < deadline and not done:
+            data = tls.recv(65536)
+            if not data:
+                break
+            for event in conn.receive_data(data):
+                if isinstance(event, h2.events.ResponseReceived):
+                    status = int(dict(event.headers)[b":status"])
+                elif isinstance(event, (h2.events.StreamEnded, h2.events.StreamReset)):
+                    done = True
+            tls.sendall(conn.data_to_send())
+    time.sleep(0.3)
+    for _path, seen in evil.seen[before:]:
+        assert ph not in repr(seen)
+    if sized:
+        assert status == 403 and evil.seen[before:] == []

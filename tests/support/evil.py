@@ -164,6 +164,13 @@ class EvilUpstream:
             for event in h2c.receive_data(data):
                 if isinstance(event, h2.events.RequestReceived):
                     requests[event.stream_id] = {k.decode().lower(): v.decode() for k, v in event.headers}
+                elif isinstance(event, h2.events.TrailersReceived) and event.stream_id in requests:
+                    requests[event.stream_id]["trailers"] = repr(event.headers)
+                elif isinstance(event, h2.events.DataReceived):
+                    h2c.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
+                    if event.stream_id in requests:
+                        requests[event.stream_id]["body"] = requests[event.stream_id].get("body", "") + \
+                            event.data.decode("latin-1")
                 elif isinstance(event, h2.events.StreamEnded) and event.stream_id in requests:
                     headers = requests.pop(event.stream_id)
                     self.seen.append((headers.get(":path", ""), headers))
