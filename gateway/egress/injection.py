@@ -81,6 +81,20 @@ class InjectionAddon:
                 found |= await asyncio.to_thread(self._placeholders.find, body)
             else:
                 found |= self._placeholders.find(body)
+        trailers = flow.request.trailers
+        in_trailers = self._placeholders.find("\n".join(f"{k}: {v}" for k, v in trailers.items(multi=True))) \
+            if trailers and self._placeholders else set()
+        if in_trailers:
+            if flow.request.stream:
+                # The body is already on its way and the trailers go after this hook: they never carry a
+                # placeholder (none is put into trailers either).
+                flow.request.trailers = None
+                self._recorder.record("exfiltration", session=st.session["id"], action="mask",
+                                      reasons=["a placeholder in the request trailers was dropped"],
+                                      codes=["secret.exfiltration"], request_id=flow.id,
+                                      method=flow.request.method, host=flow.request.host, path=st.path)
+            else:
+                found |= in_trailers
         if found and self._screen.refuse(flow, st, found):
             return
         await self.inject(flow, st, found, body)
