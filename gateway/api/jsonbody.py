@@ -2,7 +2,8 @@
 
 Python's `json` accepts what is not JSON and what nothing downstream can hold: `NaN`/`Infinity`, strings with
 lone surrogates (`"\\ud800"` has no UTF-8 spelling: SQLite, PostgreSQL and regorus refuse or crash on it), and
-nesting deep enough to exhaust the interpreter's recursion. A body the API accepts can be stored, audited,
+nesting deep enough to exhaust the interpreter's recursion. NUL is refused too: PostgreSQL text cannot hold it,
+and no command, path or name sandgate decides on can contain one (execve stops at it). A body the API accepts can be stored, audited,
 shown on the page and handed to the policy.
 """
 from __future__ import annotations
@@ -18,6 +19,8 @@ def _no_constant(name: str) -> Any:
 
 
 def _text_ok(text: str) -> bool:
+    if "\x00" in text:
+        return False
     if text.isascii():
         return True
     try:
@@ -34,14 +37,14 @@ def check_value(value: Any, max_depth: int = MAX_DEPTH) -> None:
         item, depth = stack.pop()
         if isinstance(item, str):
             if not _text_ok(item):
-                raise ValueError("a string holds a lone surrogate (not Unicode text)")
+                raise ValueError("a string holds a NUL or a lone surrogate (not storable text)")
         elif isinstance(item, (dict, list)):
             if depth > max_depth:
                 raise ValueError(f"the body nests deeper than {max_depth} levels")
             if isinstance(item, dict):
                 for key, val in item.items():
                     if not _text_ok(key):
-                        raise ValueError("a key holds a lone surrogate (not Unicode text)")
+                        raise ValueError("a key holds a NUL or a lone surrogate (not storable text)")
                     stack.append((val, depth + 1))
             else:
                 stack.extend((val, depth + 1) for val in item)
