@@ -38,8 +38,10 @@ class Refused(layer.Layer):
 
 # mitmproxy's own error pages for these quote what the upstream sent (a malformed status line, an invalid header
 # name...), which may carry a real secret value in any escaping. The sandbox gets a fixed text instead; the audit row
-# keeps the (scrubbed) detail. Connect failures keep their text: sandgate's own refusal or the OS error.
-TEXT_KEPT = {ErrorCode.CONNECT_FAILED}
+# keeps the (scrubbed) detail. Connect failures keep their text: sandgate's own refusal or the OS error. A request
+# that fails mitmproxy's validation keeps it too ("Invalid request scheme: ws"): that text quotes only the client's
+# own request head, checked before any hook runs, so before any injection.
+TEXT_KEPT = {ErrorCode.CONNECT_FAILED, ErrorCode.REQUEST_VALIDATION_FAILED}
 
 
 class GuardedHttpLayer(layers.HttpLayer):
