@@ -141,12 +141,16 @@ async def _housekeeping(sessions: SessionRegistry, approvals: ApprovalQueue, met
             log.exception("housekeeping failed")
 
 
-def _resolver(cfg: Config) -> Resolver:
+def _resolver(cfg: Config, given: Resolver | None = None) -> Resolver:
+    """The resolver of upstream dials, with the guard installed on the loop (`given`: a test's own)."""
     system = SystemResolver(install_guard(asyncio.get_running_loop()))
+    if given is not None:
+        return given
     return StaticResolver(cfg.egress.resolve, system) if cfg.egress.resolve else system
 
 
-async def open_gateway(cfg: Config, stack: AsyncExitStack, worker: bool = False) -> Listening:
+async def open_gateway(cfg: Config, stack: AsyncExitStack, worker: bool = False,
+                       resolver: Resolver | None = None) -> Listening:
     """Build and start everything; `stack` stops it. Raises when something cannot start. A `worker` (of `serve
     --workers N`) leaves the harness token and listen.json to its supervisor."""
     if not cfg.data_dir.exists():
@@ -193,7 +197,7 @@ async def open_gateway(cfg: Config, stack: AsyncExitStack, worker: bool = False)
     recorder = FlowRecorder(audit, metrics, sessions, engine)
     screen = SecretScreen(placeholders, broker, sessions, recorder, metrics)
     egress = EgressAddon(EgressDeps(settings=cfg.egress, tokens=tokens, sessions=sessions, engine=engine,
-                                    audit=audit, metrics=metrics, resolver=_resolver(cfg), recorder=recorder,
+                                    audit=audit, metrics=metrics, resolver=_resolver(cfg, resolver), recorder=recorder,
                                     screen=screen, own_listeners=own_listeners))
     gate = LayerGate(raw_tcp=cfg.egress.raw_tcp, passthrough=cfg.egress.passthrough, audit=audit,
                      session_of=egress.session_of, connection_valid=egress.connection_valid,

@@ -79,6 +79,9 @@ def token_claims(token: str) -> dict:
     return jwt.decode(token, options={"verify_signature": False})
 
 
+MAX_TOKEN_TTL_S = 10 * 365 * 24 * 3600      # past this, exp overflows time_t on some platforms
+
+
 def cmd_token(cfg: Config, args: argparse.Namespace) -> int:
     if args.words:
         if len(args.words) != 2 or args.words[0] != "revoke":
@@ -89,6 +92,9 @@ def cmd_token(cfg: Config, args: argparse.Namespace) -> int:
         print("sandgate: token needs --role and --name", file=sys.stderr)
         return 2
     ttl_s = DEFAULT_TTL_S if args.ttl_s is None else args.ttl_s
+    if ttl_s > MAX_TOKEN_TTL_S:
+        print(f"sandgate: --ttl-s may be at most {MAX_TOKEN_TTL_S} (ten years)", file=sys.stderr)
+        return 2
     cfg.data_dir.mkdir(parents=True, exist_ok=True)
     signer = TokenSigner(load_or_create_key(cfg.data_dir))
     token = signer.mint(args.role, args.name, ttl_s)

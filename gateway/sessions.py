@@ -179,6 +179,15 @@ class SessionRegistry:
             self._remember(row)
         return self._cache.live(sid)
 
+    async def known(self, sid: str) -> dict | None:
+        """The cached row, live or not (read from the store, and cached, the first time)."""
+        row = self._cache.get(sid)
+        if row is None:
+            row = await self._store.get_session(sid)
+            if row is not None:
+                self._remember(row)
+        return row
+
     def live_now(self, sid: str) -> dict | None:
         """The cached session if it is live (no store read: for checks on every packet)."""
         return self._cache.live(sid)

@@ -27,6 +27,9 @@ from gateway.store.models import (ApprovalRow, EventRow, RevocationRow, SessionP
 
 T = TypeVar("T")
 
+_SESSIONS, _APPROVALS, _EVENTS, _PATHS = (m.__table__ for m in (SessionRow, ApprovalRow, EventRow, SessionPathRow))
+_PATH_COLS = ("session", "path", "kind", "target", "content", "ts")
+
 
 class StoreError(Exception):
     """The database is unreachable or refused the operation (callers fail closed)."""
@@ -78,6 +81,16 @@ class Store:
         """The store's PostgreSQL URL for a plain psycopg connection (change notifications)."""
         return self.engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
 
+    # Hot reads and writes go through SQLAlchemy Core on the tables (no ORM identity map, no instances): a
+    # tenth of the cost of a Session query per call.
+    def _core_all(self, q: Any) -> list[dict]:
+        with self.engine.connect() as conn:
+            return [dict(r._mapping) for r in conn.execute(q)]
+
+    def _core_one(self, q: Any) -> Optional[dict]:
+        rows = self._core_all(q)
+        return rows[0] if rows else None
+
     async def open(self) -> None:
         await self.run(self.migrate)
 
@@ -97,9 +110,7 @@ class Store:
         return await self.run(self._put_session, row)
 
     def _get_session(self, sid: str) -> Optional[dict]:
-        with Session(self.engine) as db:
-            row = db.get(SessionRow, sid)
-            return row_dict(row) if row else None
+        return self._core_one(select(_SESSIONS).where(_SESSIONS.c.id == sid))
 
     async def get_session(self, sid: str) -> Optional[dict]:
         return await self.run(self._get_session, sid)
@@ -163,18 +174,17 @@ class Store:
 
     def _list_approvals(self, status: Optional[str], session: Optional[str], kind: Optional[str],
                         binding: Optional[str], limit: int) -> list[dict]:
-        q = select(ApprovalRow)
+        t = _APPROVALS
+        q = select(t)
         if status:
-            q = q.where(ApprovalRow.status == status)
+            q = q.where(t.c.status == status)
         if session:
-            q = q.where(ApprovalRow.session == session)
+            q = q.where(t.c.session == session)
         if kind:
-            q = q.where(ApprovalRow.kind == kind)
+            q = q.where(t.c.kind == kind)
         if binding:
-            q = q.where(ApprovalRow.binding == binding)
-        q = q.order_by(ApprovalRow.created_at, ApprovalRow.id).limit(limit)
-        with Session(self.engine) as db:
-            return [row_dict(r) for r in db.execute(q).scalars().all()]
+            q = q.where(t.c.binding == binding)
+        return self._core_all(q.order_by(t.c.created_at, t.c.id).limit(limit))
 
     async def list_approvals(self, status: Optional[str] = None, session: Optional[str] = None,
                              kind: Optional[str] = None, binding: Optional[str] = None,
@@ -292,18 +302,36 @@ class Store:
         if rows:
             await self.run(self._append_events, rows)
 
+    _EVENT_READ_COLS = ("id",) + _EVENT_COLS
+
     def _list_events(self, session: Optional[str], kind: Optional[str], limit: int,
                      newest: bool, after_seq: Optional[int] = None) -> list[dict]:
-        q = select(EventRow)
+        """Driver-level SELECT (this runs for every tool call: the session's recent history)."""
+        mark = "?" if self.engine.dialect.paramstyle == "qmark" else "%s"
+        where, params = [], []
         if session:
-            q = q.where(EventRow.session == session)
+            where.append(f"session = {mark}")
+            params.append(session)
         if after_seq is not None:
-            q = q.where(EventRow.seq > after_seq)
+            where.append(f"seq > {mark}")
+            params.append(after_seq)
         if kind:
-            q = q.where(EventRow.kind == kind)
-        q = q.order_by(EventRow.id.desc() if newest else EventRow.id).limit(limit)
-        with Session(self.engine) as db:
-            rows = [row_dict(r) for r in db.execute(q).scalars().all()]
+            where.append(f"kind = {mark}")
+            params.append(kind)
+        # Within a session, seq is the order (and the index): ordering by id would sort every row of the session.
+        order = "seq" if session else "id"
+        sql = (f"SELECT {', '.join(self._EVENT_READ_COLS)} FROM events"
+               + (f" WHERE {' AND '.join(where)}" if where else "")
+               + f" ORDER BY {order}{' DESC' if newest else ''} LIMIT {int(limit)}")
+        with self.engine.connect() as conn:
+            fetched = conn.exec_driver_sql(sql, tuple(params)).fetchall()
+        rows = []
+        for values in fetched:
+            row = dict(zip(self._EVENT_READ_COLS, values))
+            for col in self._JSON_COLS:
+                if isinstance(row[col], str):
+                    row[col] = json.loads(row[col])
+            rows.append(row)
         return list(reversed(rows)) if newest else rows
 
     async def list_events(self, session: Optional[str] = None, kind: Optional[str] = None,
@@ -314,20 +342,21 @@ class Store:
 
     # -- session paths (links and files left by tool calls) -----------------------------------------
     def _append_session_paths(self, rows: list[dict]) -> None:
-        with Session(self.engine) as db:
-            db.add_all([SessionPathRow(**row) for row in rows])
-            db.commit()
+        with self.engine.begin() as conn:
+            conn.execute(insert(_PATHS), [{c: row.get(c) for c in _PATH_COLS} for row in rows])
 
     async def append_session_paths(self, rows: list[dict]) -> None:
         if rows:
             await self.run(self._append_session_paths, rows)
 
     def _list_session_paths(self, session: str, limit: int) -> list[dict]:
-        q = (select(SessionPathRow).where(SessionPathRow.session == session)
-             .order_by(SessionPathRow.id.desc()).limit(limit))
-        with Session(self.engine) as db:
-            rows = [row_dict(r) for r in db.execute(q).scalars().all()]
-        return list(reversed(rows))
+        mark = "?" if self.engine.dialect.paramstyle == "qmark" else "%s"
+        cols = ("id",) + _PATH_COLS
+        sql = (f"SELECT {', '.join(cols)} FROM session_paths WHERE session = {mark} ORDER BY id DESC "
+               f"LIMIT {int(limit)}")
+        with self.engine.connect() as conn:                 # driver-level: this runs for every tool call
+            fetched = conn.exec_driver_sql(sql, (session,)).fetchall()
+        return [dict(zip(cols, values)) for values in reversed(fetched)]
 
     async def list_session_paths(self, session: str, limit: int = 500) -> list[dict]:
         """The session's newest `limit` path rows, oldest first."""

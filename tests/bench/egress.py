@@ -2,8 +2,8 @@
 
 Run from the repository root (no other services needed; everything listens on 127.0.0.1):
 
-    .venv/bin/python tests/bench/egress.py            # full run, under 2 minutes
-    .venv/bin/python tests/bench/egress.py --quick    # smoke run, under 30 seconds
+    .venv/bin/python tests/bench/egress.py            # full: 3 runs for the spread, about 4 minutes
+    .venv/bin/python tests/bench/egress.py --quick    # one short run, under 1 minute
 
 It starts three processes: a fast upstream (tests/bench/common.py, raw asyncio: `/small` answers
 100 bytes, `/big/N` streams N bytes), `sandgate serve` (its real CLI, with `allowed.test` resolved to
@@ -421,7 +421,7 @@ def mitmproxy_version() -> str:
 
 
 # -- main ----------------------------------------------------------------------------------------
-async def run(mode: Mode, procs: Procs, label: str) -> None:
+async def run(mode: Mode, procs: Procs, label: str) -> dict:
     token = procs.new_session_token()
     auth = "Basic " + base64.b64encode(f"x:{token}".encode()).decode()
     sg = Target("sandgate", procs.sg_proxy, f"allowed.test:{procs.up_port}", procs.sandgate.pid,
@@ -518,6 +518,34 @@ async def run(mode: Mode, procs: Procs, label: str) -> None:
           f"mitmdump {max(d.hwm_kb for d in dl['mitmdump']) / 1024:.1f} MiB.")
     print(f"- client, upstream and both proxies share {os.cpu_count()} CPUs on 127.0.0.1 (load average now "
           f"{os.getloadavg()[0]:.2f}: anything else running skews both columns); measured part took {elapsed:.0f} s.")
+    return {"repeated": (s8.rps, b8.rps), "distinct": (unique["sandgate"].rps, unique["mitmdump"].rps),
+            "stream": (best("sandgate").mib_s, best("mitmdump").mib_s),
+            "rss": tuple(max(d.peak_rss_kb - d.rss_before_kb for d in dl[n]) / 1024 for n in ("sandgate", "mitmdump"))}
+
+
+# The README's performance table (issue 12): figure, goal, ours, baseline, ratio, spread over the runs.
+SUMMARY = [("repeated", "egress small GET, repeated URL (req/s, c=8)", "≥ 0.9× bare mitmdump 12", 0),
+           ("distinct", "egress small GET, distinct URLs (req/s, c=8)", "≥ 0.85× bare mitmdump 12", 0),
+           ("stream", "200 MiB stream (MiB/s)", "≥ 0.9×", 1),
+           ("rss", "RSS under streaming (MiB above the RSS before it)", "flat", 1)]
+
+
+def summary(runs: list[dict]) -> str:
+    import statistics
+    out = [f"| figure | goal | ours | baseline | ratio | spread ({len(runs)} run{'s' if len(runs) > 1 else ''}) |",
+           "| --- | --- | ---: | ---: | ---: | --- |"]
+    for key, name, goal, digits in SUMMARY:
+        ours = statistics.median(r[key][0] for r in runs)
+        base = statistics.median(r[key][1] for r in runs)
+        if key == "rss":
+            ratio_s = "n/a"
+            spread = f"ours {min(r[key][0] for r in runs):.1f}–{max(r[key][0] for r in runs):.1f} MiB"
+        else:
+            ratios = [r[key][0] / r[key][1] for r in runs if r[key][1] > 0]
+            ratio_s = f"{statistics.median(ratios):.2f}×" if ratios else "n/a"
+            spread = f"{min(ratios):.2f}×–{max(ratios):.2f}×" if ratios else "n/a"
+        out.append(f"| {name} | {goal} | {fmt(ours, digits)} | {fmt(base, digits)} | {ratio_s} | {spread} |")
+    return "\n".join(out)
 
 
 def workers_only(mode: Mode) -> int:
@@ -542,10 +570,13 @@ def workers_only(mode: Mode) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="sandgate vs bare mitmdump egress benchmark")
-    parser.add_argument("--quick", action="store_true", help="short windows (< 30 s in all)")
+    parser.add_argument("--quick", action="store_true", help="short windows, one run (< 1 minute in all)")
+    parser.add_argument("--runs", type=int, help="runs for the summary's spread (default 3, --quick 1)")
     parser.add_argument("--workers-only", action="store_true", help="only the --workers 2 row (needs PostgreSQL)")
     args = parser.parse_args(argv)
     mode = QUICK if args.quick else FULL
+    runs = args.runs or (1 if args.quick else 3)
+    results: list[dict] = []
     t0 = time.perf_counter()
     if args.workers_only:
         return workers_only(mode)
@@ -553,7 +584,8 @@ def main(argv: list[str] | None = None) -> int:
         procs = Procs(Path(tmp))
         try:
             procs.start()
-            asyncio.run(run(mode, procs, "quick" if args.quick else "full"))
+            for i in range(runs):
+                results.append(asyncio.run(run(mode, procs, f"{'quick' if args.quick else 'full'}, run {i + 1}/{runs}")))
         except (BenchError, RuntimeError, OSError, asyncio.TimeoutError) as exc:
             print(f"egress bench failed: {type(exc).__name__}: {exc}", file=sys.stderr)
             for name in ("sandgate", "mitmdump", "upstream"):
@@ -563,6 +595,7 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         finally:
             procs.stop()
+    print(f"\nSummary (the README's table; ours and baseline are medians over the runs):\n\n{summary(results)}\n")
     print(f"- total wall time {time.perf_counter() - t0:.0f} s.")
     return 0
 
