@@ -146,9 +146,10 @@ async def _session_memory(audit: AuditLog, sessions: SessionRegistry, sid: str,
     """The session's recent tool calls (stored and still queued audit rows) and the links and files its
     earlier calls left. A store that cannot answer is an error (503): deciding without them could allow what
     a sequence makes dangerous."""
+    queued = audit.queued("toolcall", sid)      # first: a flush during the read below moves rows to the store
     try:
-        events = await audit.recent("toolcall", sid, HISTORY_SIZE)
-        rows = await sessions.paths(sid)
+        stored, rows = await sessions.toolcall_memory(sid, HISTORY_SIZE)
+        events = stored + queued
     except StoreError:
         raise ApiError(503, "store_unavailable", "the store is unavailable; try again") from None
     links, files = paths_from_rows(rows)

@@ -319,6 +319,15 @@ class Store:
             fetched = conn.exec_driver_sql(sql, (session,)).fetchall()
         return [dict(zip(cols, values)) for values in reversed(fetched)]
 
+    def _toolcall_memory(self, session: str, events: int, paths: int) -> tuple[list[dict], list[dict]]:
+        return (self._list_events(session, "toolcall", events, True),
+                self._list_session_paths(session, paths))
+
+    async def toolcall_memory(self, session: str, events: int, paths: int = 500) -> tuple[list[dict], list[dict]]:
+        """A session's newest `events` tool-call events and `paths` path rows (both oldest first), in one trip to
+        the store's thread: a tool call needs both."""
+        return await self.run(self._toolcall_memory, session, events, paths)
+
     async def list_session_paths(self, session: str, limit: int = 500) -> list[dict]:
         """The session's newest `limit` path rows, oldest first."""
         return await self.run(self._list_session_paths, session, limit)
