@@ -49,6 +49,7 @@ class Store:
         workers = 1 if url.startswith("sqlite") else 4
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="sandgate-store")
         self._seqs: dict = {}
+        self._decoded: dict[int, tuple] = {}         # event id -> its decoded (codes, detail)
 
     # -- plumbing -------------------------------------------------------------------------------
     async def run(self, fn: Callable[..., T], *args: Any) -> T:
@@ -319,9 +320,46 @@ class Store:
             fetched = conn.exec_driver_sql(sql, (session,)).fetchall()
         return [dict(zip(cols, values)) for values in reversed(fetched)]
 
+    _RECENT_COLS = ("id", "seq", "ts", "session", "step", "kind", "action", "codes", "request_id", "detail")
+
+    def _driver_rows(self, sql: str, params: tuple) -> list[tuple]:
+        """A SELECT on a pooled DBAPI connection: nothing between the driver and the rows (hot reads only)."""
+        conn = self.engine.raw_connection()
+        try:
+            cur = conn.cursor()
+            try:
+                cur.execute(sql, params)
+                return cur.fetchall()
+            finally:
+                cur.close()
+        finally:
+            conn.close()
+
     def _toolcall_memory(self, session: str, events: int, paths: int) -> tuple[list[dict], list[dict]]:
-        return (self._list_events(session, "toolcall", events, True),
-                self._list_session_paths(session, paths))
+        mark = "?" if self.engine.dialect.paramstyle == "qmark" else "%s"
+        fetched = self._driver_rows(
+            f"SELECT {', '.join(self._RECENT_COLS)} FROM events WHERE session = {mark} AND kind = {mark} "
+            f"ORDER BY seq DESC LIMIT {int(events)}", (session, "toolcall"))
+        recent = []
+        for values in reversed(fetched):
+            row = dict(zip(self._RECENT_COLS, values))
+            # Stored events never change: their JSON is decoded once (each call re-reads the last ones).
+            decoded = self._decoded.get(row["id"])
+            if decoded is None:
+                decoded = tuple(json.loads(v) if isinstance(v, str) else v for v in (row["codes"], row["detail"]))
+                if len(self._decoded) >= 16384:
+                    self._decoded.clear()
+                self._decoded[row["id"]] = decoded
+            row["codes"], row["detail"] = decoded
+            recent.append(row)
+        # Of the newest `paths` rows, the last one for each path: all that history.paths_from_rows keeps of them
+        # (a later row for a path replaces the earlier ones), without reading the replaced contents.
+        cols = ("id",) + _PATH_COLS
+        rows = self._driver_rows(
+            f"SELECT {', '.join(cols)} FROM session_paths WHERE id IN (SELECT max(id) FROM (SELECT id, path "
+            f"FROM session_paths WHERE session = {mark} ORDER BY id DESC LIMIT {int(paths)}) AS recent "
+            f"GROUP BY path) ORDER BY id", (session,))
+        return recent, [dict(zip(cols, values)) for values in rows]
 
     async def toolcall_memory(self, session: str, events: int, paths: int = 500) -> tuple[list[dict], list[dict]]:
         """A session's newest `events` tool-call events and `paths` path rows (both oldest first), in one trip to

@@ -123,3 +123,31 @@ async def test_audit_pending_rows_are_visible_until_written(store):
     await audit.flush()
     assert audit.queued("toolcall", s1) == []
     assert [e["request_id"] for e in await store.list_events(session=s1, kind="toolcall")] == ["t1"]
+
+
+@pytest.mark.parametrize("seed", range(4))
+async def test_toolcall_memory_keeps_what_the_full_reads_keep(store, seed):
+    """One trip for a tool call's history and paths (driver-level, the last row per path only) gives the same
+    history and the same links and files as the full reads."""
+    import random
+
+    from gateway.toolcalls.history import history_entries, paths_from_rows
+
+    rnd = random.Random(seed)
+    sid = "s_" + uuid.uuid4().hex[:12]
+    now = time.time()
+    await store.append_events([{"ts": now + i, "session": sid, "step": i, "kind": rnd.choice(["toolcall", "egress"]),
+                                "action": rnd.choice(["allow", "deny"]), "reasons": ["r"], "codes": [f"c{i}"],
+                                "request_id": f"t_{i}", "detail": {"tool": "shell", "summary": f"x{i}",
+                                                                   "frozen": rnd.random() < 0.2, "writes": [f"/w/{i}"]}}
+                               for i in range(60)])
+    rows = [{"session": sid, "path": f"/w/p{rnd.randrange(12)}", "kind": rnd.choice(["link", "file"]),
+             "target": rnd.choice([None, "/w/t"]), "content": rnd.choice([None, "echo hi", "x" * 50]), "ts": now}
+            for _ in range(rnd.randrange(0, 80))]
+    for i in range(0, len(rows), 7):
+        await store.append_session_paths(rows[i:i + 7])
+    for limit in (500, 10):
+        recent, paths = await store.run(store._toolcall_memory, sid, 20, limit)
+        full_events = await store.list_events(session=sid, kind="toolcall", limit=20, newest=True)
+        assert history_entries(recent, now) == history_entries(full_events, now)
+        assert paths_from_rows(paths) == paths_from_rows(await store.list_session_paths(sid, limit))
