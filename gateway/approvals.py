@@ -2,8 +2,9 @@
 
 State lives in the store; it changes only by compare-and-set on `pending`, so two deciders (or two replicas)
 can never both win. Waiters block on an in-process event that is set the moment this process changes an item
-(`changed`); `tick()` (once a second) also re-reads items that have waiters, so a decision taken by another
-replica wakes them too, and expires items past their TTL. Every read applies the expiry first: an item past its
+(`changed`), or another replica does (a change notification, gateway/changes.py: `on_change`); `tick()` (once a
+second) also re-reads items that have waiters (the backstop for a lost notification), and expires items past
+their TTL. Every read applies the expiry first: an item past its
 TTL is never shown, used or decided as pending.
 
 `request_approval` is the one way an action asks: it uses an approved, unused item for the same binding
@@ -20,6 +21,7 @@ from typing import Any, Mapping
 from gateway.approval_index import BindingIndex
 from gateway.approval_rules import new_approval_id, overdue, reusable, tally
 from gateway.audit import AuditLog
+from gateway.changes import Change, ChangeFeed, LocalChangeFeed
 from gateway.config import ApprovalSettings
 from gateway.metrics import Metrics
 from gateway.store import Store
@@ -62,8 +64,10 @@ class ApprovalTicket:
 
 
 class ApprovalQueue:
-    def __init__(self, store: Store, audit: AuditLog, metrics: Metrics, settings: ApprovalSettings):
+    def __init__(self, store: Store, audit: AuditLog, metrics: Metrics, settings: ApprovalSettings,
+                 feed: ChangeFeed | None = None):
         self._store = store
+        self._feed: ChangeFeed = feed if feed is not None else LocalChangeFeed()
         self._audit = audit
         self._metrics = metrics
         self.settings = settings
@@ -106,6 +110,30 @@ class ApprovalQueue:
                 q.put_nowait({"type": what, "id": aid})
             except asyncio.QueueFull:
                 pass
+
+    def _changed_here(self, aid: str, what: str) -> None:
+        """This process changed an item: wake local waiters and tell the other replicas."""
+        self.changed(aid, what)
+        self._feed.publish(Change("approval", aid, what))
+
+    async def on_change(self, change: Change) -> None:
+        """Another replica changed an item (ChangeHandler): the binding index takes the row as stored now, and
+        its waiters here re-read it. When the row cannot be read, the index is read again at the next ask."""
+        try:
+            row = await self._store.get_approval(change.id)
+        except Exception:  # noqa: BLE001 - store down: forget the index rather than trust a stale one
+            row = None
+            self._loaded = False
+        if row is not None:
+            self._index.put(row)
+        self.changed(change.id, change.what or "changed")
+
+    async def resync(self) -> None:
+        """After a gap in notifications: the binding index is read again at the next ask, and every waiter
+        re-reads its item."""
+        self._loaded = False
+        for aid in list(self._waiting):
+            self.changed(aid, "changed")
 
     def subscribe(self) -> asyncio.Queue:
         q: asyncio.Queue = asyncio.Queue(maxsize=1000)
@@ -191,7 +219,7 @@ class ApprovalQueue:
         self._index.put({**row, "used_at": time.time()})
         self._audit.record("approval.used", session=row["session"], action="used",
                            detail={"approval_id": row["id"], "by": by})
-        self.changed(row["id"], "used")
+        self._changed_here(row["id"], "used")
         return True
 
     async def file(self, *, session: str, kind: str, binding: str, summary: str, action: dict,
@@ -212,7 +240,7 @@ class ApprovalQueue:
         self._index.put(stored)
         self._audit.record("approval.filed", session=session, action="ask", reasons=list(reasons),
                            detail={"approval_id": stored["id"], "kind": kind, "summary": stored["summary"]})
-        self.changed(stored["id"], "filed")
+        self._changed_here(stored["id"], "filed")
         return stored
 
     # -- deciding --------------------------------------------------------------------------------
@@ -249,7 +277,7 @@ class ApprovalQueue:
                                    reasons=[reason] if reason else [],
                                    detail={"approval_id": aid, "by": by, "votes": len(votes),
                                            "quorum": row["quorum"]})
-                self.changed(aid, "decided" if status != "pending" else "voted")
+                self._changed_here(aid, "decided" if status != "pending" else "voted")
                 stored = await self._store.get_approval(aid)
                 if stored is not None:
                     self._index.put(stored)
@@ -263,7 +291,7 @@ class ApprovalQueue:
             self._index.put({**row, "status": status})
             self._audit.record(f"approval.{status}", session=row["session"], action=status, reasons=[reason],
                                detail={"approval_id": row["id"], "by": by})
-            self.changed(row["id"], "decided")
+            self._changed_here(row["id"], "decided")
         return ok
 
     async def cancel(self, aid: str, by: str, reason: str) -> None:

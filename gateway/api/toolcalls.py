@@ -30,6 +30,7 @@ ENRICH_TIMEOUT_S = 5.0
 routes = web.RouteTableDef()
 
 MAX_ARGS_BYTES = 256 * 1024
+MAX_STEP = 2 ** 31 - 1                  # the store's INTEGER column
 
 
 # Tool calls this short are parsed on the event loop: a typical command parses in 0.1-0.3 ms, less than the hop
@@ -82,8 +83,8 @@ async def post_toolcall(request: web.Request) -> web.Response:
         raise ApiError(400, "bad_request", "session and tool are required strings")
     if not isinstance(args, dict):
         raise ApiError(400, "bad_request", "args must be an object")
-    if step is not None and (not isinstance(step, int) or isinstance(step, bool)):
-        raise ApiError(400, "bad_request", "step must be an integer")
+    if step is not None and (not isinstance(step, int) or isinstance(step, bool) or not 0 <= step <= MAX_STEP):
+        raise ApiError(400, "bad_request", f"step must be an integer from 0 to {MAX_STEP}")
     args_json = canonical_json(args)
     if len(args_json) > MAX_ARGS_BYTES:
         raise ApiError(413, "too_large", "args are too large")

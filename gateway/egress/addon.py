@@ -17,6 +17,7 @@ from mitmproxy import connection, http
 from mitmproxy.proxy import server_hooks
 from wsproto.handshake import WEBSOCKET_VERSION
 
+from broker.scrub import Scrubber
 from gateway.audit import AuditLog
 from gateway.auth import AuthError, Principal, TokenVerifier
 from gateway.config import EgressSettings
@@ -317,10 +318,14 @@ class EgressAddon:
             return
         st.audited = True
         d = st.decision
+        message = flow.error.msg if flow.error else ""
+        if st.scrub:
+            # The text may quote the upstream (a malformed status line, say): the audit row gets it scrubbed. The
+            # client's error page never quotes it (layers.GuardedHttpLayer).
+            message = Scrubber(st.scrub).sub_text(message)
         self.deps.recorder.audit(flow, st, action=d.action if d else "error", codes=list(d.codes) if d else [],
                                  reasons=list(d.reasons) if d else [], status=None,
-                                 detail={"error": (flow.error.msg if flow.error else "")[:200],
-                                         **st.audit_detail()})
+                                 detail={"error": message[:200], **st.audit_detail()})
 
     def websocket_message(self, flow: http.HTTPFlow) -> None:
         """WebSocket frames after an allowed upgrade pass only while the session lives (injection.py screens

@@ -44,6 +44,7 @@ class FlowState:
     secrets_used: tuple[str, ...] | None = None    # "name@where" for each injected secret
     scrub: dict[bytes, bytes] | None = None        # real value -> placeholder, for the response
     scrub_blocked: bool = False                    # a compressed response could not be scanned: withheld
+    withheld: bytes = b""                          # the 502 body sent instead
 
     def audit_detail(self) -> dict:
         """What its audit row adds about approvals and secrets."""

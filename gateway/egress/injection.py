@@ -18,7 +18,7 @@ from mitmproxy import http
 
 from broker.backends import SecretUnavailable
 from broker.broker import Broker
-from broker.inject import substitute_body, substitute_headers, substitute_query
+from broker.inject import host_matches, substitute_body, substitute_headers, substitute_query
 from broker.registry import MASK_PREFIX, PlaceholderRegistry
 from broker.scrub import Scrubber, StreamScrubber, replacements_for
 from gateway.egress.flows import FlowState, StreamFilter, chain, flow_state
@@ -26,6 +26,7 @@ from gateway.egress.guard import fail_closed
 from gateway.egress.recorder import FlowRecorder
 from gateway.egress.screen import SecretScreen
 from gateway.metrics import Metrics
+from gateway.net.hosts import normalise_host
 
 log = logging.getLogger("sandgate.broker")
 
@@ -80,13 +81,35 @@ class InjectionAddon:
                 found |= await asyncio.to_thread(self._placeholders.find, body)
             else:
                 found |= self._placeholders.find(body)
-        if not found or self._screen.refuse(flow, st, found):
+        trailers = flow.request.trailers
+        in_trailers = self._placeholders.find("\n".join(f"{k}: {v}" for k, v in trailers.items(multi=True))) \
+            if trailers and self._placeholders else set()
+        if in_trailers:
+            if flow.request.stream:
+                # The body is already on its way and the trailers go after this hook: they never carry a
+                # placeholder (none is put into trailers either).
+                flow.request.trailers = None
+                self._recorder.record("exfiltration", session=st.session["id"], action="mask",
+                                      reasons=["a placeholder in the request trailers was dropped"],
+                                      codes=["secret.exfiltration"], request_id=flow.id,
+                                      method=flow.request.method, host=flow.request.host, path=st.path)
+            else:
+                found |= in_trailers
+        if found and self._screen.refuse(flow, st, found):
             return
         await self.inject(flow, st, found, body)
 
     async def inject(self, flow: http.HTTPFlow, st: FlowState, found: set[tuple[str, str]], body: bytes) -> None:
+        """Put the real values in, and arm the response scrubber with every secret of the session bound to this
+        host: also when the request carries no placeholder (a value the host kept from an earlier request may come
+        back in any later response)."""
         own = st.session["placeholders"]
         mine = {name: own[name] for _owner, name in found if name in own}
+        host = normalise_host(flow.request.host)
+        specs = self._broker.specs
+        mine.update({name: ph for name, ph in own.items() if name in specs and host_matches(host, specs[name].hosts)})
+        if not mine:
+            return
         try:
             bindings = await asyncio.wait_for(self._broker.bindings(mine), self._broker.lookup_timeout_s + 1)
         except (SecretUnavailable, asyncio.TimeoutError) as exc:
@@ -119,29 +142,60 @@ class InjectionAddon:
                                   method=flow.request.method, host=flow.request.host, path=st.path,
                                   detail={"secret": name, "where": sorted({w for n, w in uses if n == name})})
 
-    # -- response --------------------------------------------------------------------------------
+    # -- response ----------------------------------------------------------------------------------
     def responseheaders(self, flow: http.HTTPFlow) -> None:
+        """Scrub the head (reason phrase, header names and values; a 101's too) and stream the body through the
+        scrubber. What sandgate cannot scan (a content-encoding, a transfer coding but chunked, a folded header
+        line) is refused with 502, never passed on."""
         st = flow_state(flow)
-        if (st is None or flow.response is None or st.denied or flow.response.status_code == 101
-                or not st.scrub):
+        if st is None or flow.response is None or st.denied or not st.scrub:
             return
+        if any(b"\n" in value or b"\r" in value for _name, value in flow.response.headers.fields):
+            # An obsolete line folding splits a value where a client joins it again: no scrubber sees it whole.
+            return self.withhold(flow, st)
         scrubber = Scrubber(st.scrub)
-        for name, value in list(flow.response.headers.items(multi=True)):
-            if scrubber.sub_text(value) != value:
-                flow.response.headers.set_all(name, [scrubber.sub_text(v) for v in
-                                                     flow.response.headers.get_all(name)])
-        encoding = flow.response.headers.get("content-encoding", "identity").lower()
-        counted: StreamFilter = flow.response.stream if callable(flow.response.stream) else st.count_in
-        if encoding not in ("", "identity"):
-            # Cannot scan a compressed stream: refuse rather than risk the value reaching the sandbox.
-            st.scrub_blocked = True
-            flow.response.stream = chain(counted, lambda chunk: b"")
+        scrub_head(flow.response, scrubber)
+        if case_variant_in_head(flow.response, st.scrub):
+            return self.withhold(flow, st)          # e.g. a header name, lowercased by HTTP/2
+        if flow.response.status_code == 101:
             return
+        encoding = flow.response.headers.get("content-encoding", "identity").strip().lower()
+        transfer = flow.response.headers.get("transfer-encoding", "").strip().lower()
+        if encoding not in ("", "identity") or transfer not in ("", "chunked", "identity"):
+            return self.withhold(flow, st)          # e.g. "gzip, chunked": a client would decompress it
+        if not has_body(flow):
+            return
+        counted: StreamFilter = flow.response.stream if callable(flow.response.stream) else st.count_in
         if "content-length" in flow.response.headers:
             del flow.response.headers["content-length"]
             if flow.response.http_version == "HTTP/1.1":
                 flow.response.headers["transfer-encoding"] = "chunked"
         flow.response.stream = chain(counted, StreamScrubber(scrubber))
+
+    def withhold(self, flow: http.HTTPFlow, st: FlowState) -> None:
+        """Answer 502 instead of a response that cannot be scanned; its body is read and dropped."""
+        st.scrub_blocked = True
+        self.deny(flow, "secret.unscannable",
+                  "the response is encoded so that sandgate cannot scrub the secret from it", status=502)
+        body = st.withheld = flow.response.content or b""
+        flow.response.stream = lambda chunk: [] if chunk else [body]
+
+    def response(self, flow: http.HTTPFlow) -> None:
+        """Trailers (HTTP/1 chunked and HTTP/2) arrive after the body and are sent after this hook: scrub them."""
+        st = flow_state(flow)
+        if st is None or flow.response is None or not st.scrub:
+            return
+        if st.scrub_blocked:
+            # A body-less response never streamed: mitmproxy put its (empty) body in place of the denial's.
+            flow.response.content = st.withheld
+            return
+        if flow.response.trailers:
+            scrubbed = _scrub_fields(flow.response.trailers.fields, Scrubber(st.scrub))
+            if scrubbed is not None:
+                flow.response.trailers = http.Headers(scrubbed)
+            text = b"\n".join(b"%s: %s" % field for field in flow.response.trailers.fields).lower()
+            if any(real.lower() in text for real in st.scrub):
+                flow.response.trailers = None       # a case variant is left: the head is sent, drop them all
 
     # -- websocket frames ------------------------------------------------------------------------
     def websocket_message(self, flow: http.HTTPFlow) -> None:
@@ -164,3 +218,34 @@ class InjectionAddon:
         except Exception:  # noqa: BLE001 - fail closed: drop the frame
             log.exception("internal_error in websocket_message")
             message.drop()
+
+
+def has_body(flow: http.HTTPFlow) -> bool:
+    """Whether the response may carry a body at all (not to HEAD, not 1xx, 204 or 304): one that may not keeps its
+    framing headers as they are, and never gets a chunked terminator."""
+    status = flow.response.status_code if flow.response is not None else 0
+    return flow.request.method != "HEAD" and not (100 <= status < 200 or status in (204, 304))
+
+
+def case_variant_in_head(response: http.Response, scrub: dict[bytes, bytes]) -> bool:
+    """Whether a real value is still in the (scrubbed) head in another letter case (the scrubber matches exact
+    case only; HTTP/2 lowercases header names, servers may fold case)."""
+    head = b"\n".join([response.data.reason] + [b"%s: %s" % field for field in response.headers.fields]).lower()
+    return any(real.lower() in head for real in scrub)
+
+
+def _scrub_fields(fields: tuple[tuple[bytes, bytes], ...], scrubber: Scrubber,
+                  ) -> list[tuple[bytes, bytes]] | None:
+    """The header fields with names and values scrubbed, or None when nothing changed."""
+    out = [(scrubber.sub(name), scrubber.sub(value)) for name, value in fields]
+    return None if out == list(fields) else out
+
+
+def scrub_head(response: http.Response, scrubber: Scrubber) -> None:
+    """Scrub a response's reason phrase and every header name and value."""
+    reason = scrubber.sub(response.data.reason)
+    if reason != response.data.reason:
+        response.data.reason = reason
+    fields = _scrub_fields(response.headers.fields, scrubber)
+    if fields is not None:
+        response.headers = http.Headers(fields)

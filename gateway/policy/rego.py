@@ -71,7 +71,14 @@ def evaluate(engine: Any, rule: str, input_doc: Any, as_json: bool = False) -> A
     `as_json` reads the value through JSON (sets become lists): needed for sets of objects, which regorus
     cannot hand to Python as a set."""
     try:
-        engine.set_input(input_doc)
+        # Through JSON, never `set_input`: regorus' Python conversion segfaults on a string holding a lone
+        # surrogate (mitmproxy's surrogateescape of invalid UTF-8, a JSON "\\ud800" escape), which would kill
+        # the process. Its JSON parser refuses those, and NaN/Infinity, with an error: a deny.
+        text = json.dumps(input_doc, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise PolicyError(f"the input is not JSON: {exc}") from None
+    try:
+        engine.set_input_json(text)
         if as_json:
             text = engine.eval_rule_as_json(rule)
             value = None if text is None or text == _UNDEFINED_JSON else json.loads(text)

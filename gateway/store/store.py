@@ -9,12 +9,15 @@ import asyncio
 import functools
 import json
 import time
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Optional, TypeVar
 
-from sqlalchemy import event, func, insert, inspect, select, update
+from sqlalchemy import column, event, insert, select, table, text, update
 from sqlalchemy.engine import Engine
-from sqlmodel import Session, SQLModel, create_engine
+from sqlmodel import Session, create_engine
+
+from gateway.store import migrate
 
 from gateway.store.models import ApprovalRow, EventRow, RevocationRow, SessionPathRow, SessionRow, row_dict
 
@@ -48,7 +51,7 @@ class Store:
         self.engine = _make_engine(url)
         workers = 1 if url.startswith("sqlite") else 4
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="sandgate-store")
-        self._seqs: dict = {}
+        self._seq_known: set[str] = set()      # sessions whose audit_seqs row exists
         self._decoded: dict[int, tuple] = {}         # event id -> its decoded (codes, detail)
 
     # -- plumbing -------------------------------------------------------------------------------
@@ -63,6 +66,18 @@ class Store:
                 raise StoreError(f"store unavailable: {exc.__class__.__name__}") from exc
             raise
 
+    def migrate(self) -> tuple[Optional[str], Optional[str]]:
+        """Bring the schema to the newest revision (alembic, behind a lock; see migrate.py)."""
+        return migrate.upgrade(self.engine)
+
+    @property
+    def is_postgres(self) -> bool:
+        return self.engine.dialect.name == "postgresql"
+
+    def libpq_url(self) -> str:
+        """The store's PostgreSQL URL for a plain psycopg connection (change notifications)."""
+        return self.engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
+
     # Hot reads and writes go through SQLAlchemy Core on the tables (no ORM identity map, no instances): a
     # tenth of the cost of a Session query per call.
     def _core_all(self, q: Any) -> list[dict]:
@@ -73,23 +88,8 @@ class Store:
         rows = self._core_all(q)
         return rows[0] if rows else None
 
-    def create_all(self) -> None:
-        """Create the tables, then add columns a newer sandgate defines (additive schema changes only)."""
-        SQLModel.metadata.create_all(self.engine)
-        inspector = inspect(self.engine)
-        with self.engine.begin() as conn:
-            for table in SQLModel.metadata.sorted_tables:
-                have = {c["name"] for c in inspector.get_columns(table.name)}
-                for column in table.columns:
-                    if column.name in have:
-                        continue
-                    ddl_type = column.type.compile(dialect=self.engine.dialect)
-                    default = column.default.arg if column.default is not None and column.default.is_scalar else None
-                    clause = f" DEFAULT {default!r}" if isinstance(default, (int, float)) else ""
-                    conn.exec_driver_sql(f'ALTER TABLE {table.name} ADD COLUMN {column.name} {ddl_type}{clause}')
-
     async def open(self) -> None:
-        await self.run(self.create_all)
+        await self.run(self.migrate)
 
     def close(self) -> None:
         self._pool.shutdown(wait=True)
@@ -230,35 +230,40 @@ class Store:
     _EVENT_COLS = ("seq", "ts", "session", "step", "kind", "action", "reasons", "codes", "request_id", "method",
                    "host", "path", "http_status", "bytes_in", "bytes_out", "policy_rev", "detail")
     _JSON_COLS = frozenset({"reasons", "codes", "detail"})
+    # Untyped columns: rows arrive with their JSON already serialised, and go to the driver as they are.
+    _EVENTS = table("events", *(column(c) for c in _EVENT_COLS))
+    _SEQ_INIT = text("INSERT INTO audit_seqs (session, last) SELECT CAST(:key AS VARCHAR), COALESCE(MAX(seq), 0) "
+                     "FROM events WHERE session = :key ON CONFLICT (session) DO NOTHING")
+    _SEQ_INIT_NONE = text("INSERT INTO audit_seqs (session, last) SELECT '', COALESCE(MAX(seq), 0) FROM events "
+                          "WHERE session IS NULL ON CONFLICT (session) DO NOTHING")
+    _SEQ_TAKE = text("UPDATE audit_seqs SET last = last + :n WHERE session = :key RETURNING last")
 
-    def _events_sql(self) -> str:
-        style = self.engine.dialect.paramstyle
-        mark = "?" if style == "qmark" else "%s"
-        cols = ", ".join(self._EVENT_COLS)
-        return f"INSERT INTO events ({cols}) VALUES ({', '.join([mark] * len(self._EVENT_COLS))})"
+    @classmethod
+    def event_values(cls, row: dict) -> dict:
+        """One event as the INSERT takes it (JSON columns serialised; `seq` is given at write time)."""
+        return {c: json.dumps(row.get(c)) if c in cls._JSON_COLS else row.get(c) for c in cls._EVENT_COLS}
 
     def _append_events(self, rows: list[dict]) -> None:
-        """One bulk INSERT per batch (driver-level executemany: this runs for every request).
-
-        Per-session sequence numbers continue from the stored maximum (read once per session, then counted
-        here: this writer is the only one for its sessions)."""
+        """One transaction per batch: take each session's next sequence numbers from `audit_seqs` (sessions in
+        sorted order, so two writers never wait on each other in a cycle), then one executemany INSERT."""
+        counts = Counter(r.get("session") for r in rows)
         with self.engine.begin() as conn:
-            for sid in {r.get("session") for r in rows} - self._seqs.keys():
-                cur = conn.execute(select(func.max(EventRow.seq)).where(EventRow.session == sid)).scalar()
-                self._seqs[sid] = int(cur or 0)
+            nxt: dict[Optional[str], int] = {}
+            for sid in sorted(counts, key=lambda s: s or ""):
+                key = sid or ""
+                if key not in self._seq_known:
+                    conn.execute(self._SEQ_INIT_NONE if sid is None else self._SEQ_INIT, {"key": key})
+                last = conn.execute(self._SEQ_TAKE, {"n": counts[sid], "key": key}).scalar_one()
+                nxt[sid] = int(last) - counts[sid]
             values = []
             for r in rows:
                 sid = r.get("session")
-                self._seqs[sid] += 1
-                r = {**r, "seq": self._seqs[sid]}
-                values.append(tuple(json.dumps(r.get(c)) if c in self._JSON_COLS else r.get(c)
-                                    for c in self._EVENT_COLS))
-            try:
-                conn.exec_driver_sql(self._events_sql(), values)
-            except Exception:
-                for sid in {r.get("session") for r in rows}:
-                    self._seqs.pop(sid, None)
-                raise
+                nxt[sid] += 1
+                v = self.event_values(r)
+                v["seq"] = nxt[sid]
+                values.append(v)
+            conn.execute(insert(self._EVENTS), values)
+        self._seq_known.update(s or "" for s in counts)
 
     async def append_events(self, rows: list[dict]) -> None:
         if rows:

@@ -32,6 +32,10 @@ Figures (ratio = sandgate / baseline; throughput: higher is better, latency and 
 - session create: latency of sequential `POST /v1/sessions` (harness token, keep-alive) on sandgate's
   API; the baseline has no such thing ("n/a").
 - direct: the same client straight to the upstream — the client's own ceiling, a reference line.
+- `--workers 2`: small GET throughput at c=16 of `sandgate serve --workers 2` against one worker, both on
+  the PostgreSQL store (tests/support/pg.py: 127.0.0.1:5432, `SANDGATE_TEST_PG_DB`); the baseline column of
+  that row is the one-worker figure (goal: 2 workers >= 1.7x). Skipped ("n/a") without PostgreSQL;
+  `--workers-only` runs just this row.
 
 Nothing is asserted: the script exits non-zero only when something fails (a process does not start,
 a request errors or gets a non-2xx answer).
@@ -323,6 +327,68 @@ class Procs:
             f.close()
 
 
+def start_pg_sandgate(tmp: Path, workers: int, logs: list) -> tuple[subprocess.Popen, int, int, Path]:
+    """`sandgate serve --workers N` on the PostgreSQL store; (process, proxy port, API port, data dir)."""
+    from tests.support.pg import PG_URL
+
+    proxy, api = free_port(), free_port()
+    data = tmp / f"sandgate-w{workers}"
+    cfg = tmp / f"sandgate-w{workers}.toml"
+    cfg.write_text(
+        f'[proxy]\nlisten = "127.0.0.1:{proxy}"\n[api]\nlisten = "127.0.0.1:{api}"\n'
+        f'[store]\nurl = "{PG_URL}"\n'
+        '[egress]\nprivate_allow = ["127.0.0.0/8"]\nresolve = {"allowed.test" = ["127.0.0.1"]}\n')
+    log = open(tmp / f"sandgate-w{workers}.log", "wb")
+    logs.append(log)
+    proc = subprocess.Popen([sys.executable, "-m", "gateway", "serve", "--config", str(cfg), "--data-dir", str(data),
+                             "--workers", str(workers)], stdout=log, stderr=subprocess.STDOUT, cwd=str(ROOT),
+                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    deadline = time.monotonic() + 90
+    while not (data / "listen.json").exists():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            stop_process(proc)
+            raise BenchError(f"sandgate --workers {workers} did not start:\n"
+                             f"{(tmp / f'sandgate-w{workers}.log').read_text(errors='replace')[-1500:]}")
+        time.sleep(0.1)
+    return proc, proxy, api, data
+
+
+async def workers_row(mode: Mode, tmp: Path, up_port: int) -> tuple:
+    """Small GETs at c=16 through --workers 2 and through one worker (both on PostgreSQL)."""
+    from tests.support.pg import pg_available
+
+    name = "small GET c=16, PostgreSQL store: --workers 2 (baseline column: 1 worker) (req/s)"
+    if not pg_available():
+        print("  --workers: no PostgreSQL at 127.0.0.1:5432, row skipped", flush=True)
+        return (name, "n/a", "n/a", 0)
+    rps = {}
+    logs: list = []
+    for workers in (1, 2):
+        proc, proxy, api, data = start_pg_sandgate(tmp, workers, logs)
+        try:
+            harness = (data / "harness.token").read_text().strip()
+            req = urllib.request.Request(
+                f"http://127.0.0.1:{api}/v1/sessions", method="POST", data=json.dumps({"allow": ["allowed.test"]}).encode(),
+                headers={"Authorization": f"Bearer {harness}", "Content-Type": "application/json"})
+            with urllib.request.urlopen(req, timeout=10) as r:
+                token = json.loads(r.read())["token"]
+            auth = "Basic " + base64.b64encode(f"x:{token}".encode()).decode()
+            target = Target(f"sandgate-w{workers}", proxy, f"allowed.test:{up_port}", None,
+                            {"Proxy-Authorization": auth})
+            await small_load(target, 16, 0.0, mode.prime_s)
+            total = LoadResult()
+            for _ in range(mode.rounds):
+                total.merge(await small_load(target, 16, mode.warmup_s, mode.window_s))
+            rps[workers] = total.rps
+            print(f"  --workers {workers} c=16: {total.rps:8,.0f} req/s  p50 {total.p(50):6.2f} ms  "
+                  f"p99 {total.p(99):6.2f} ms", flush=True)
+        finally:
+            stop_process(proc)
+    for f in logs:
+        f.close()
+    return (name, rps[2], rps[1], 0)
+
+
 # -- report --------------------------------------------------------------------------------------
 def fmt(value, digits: int = 1) -> str:
     if isinstance(value, str):
@@ -407,6 +473,7 @@ async def run(mode: Mode, procs: Procs, label: str) -> dict:
                   f"(before {d.rss_before_kb / 1024:.1f}, VmHWM {d.hwm_kb / 1024:.1f})", flush=True)
 
     creates = await session_creates(procs.sg_api, procs.harness, mode.sessions)
+    workers = await workers_row(mode, procs.tmp, procs.up_port)
     elapsed = time.perf_counter() - started
 
     def best(name: str) -> Download:
@@ -432,7 +499,8 @@ async def run(mode: Mode, procs: Procs, label: str) -> dict:
              ("proxy RSS before the download (MiB)", dl["sandgate"][0].rss_before_kb / 1024,
               dl["mitmdump"][0].rss_before_kb / 1024, 1),
              (f"session create p50 (ms, n={len(creates)})", percentile(creates, 50) * 1000, "n/a", 2),
-             (f"session create p99 (ms, n={len(creates)})", percentile(creates, 99) * 1000, "n/a", 2)]
+             (f"session create p99 (ms, n={len(creates)})", percentile(creates, 99) * 1000, "n/a", 2),
+             workers]
 
     print()
     print(table(rows))
@@ -491,22 +559,45 @@ def _stop_spy(spy: subprocess.Popen) -> None:
             spy.kill()
 
 
+def workers_only(mode: Mode) -> int:
+    with tempfile.TemporaryDirectory(prefix="sandgate-bench-") as tmp:
+        up_port = free_port()
+        upstream = subprocess.Popen([sys.executable, str(HERE / "common.py"), "upstream", "--port", str(up_port)],
+                                    stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+        try:
+            wait_port("127.0.0.1", up_port, upstream)
+            print(f"egress bench (--workers only): {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}",
+                  flush=True)
+            row = asyncio.run(workers_row(mode, Path(tmp), up_port))
+        except (BenchError, RuntimeError, OSError, asyncio.TimeoutError) as exc:
+            print(f"egress bench failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+            return 1
+        finally:
+            stop_process(upstream)
+    print()
+    print(table([row]))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="sandgate vs bare mitmdump egress benchmark")
     parser.add_argument("--quick", action="store_true", help="short windows, one run (< 1 minute in all)")
     parser.add_argument("--profile", default="", help="py-spy (pip install py-spy) on sandgate during the first "
                         "run, collapsed stacks to this file")
     parser.add_argument("--runs", type=int, help="runs for the summary's spread (default 3, --quick 1)")
+    parser.add_argument("--workers-only", action="store_true", help="only the --workers 2 row (needs PostgreSQL)")
     args = parser.parse_args(argv)
     mode = QUICK if args.quick else FULL
     runs = args.runs or (1 if args.quick else 3)
     results: list[dict] = []
     t0 = time.perf_counter()
+    if args.workers_only:
+        return workers_only(mode)
+    spy = None
     with tempfile.TemporaryDirectory(prefix="sandgate-bench-") as tmp:
         procs = Procs(Path(tmp))
         try:
             procs.start()
-            spy = None
             if args.profile:
                 spy = subprocess.Popen([str(Path(sys.executable).parent / "py-spy"), "record", "-f", "raw", "-r", "200",
                                         "-p", str(procs.sandgate.pid), "-o", args.profile],
