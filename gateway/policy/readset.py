@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 WILD = "*"
 LEN = "#len"
@@ -291,3 +291,50 @@ def project(value: Any, trie: dict) -> Any:
             sub = _merge(wild, trie.get(k)) if wild is not None else trie[k]
             out.append([k, project(value[k], sub)])
     return out
+
+
+def compile_projection(trie: dict) -> Callable[[Any], Any]:
+    """`project(value, trie)` as a function built once per revision (the same output; no trie walking, merging
+    or sorting of the trie on each call: the decision cache computes a key for every decision)."""
+    if trie.get(None):
+        return _whole
+    keys = sorted(k for k in trie if isinstance(k, str) and k not in (WILD, LEN))
+    ints = sorted(k for k in trie if isinstance(k, int) and not isinstance(k, bool))
+    has_len = LEN in trie
+    wild = trie.get(WILD)
+    wild_fn = compile_projection(wild) if wild is not None else None
+    sub: dict = {k: compile_projection(trie[k]) for k in keys + ints}
+    merged: dict = {}
+    if wild is not None:
+        merged = {k: compile_projection(_merge(wild, trie[k])) for k in keys + ints}
+
+    def proj(value: Any) -> Any:
+        out: list = [_type(value)]
+        if has_len and isinstance(value, (dict, list, str)):
+            out.append(["#len", len(value)])
+        if isinstance(value, dict):
+            if wild_fn is not None:
+                for k in sorted(value):
+                    out.append([k, merged.get(k, wild_fn)(value[k])])
+            else:
+                for k in keys:
+                    if k in value:
+                        out.append([k, sub[k](value[k])])
+        elif isinstance(value, list):
+            if wild_fn is not None:
+                out.append(["#len", len(value)])
+                for i, v in enumerate(value):
+                    out.append([i, merged.get(i, wild_fn)(v)])
+            else:
+                n = len(value)
+                for k in ints:
+                    if 0 <= k < n:
+                        out.append([k, sub[k](value[k])])
+        return out
+
+    return proj
+
+
+def _whole(value: Any) -> list:
+    return ["v", value]
+

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from gateway.policy.embedded import EmbeddedEngine
 from gateway.policy.evaluator import Evaluator
 from gateway.policy.loader import default_policy_dir, load_policy_dir
-from gateway.policy.readset import LEN, WILD, build_trie, project, scan_reads
+from gateway.policy.readset import LEN, WILD, build_trie, compile_projection, project, scan_reads
 from gateway.toolcalls.enrich import build_toolcall_input
 
 HEAD = "package sandgate.egress\nimport rego.v1\n"
@@ -187,3 +187,19 @@ def test_a_site_rule_using_the_history_helper_keys_on_the_whole_history(site):
     source = load_policy_dir(default_policy_dir())
     assert ("history",) not in scan_reads([t for _, t in source.modules])
     assert ("history",) in scan_reads([t for _, t in source.modules] + [site])
+
+
+_paths = st.lists(st.lists(st.one_of(st.sampled_from(["a", "b", "c", WILD]), st.integers(0, 2)), min_size=1,
+                           max_size=3).map(lambda p: tuple(p) + (LEN,) if len(p) == 3 and p[0] == "c" else tuple(p)),
+                  max_size=5)
+_docs = st.recursive(st.one_of(st.none(), st.booleans(), st.integers(), st.text(max_size=3)),
+                     lambda kids: st.one_of(st.lists(kids, max_size=3),
+                                            st.dictionaries(st.sampled_from(["a", "b", "c", "d"]), kids, max_size=4)),
+                     max_leaves=12)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_paths, _docs)
+def test_compiled_projection_is_project(paths, doc):
+    trie = build_trie(paths)
+    assert compile_projection(trie)(doc) == project(doc, trie)
