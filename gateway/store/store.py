@@ -51,14 +51,24 @@ class Store:
         self.engine = _make_engine(url)
         workers = 1 if url.startswith("sqlite") else 4
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="sandgate-store")
+        # Hot reads on their own threads, so that they never queue behind a batch of writes (SQLite in WAL
+        # mode: one writer, readers beside it; PostgreSQL: its own connections).
+        self._read_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="sandgate-store-read")
         self._seq_known: set[str] = set()      # sessions whose audit_seqs row exists
         self._decoded: dict[int, tuple] = {}         # event id -> its decoded (codes, detail)
 
     # -- plumbing -------------------------------------------------------------------------------
     async def run(self, fn: Callable[..., T], *args: Any) -> T:
+        return await self._on(self._pool, fn, *args)
+
+    async def read(self, fn: Callable[..., T], *args: Any) -> T:
+        """`run` for a read-only call on the readers' threads."""
+        return await self._on(self._read_pool, fn, *args)
+
+    async def _on(self, pool: ThreadPoolExecutor, fn: Callable[..., T], *args: Any) -> T:
         loop = asyncio.get_running_loop()
         try:
-            return await loop.run_in_executor(self._pool, functools.partial(fn, *args))
+            return await loop.run_in_executor(pool, functools.partial(fn, *args))
         except StoreError:
             raise
         except Exception as exc:  # noqa: BLE001 - any DB failure is a StoreError for callers
@@ -92,6 +102,7 @@ class Store:
         await self.run(self.migrate)
 
     def close(self) -> None:
+        self._read_pool.shutdown(wait=True)
         self._pool.shutdown(wait=True)
         self.engine.dispose()
 
@@ -329,16 +340,19 @@ class Store:
 
     def _driver_rows(self, sql: str, params: tuple) -> list[tuple]:
         """A SELECT on a pooled DBAPI connection: nothing between the driver and the rows (hot reads only)."""
-        conn = self.engine.raw_connection()
         try:
-            cur = conn.cursor()
+            conn = self.engine.raw_connection()
             try:
-                cur.execute(sql, params)
-                return cur.fetchall()
+                cur = conn.cursor()
+                try:
+                    cur.execute(sql, params)
+                    return cur.fetchall()
+                finally:
+                    cur.close()
             finally:
-                cur.close()
-        finally:
-            conn.close()
+                conn.close()
+        except self.engine.dialect.dbapi.Error as exc:       # the driver's own errors: the store is unavailable
+            raise StoreError(f"store unavailable: {exc.__class__.__name__}") from exc
 
     def _toolcall_memory(self, session: str, events: int, paths: int) -> tuple[list[dict], list[dict]]:
         mark = "?" if self.engine.dialect.paramstyle == "qmark" else "%s"
@@ -369,7 +383,7 @@ class Store:
     async def toolcall_memory(self, session: str, events: int, paths: int = 500) -> tuple[list[dict], list[dict]]:
         """A session's newest `events` tool-call events and `paths` path rows (both oldest first), in one trip to
         the store's thread: a tool call needs both."""
-        return await self.run(self._toolcall_memory, session, events, paths)
+        return await self.read(self._toolcall_memory, session, events, paths)
 
     async def list_session_paths(self, session: str, limit: int = 500) -> list[dict]:
         """The session's newest `limit` path rows, oldest first."""

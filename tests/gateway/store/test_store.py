@@ -194,3 +194,20 @@ async def test_sequence_continues_from_events_written_before_the_counter(store):
     await store.run(old_rows)
     await store.append_events([_event(sid, 1), _event(sid, 2)])
     assert [e["seq"] for e in await store.list_events(session=sid)] == [1, 2, 3, 4]
+
+
+async def test_a_failing_hot_read_is_a_store_error(tmp_path):
+    """The driver-level reads raise StoreError like the others (callers answer 503, never 500 or allow)."""
+    from gateway.store import StoreError
+
+    s = Store(f"sqlite:///{tmp_path / 'broken.db'}")
+    await s.open()
+    try:
+        def drop():
+            with s.engine.begin() as conn:
+                conn.exec_driver_sql("DROP TABLE session_paths")
+        await s.run(drop)
+        with pytest.raises(StoreError):
+            await s.toolcall_memory("s_x", 20)
+    finally:
+        s.close()
