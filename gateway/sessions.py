@@ -210,6 +210,11 @@ class SessionRegistry:
         """The links and scripts the session's earlier tool calls left (tool-call history)."""
         return await self._store.list_session_paths(sid)
 
+    async def toolcall_memory(self, sid: str, events: int) -> tuple[list[dict], list[dict]]:
+        """The session's recent tool-call events as stored, then its path rows: one store trip (the caller
+        adds the events still queued in the audit writer)."""
+        return await self._store.toolcall_memory(sid, events)
+
     async def add_paths(self, rows: list[dict]) -> None:
         await self._store.append_session_paths(rows)
 

@@ -55,13 +55,24 @@ class Store:
         self.engine = _make_engine(url)
         workers = 1 if url.startswith("sqlite") else 4
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="sandgate-store")
+        # Hot reads on their own threads, so that they never queue behind a batch of writes (SQLite in WAL
+        # mode: one writer, readers beside it; PostgreSQL: its own connections).
+        self._read_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="sandgate-store-read")
         self._seq_known: set[str] = set()      # sessions whose audit_seqs row exists
+        self._decoded: dict[int, tuple] = {}         # event id -> its decoded (codes, detail)
 
     # -- plumbing -------------------------------------------------------------------------------
     async def run(self, fn: Callable[..., T], *args: Any) -> T:
+        return await self._on(self._pool, fn, *args)
+
+    async def read(self, fn: Callable[..., T], *args: Any) -> T:
+        """`run` for a read-only call on the readers' threads."""
+        return await self._on(self._read_pool, fn, *args)
+
+    async def _on(self, pool: ThreadPoolExecutor, fn: Callable[..., T], *args: Any) -> T:
         loop = asyncio.get_running_loop()
         try:
-            return await loop.run_in_executor(self._pool, functools.partial(fn, *args))
+            return await loop.run_in_executor(pool, functools.partial(fn, *args))
         except StoreError:
             raise
         except Exception as exc:  # noqa: BLE001 - any DB failure is a StoreError for callers
@@ -95,6 +106,7 @@ class Store:
         await self.run(self.migrate)
 
     def close(self) -> None:
+        self._read_pool.shutdown(wait=True)
         self._pool.shutdown(wait=True)
         self.engine.dispose()
 
@@ -357,6 +369,55 @@ class Store:
         with self.engine.connect() as conn:                 # driver-level: this runs for every tool call
             fetched = conn.exec_driver_sql(sql, (session,)).fetchall()
         return [dict(zip(cols, values)) for values in reversed(fetched)]
+
+    _RECENT_COLS = ("id", "seq", "ts", "session", "step", "kind", "action", "codes", "request_id", "detail")
+
+    def _driver_rows(self, sql: str, params: tuple) -> list[tuple]:
+        """A SELECT on a pooled DBAPI connection: nothing between the driver and the rows (hot reads only)."""
+        try:
+            conn = self.engine.raw_connection()
+            try:
+                cur = conn.cursor()
+                try:
+                    cur.execute(sql, params)
+                    return cur.fetchall()
+                finally:
+                    cur.close()
+            finally:
+                conn.close()
+        except self.engine.dialect.dbapi.Error as exc:       # the driver's own errors: the store is unavailable
+            raise StoreError(f"store unavailable: {exc.__class__.__name__}") from exc
+
+    def _toolcall_memory(self, session: str, events: int, paths: int) -> tuple[list[dict], list[dict]]:
+        mark = "?" if self.engine.dialect.paramstyle == "qmark" else "%s"
+        fetched = self._driver_rows(
+            f"SELECT {', '.join(self._RECENT_COLS)} FROM events WHERE session = {mark} AND kind = {mark} "
+            f"ORDER BY seq DESC LIMIT {int(events)}", (session, "toolcall"))
+        recent = []
+        for values in reversed(fetched):
+            row = dict(zip(self._RECENT_COLS, values))
+            # Stored events never change: their JSON is decoded once (each call re-reads the last ones).
+            decoded = self._decoded.get(row["id"])
+            if decoded is None:
+                decoded = tuple(json.loads(v) if isinstance(v, str) else v for v in (row["codes"], row["detail"]))
+                if len(self._decoded) >= 16384:
+                    self._decoded.clear()
+                self._decoded[row["id"]] = decoded
+            row["codes"], row["detail"] = decoded
+            recent.append(row)
+        # Of the newest `paths` rows, the last one for each path: all that history.paths_from_rows keeps of them
+        # (a later row for a path replaces the earlier ones), without reading the replaced contents.
+        cols = ("id",) + _PATH_COLS
+        rows = self._driver_rows(
+            f"SELECT {', '.join(cols)} FROM session_paths WHERE id IN (SELECT max(id) FROM (SELECT id, path "
+            f"FROM session_paths WHERE session = {mark} ORDER BY id DESC LIMIT {int(paths)}) AS recent "
+            f"GROUP BY path) ORDER BY id", (session,))
+        return recent, [dict(zip(cols, values)) for values in rows]
+
+    async def toolcall_memory(self, session: str, events: int, paths: int = 500) -> tuple[list[dict], list[dict]]:
+        """A session's newest `events` tool-call events and `paths` path rows (both oldest first), in one trip to
+        the store's thread: a tool call needs both."""
+        return await self.read(self._toolcall_memory, session, events, paths)
 
     async def list_session_paths(self, session: str, limit: int = 500) -> list[dict]:
         """The session's newest `limit` path rows, oldest first."""
