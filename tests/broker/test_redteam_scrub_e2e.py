@@ -294,3 +294,19 @@ def test_a_placeholder_in_http2_request_trailers_never_reaches_an_unbound_host(e
         assert ph not in repr(seen)
     if sized:
         assert status == 403 and evil.seen[before:] == []
+
+
+@pytest.mark.parametrize("with_placeholder", [True, False])
+def test_a_header_that_is_not_utf8_survives_injection(env, with_placeholder):
+    """Header bytes that are not UTF-8 (latin-1 filenames, say) in a request to a bound host: forwarded as they
+    were, with or without a placeholder elsewhere in the request."""
+    sg, evil = env
+    EVIL_PORT[0] = evil.port
+    sess = sg.session(allow=["evil.test"], secrets=["evil"])
+    auth = f"Authorization: Bearer {sess['env']['EVIL']}\r\n" if with_placeholder else ""
+    with tunnel(sg, sess, "http/1.1") as tls:
+        tls.sendall(f"GET /plain HTTP/1.1\r\nHost: evil.test:{evil.port}\r\n{auth}".encode() +
+                    b"X-Name: caf\xe9\r\nConnection: close\r\n\r\n")
+        data, _ = read_until_closed(tls, 8)
+    assert data.startswith(b"HTTP/1.1 200"), data[:300]
+    assert evil.seen[-1][1]["x-name"] == b"caf\xe9".decode("latin-1")
