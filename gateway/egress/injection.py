@@ -126,7 +126,8 @@ class InjectionAddon:
             if used:
                 flow.request.path = flow.request.path.partition("?")[0] + "?" + new_query
             uses += used
-        flow.request.headers = http.Headers([(k.encode(), v.encode()) for k, v in headers])
+        raw = [(k.encode("utf-8", "surrogateescape"), v.encode("utf-8", "surrogateescape")) for k, v in headers]
+        flow.request.headers = http.Headers(raw)        # bytes that were not UTF-8 go out as they came
         if body and not flow.request.stream:
             new_body, used = substitute_body(body, bindings, flow.request.headers.get("content-type"))
             if used:
