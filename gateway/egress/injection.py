@@ -18,7 +18,7 @@ from mitmproxy import http
 
 from broker.backends import SecretUnavailable
 from broker.broker import Broker
-from broker.inject import host_matches, substitute_body, substitute_headers, substitute_query
+from broker.inject import substitute_body, substitute_headers, substitute_query
 from broker.registry import MASK_PREFIX, PlaceholderRegistry
 from broker.scrub import Scrubber, StreamScrubber, replacements_for
 from gateway.egress.flows import FlowState, StreamFilter, chain, flow_state
@@ -26,7 +26,6 @@ from gateway.egress.guard import fail_closed
 from gateway.egress.recorder import FlowRecorder
 from gateway.egress.screen import SecretScreen
 from gateway.metrics import Metrics
-from gateway.net.hosts import normalise_host
 
 log = logging.getLogger("sandgate.broker")
 
@@ -100,23 +99,28 @@ class InjectionAddon:
         await self.inject(flow, st, found, body)
 
     async def inject(self, flow: http.HTTPFlow, st: FlowState, found: set[tuple[str, str]], body: bytes) -> None:
-        """Put the real values in, and arm the response scrubber with every secret of the session bound to this
-        host: also when the request carries no placeholder (a value the host kept from an earlier request may come
-        back in any later response)."""
+        """Put the real values of the placeholders found in, and arm the response scrubber with every secret the
+        session holds: any response may carry a value a host kept from an earlier request (read back from the
+        bound host, or from another name it serves under). Scrubbing uses the last value read when the store is
+        down; injecting never does (503)."""
         own = st.session["placeholders"]
-        mine = {name: own[name] for _owner, name in found if name in own}
-        host = normalise_host(flow.request.host)
-        specs = self._broker.specs
-        mine.update({name: ph for name, ph in own.items() if name in specs and host_matches(host, specs[name].hosts)})
-        if not mine:
+        if not own:
             return
+        mine = {name: own[name] for _owner, name in found if name in own}
+        timeout = self._broker.lookup_timeout_s + 1
         try:
-            bindings = await asyncio.wait_for(self._broker.bindings(mine), self._broker.lookup_timeout_s + 1)
+            bindings = await asyncio.wait_for(self._broker.bindings(mine), timeout) if mine else []
+            scrub = await asyncio.wait_for(self._broker.scrub_replacements(own), timeout)
         except (SecretUnavailable, asyncio.TimeoutError) as exc:
             code = exc.code if isinstance(exc, SecretUnavailable) else "secret.backend_unavailable"
             log.warning("secret lookup failed for session %s: %s", st.session["id"], code)
-            return self.deny(flow, code, f"the secret store is unavailable for {', '.join(sorted(mine))}",
+            return self.deny(flow, code, f"the secret store is unavailable for {', '.join(sorted(mine or own))}",
                              status=503)
+        st.scrub = {**scrub, **replacements_for(bindings)} or None
+        if st.scrub:
+            flow.request.headers["accept-encoding"] = "identity"     # so that the response can be scanned
+        if not bindings:
+            return
         uses: list[tuple[str, str]] = []
         headers, used = substitute_headers(flow.request.headers.items(multi=True), bindings)
         uses += used
@@ -135,8 +139,6 @@ class InjectionAddon:
                 if "content-length" in flow.request.headers:
                     flow.request.headers["content-length"] = str(len(new_body))
             uses += used
-        flow.request.headers.pop("accept-encoding", None)
-        st.scrub = replacements_for(bindings)
         st.secrets_used = tuple(sorted({f"{n}@{where}" for n, where in uses}))
         for name in sorted({n for n, _ in uses}):
             self._recorder.record("secret.use", session=st.session["id"], action="inject", request_id=flow.id,
