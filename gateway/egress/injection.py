@@ -45,12 +45,16 @@ class InjectionAddon:
         self._recorder.deny(flow, code, reason, status=status)
 
     # -- request ---------------------------------------------------------------------------------
-    def requestheaders(self, flow: http.HTTPFlow) -> None:
-        """A streamed (too large to hold) body may not carry a placeholder out: blank out any it contains."""
+    @fail_closed
+    async def requestheaders(self, flow: http.HTTPFlow) -> None:
+        """A streamed body (chunked, or too large to hold) leaves with its headers right after this hook: swap the
+        placeholders of the URL and headers now, and blank out any placeholder the body carries."""
         st = flow_state(flow)
-        if st is None or flow.response is not None or not callable(flow.request.stream) or not self._placeholders:
+        if st is None or flow.response is not None or not callable(flow.request.stream):
             return
-        flow.request.stream = chain(flow.request.stream, self._masking(flow, st))
+        await self.inject(flow, st, set(st.head_secrets), b"")
+        if flow.response is None and self._placeholders:
+            flow.request.stream = chain(flow.request.stream, self._masking(flow, st))
 
     def _masking(self, flow: http.HTTPFlow, st: FlowState) -> StreamFilter:
         scrubber = StreamScrubber(self._placeholders.masker())
@@ -96,13 +100,15 @@ class InjectionAddon:
                 found |= in_trailers
         if found and self._screen.refuse(flow, st, found):
             return
-        await self.inject(flow, st, found, body)
+        if not st.injected:                         # a streamed request was handled at requestheaders
+            await self.inject(flow, st, found, body)
 
     async def inject(self, flow: http.HTTPFlow, st: FlowState, found: set[tuple[str, str]], body: bytes) -> None:
         """Put the real values of the placeholders found in, and arm the response scrubber with every secret the
         session holds: any response may carry a value a host kept from an earlier request (read back from the
         bound host, or from another name it serves under). Scrubbing uses the last value read when the store is
         down; injecting never does (503)."""
+        st.injected = True
         own = st.session["placeholders"]
         if not own:
             return
