@@ -125,6 +125,9 @@ class InjectionAddon:
         st.scrub = {**scrub, **replacements_for(bindings)} or None
         if st.scrub:
             flow.request.headers["accept-encoding"] = "identity"     # so that the response can be scanned
+            for name in ("range", "if-range"):
+                # A byte range could cut a kept value in pieces that no scrubber recognises: whole bodies only.
+                flow.request.headers.pop(name, None)
         if not bindings:
             return
         uses: list[tuple[str, str]] = []
