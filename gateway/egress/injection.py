@@ -20,7 +20,7 @@ from broker.backends import SecretUnavailable
 from broker.broker import Broker
 from broker.inject import substitute_body, substitute_headers, substitute_query
 from broker.registry import MASK_PREFIX, PlaceholderRegistry
-from broker.scrub import Scrubber, StreamScrubber, replacements_for
+from broker.scrub import Scrubber, StreamScrubber, replacements_for, scrubber_for
 from gateway.egress.flows import FlowState, StreamFilter, chain, flow_state
 from gateway.egress.guard import fail_closed
 from gateway.egress.recorder import FlowRecorder
@@ -165,7 +165,7 @@ class InjectionAddon:
         if any(b"\n" in value or b"\r" in value for _name, value in flow.response.headers.fields):
             # An obsolete line folding splits a value where a client joins it again: no scrubber sees it whole.
             return self.withhold(flow, st)
-        scrubber = Scrubber(st.scrub)
+        scrubber = scrubber_for(st.scrub)
         scrub_head(flow.response, scrubber)
         if case_variant_in_head(flow.response, st.scrub):
             return self.withhold(flow, st)          # e.g. a header name, lowercased by HTTP/2
@@ -202,7 +202,7 @@ class InjectionAddon:
             flow.response.content = st.withheld
             return
         if flow.response.trailers:
-            scrubbed = _scrub_fields(flow.response.trailers.fields, Scrubber(st.scrub))
+            scrubbed = _scrub_fields(flow.response.trailers.fields, scrubber_for(st.scrub))
             if scrubbed is not None:
                 flow.response.trailers = http.Headers(scrubbed)
             text = b"\n".join(b"%s: %s" % field for field in flow.response.trailers.fields).lower()
@@ -226,7 +226,7 @@ class InjectionAddon:
                                           reasons=["a placeholder was sent in a WebSocket message"],
                                           host=flow.request.host, path=st.path)
             elif st.scrub:
-                message.content = Scrubber(st.scrub).sub(message.content)
+                message.content = scrubber_for(st.scrub).sub(message.content)
         except Exception:  # noqa: BLE001 - fail closed: drop the frame
             log.exception("internal_error in websocket_message")
             message.drop()
