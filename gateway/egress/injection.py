@@ -1,11 +1,15 @@
 """The credential addon: real values in on the way to bound hosts, scrubbed out of what comes back.
 
 Registered after EgressAddon (which decides, and screens the URL and headers for placeholders):
-- `requestheaders`: a body too large to hold streams through with every known placeholder blanked out;
-- `request` (body read, capped): the body is screened too, then each of the session's placeholders is replaced by
-  its real value in headers (Basic auth decoded and re-encoded), query and, where the secret allows, body;
-- `responseheaders`: the response of a request that carried a secret is scrubbed (headers and streamed body);
-  a compressed one cannot be scanned and is withheld;
+- `requestheaders`: a body that streams (chunked, or too large to hold) leaves with its head right after this hook,
+  so its header and query placeholders are swapped here; the body streams with every known placeholder blanked out;
+- `request` (body read, capped): the body and trailers are screened too, then each of the session's placeholders
+  is replaced by its real value in headers (Basic auth decoded and re-encoded), query and, where the secret
+  allows, body;
+- `responseheaders` / `response`: every response of a session holding secrets is scrubbed of all of them (status
+  line, header names and values, trailers, streamed body), whether or not its request carried one: a host may
+  have kept a value and serve it back. What cannot be scanned (a content or transfer coding, a folded header, a
+  value left in another case) is answered 502 `secret.unscannable` instead;
 - `websocket_message`: no placeholder leaves in a frame, no real value comes back in one.
 The real value is never logged or audited: audit records what the sandbox sent.
 """
