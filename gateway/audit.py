@@ -11,6 +11,7 @@ import logging
 import time
 from typing import Any
 
+from gateway.audit_rows import storable
 from gateway.store import Store
 
 log = logging.getLogger("sandgate.audit")
@@ -81,7 +82,7 @@ class AuditLog:
                 batch, self._pending = self._pending[: self._max_batch], self._pending[self._max_batch:]
                 self._inflight = batch
                 try:
-                    await self._store.append_events(batch)
+                    await self._write(batch)
                 except Exception:  # noqa: BLE001 - keep the rows and retry; never lose audit silently
                     self._pending[:0] = batch
                     if self.writing:
@@ -94,6 +95,18 @@ class AuditLog:
                 log.warning("audit writes resumed")
             self.writing = True
             return True
+
+    async def _write(self, batch: list[dict]) -> None:
+        """Write one batch. When the store refuses it, write it again with every row made storable
+        (audit_rows.storable): one row carrying a value no column can hold (a huge step, a 3 GiB byte count on
+        PostgreSQL's INTEGER, a lone surrogate or NUL) must not keep every later row out. A store that is down
+        fails the second write too, and the rows wait as before."""
+        try:
+            await self._store.append_events(batch)
+        except Exception:  # noqa: BLE001
+            clean = [storable(r) for r in batch]
+            await self._store.append_events(clean)
+            log.warning("audit: a batch of %d rows held values the store cannot hold; written escaped", len(batch))
 
     async def recent(self, kind: str, session: str, limit: int) -> list[dict]:
         """The last `limit` rows of this kind and session written, then those still queued (oldest first)."""

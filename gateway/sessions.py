@@ -3,7 +3,8 @@
 The store is the truth. `SessionCache` mirrors it in memory so per-request checks are cheap; `SessionRegistry`
 writes every change in one sequence — store row, then cache, then the placeholder registry (a deleted session's
 placeholders stop being its own at once) — whether the change is local (create, patch, delete) or comes from the
-store (`refresh`, another replica's change; `apply` takes one changed row, e.g. from a change notification).
+store (`refresh`, another replica's change; `on_change` applies one row named by a change notification, see
+gateway/changes.py). Every local change is published to the other replicas.
 
 A session may also be bound to a source address (`SourceBindings`): transparent capture (`sandgate run
 --isolate`) knows a connection's session by the address it comes from, never by credentials it sends. Bindings
@@ -19,6 +20,7 @@ from broker.registry import PlaceholderRegistry
 from gateway.approvals import ApprovalQueue
 from gateway.audit import AuditLog
 from gateway.auth import Principal
+from gateway.changes import Change, ChangeFeed, LocalChangeFeed
 from gateway.session_spec import STAT_KEYS, SessionSpec, new_session_id, session_status
 from gateway.store import Store
 from gateway.store.models import SessionRow
@@ -96,8 +98,9 @@ class SourceBindings:
 
 class SessionRegistry:
     def __init__(self, store: Store, cache: SessionCache, placeholders: PlaceholderRegistry, audit: AuditLog,
-                 approvals: ApprovalQueue):
+                 approvals: ApprovalQueue, feed: ChangeFeed | None = None):
         self._store = store
+        self._feed: ChangeFeed = feed if feed is not None else LocalChangeFeed()
         self._cache = cache
         self._placeholders = placeholders
         self._audit = audit
@@ -132,6 +135,16 @@ class SessionRegistry:
         for row in await self._store.list_sessions():
             self.apply(row)
 
+    # -- changes made elsewhere (ChangeHandler) ----------------------------------------------------
+    async def on_change(self, change: Change) -> None:
+        """Another replica created, patched or deleted a session: read its row and apply it."""
+        row = await self._store.get_session(change.id)
+        if row is not None:
+            self.apply(row)
+
+    async def resync(self) -> None:
+        await self.refresh()
+
     # -- reading -----------------------------------------------------------------------------------
     async def live(self, sid: str | None) -> dict | None:
         """The session if it is live. A session this process has not seen (created by another replica) is
@@ -144,6 +157,15 @@ class SessionRegistry:
                 return None
             self._remember(row)
         return self._cache.live(sid)
+
+    async def known(self, sid: str) -> dict | None:
+        """The cached row, live or not (read from the store, and cached, the first time)."""
+        row = self._cache.get(sid)
+        if row is None:
+            row = await self._store.get_session(sid)
+            if row is not None:
+                self._remember(row)
+        return row
 
     def live_now(self, sid: str) -> dict | None:
         """The cached session if it is live (no store read: for checks on every packet)."""
@@ -222,6 +244,7 @@ class SessionRegistry:
                          created_by=by, updated_at=now)
         stored = await self._store.put_session(row)
         self._remember(stored)
+        self._feed.publish(Change("session", stored["id"], "created"))
         self._audit.record("session.created", session=stored["id"], action="create",
                            detail={"workload": spec.workload, "by": by, "allow": spec.allow,
                                    "secrets": spec.secrets, "labels": spec.labels})
@@ -232,6 +255,7 @@ class SessionRegistry:
         if updated is None:
             raise KeyError(sid)
         self._remember(updated)
+        self._feed.publish(Change("session", sid, "patched"))
         self._audit.record("session.updated", session=sid, action="patch", detail={**values, "by": by})
         return updated
 
@@ -242,6 +266,7 @@ class SessionRegistry:
         updated = await self._store.update_session(row["id"], deleted_at=time.time())
         if updated is not None:
             self._remember(updated)
+        self._feed.publish(Change("session", row["id"], "deleted"))
         self._sources.unbind(row["id"])
         await self._approvals.cancel_session(row["id"], by=by)
         self._audit.record("session.deleted", session=row["id"], action="delete", detail={"by": by})

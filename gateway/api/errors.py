@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import logging
+from typing import Mapping
 
 from aiohttp import web
 
@@ -32,8 +33,21 @@ def error_response(status: int, code: str, detail: str) -> web.Response:
     return web.json_response({"error": code, "detail": detail}, status=status)
 
 
+def url_problem(path: str, query: Mapping[str, str]) -> str | None:
+    """Why a request's decoded path or query cannot be served (a NUL: no id, name or filter holds one, and
+    PostgreSQL text cannot), or None."""
+    if "\x00" in path:
+        return "the path holds a NUL character"
+    if any("\x00" in k or "\x00" in v for k, v in query.items()):
+        return "the query holds a NUL character"
+    return None
+
+
 @web.middleware
 async def errors_middleware(request: web.Request, handler):
+    problem = url_problem(request.path, request.query)
+    if problem is not None:
+        return error_response(400, "bad_request", problem)
     try:
         return await handler(request)
     except ApiError as exc:

@@ -8,6 +8,7 @@ from aiohttp import web
 
 from broker.broker import Broker
 from gateway.api.errors import ApiError
+from gateway.api.jsonbody import parse_body
 from gateway.approvals import ApprovalQueue
 from gateway.audit import AuditLog
 from gateway.auth import TokenSigner, TokenVerifier
@@ -87,10 +88,11 @@ def install(app: web.Application, services: ApiServices) -> None:
 
 
 async def read_json(request: web.Request) -> Any:
-    """The request's JSON body ({} when there is none); 400 `bad_json` when it is not JSON."""
+    """The request's JSON body ({} when there is none); 400 `bad_json` when it is not strict JSON (jsonbody)."""
     if not request.can_read_body:
         return {}
+    raw = await request.read()
     try:
-        return await request.json()
-    except ValueError:
-        raise ApiError(400, "bad_json", "the request body is not valid JSON") from None
+        return parse_body(raw)
+    except ValueError as exc:
+        raise ApiError(400, "bad_json", f"the request body is not valid JSON ({exc})"[:300]) from None

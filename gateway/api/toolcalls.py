@@ -11,7 +11,7 @@ from aiohttp import web
 
 from gateway.api.auth import require
 from gateway.api.errors import ApiError
-from gateway.api.owned import owned_session
+from gateway.api.owned import owned_live_session
 from gateway.api.state import APPROVALS, AUDIT, ENGINE, METRICS, SESSIONS, read_json
 from gateway.approval_rules import binding_hash, canonical_json
 from gateway.approvals import ApprovalRequest
@@ -29,6 +29,20 @@ ENRICH_TIMEOUT_S = 5.0
 routes = web.RouteTableDef()
 
 MAX_ARGS_BYTES = 256 * 1024
+MAX_STEP = 2 ** 31 - 1                  # the store's INTEGER column
+
+
+# Tool calls this short are parsed on the event loop: a typical command parses in 0.1-0.3 ms, less than the hop
+# to a thread costs under load. The bound keeps the worst short input we found (hundreds of nested `$(`, or
+# of pipes) to a few milliseconds; SQL (sqlglot is the slowest parser), MCP calls and calls that reach scripts
+# the session wrote always go to a thread, with a time cap (ENRICH_TIMEOUT_S).
+INLINE_ARGS_BYTES = 256
+
+
+def enrich_inline(tool: str, args_size: int, files: dict, mcp: object) -> bool:
+    """Whether a tool call is enriched on the loop (else: on a worker thread, bounded by ENRICH_TIMEOUT_S)."""
+    return (args_size <= INLINE_ARGS_BYTES and tool != "sql" and mcp is None
+            and not any(isinstance(c, str) and c for c in files.values()))
 
 
 def toolcall_summary(tool: str, args: dict) -> str:
@@ -60,16 +74,16 @@ async def post_toolcall(request: web.Request) -> web.Response:
         raise ApiError(400, "bad_request", "session and tool are required strings")
     if not isinstance(args, dict):
         raise ApiError(400, "bad_request", "args must be an object")
-    if step is not None and (not isinstance(step, int) or isinstance(step, bool)):
-        raise ApiError(400, "bad_request", "step must be an integer")
-    if len(canonical_json(args)) > MAX_ARGS_BYTES:
+    if step is not None and (not isinstance(step, int) or isinstance(step, bool) or not 0 <= step <= MAX_STEP):
+        raise ApiError(400, "bad_request", f"step must be an integer from 0 to {MAX_STEP}")
+    args_size = len(canonical_json(args))
+    if args_size > MAX_ARGS_BYTES:
         raise ApiError(413, "too_large", "args are too large")
     try:
         mcp = parse_mcp_context(body["mcp"]) if body.get("mcp") is not None else None
     except ValueError as exc:
         raise ApiError(400, "bad_request", str(exc)) from None
-    await owned_session(request, principal, sid)
-    live = await sessions.live(sid)
+    live = await owned_live_session(request, principal, sid)
     if live is None:
         raise ApiError(409, "session_ended", "the session has ended")
     if step is not None:
@@ -79,11 +93,14 @@ async def post_toolcall(request: web.Request) -> web.Response:
     now = time.time()
     history, links, files = await _session_memory(audit, sessions, sid, now)
     mcp_input = mcp.to_input() if mcp is not None else None
+    enrich = functools.partial(enrich_toolcall, session=session, tool=tool, args=args, step=step, now=now,
+                               history=history, links=links, files=files, mcp=mcp_input)
     try:
-        # Parsing (tree-sitter, sqlglot, ast) can take a while on hostile input: off the loop, bounded.
-        enriched = await asyncio.wait_for(asyncio.to_thread(functools.partial(
-            enrich_toolcall, session=session, tool=tool, args=args, step=step, now=now, history=history,
-            links=links, files=files, mcp=mcp_input)), ENRICH_TIMEOUT_S)
+        if enrich_inline(tool, args_size, files, mcp):
+            enriched = enrich()               # short: parsing it costs less than the hop to a thread
+        else:
+            # Parsing (tree-sitter, sqlglot, ast) can take a while on long or hostile input: off the loop, bounded.
+            enriched = await asyncio.wait_for(asyncio.to_thread(enrich), ENRICH_TIMEOUT_S)
     except Exception:  # noqa: BLE001 - enrichment failure must not allow: the policy sees it unparsed
         log.warning("tool-call enrichment failed for session %s tool %s", sid, tool)
         enriched = Enriched({"kind": "toolcall", "session": build_session_input(session, now),

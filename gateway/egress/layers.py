@@ -38,16 +38,17 @@ class Refused(layer.Layer):
 
 # mitmproxy's own error pages for these quote what the upstream sent (a malformed status line, an invalid header
 # name...), which may carry a real secret value in any escaping. The sandbox gets a fixed text instead; the audit row
-# keeps the (scrubbed) detail. Other errors keep their text: connect failures (sandgate's own refusal or the OS
-# error) and the client's own malformed requests (read before any value is injected).
-UPSTREAM_TEXT = {ErrorCode.GENERIC_SERVER_ERROR, ErrorCode.RESPONSE_VALIDATION_FAILED}
+# keeps the (scrubbed) detail. Connect failures keep their text: sandgate's own refusal or the OS error. A request
+# that fails mitmproxy's validation keeps it too ("Invalid request scheme: ws"): that text quotes only the client's
+# own request head, checked before any hook runs, so before any injection.
+TEXT_KEPT = {ErrorCode.CONNECT_FAILED, ErrorCode.REQUEST_VALIDATION_FAILED}
 
 
 class GuardedHttpLayer(layers.HttpLayer):
     """mitmproxy's HTTP layer, except that no error page it writes to the client quotes upstream-controlled text."""
 
     def event_to_child(self, child, event):  # type: ignore[override]
-        if (isinstance(event, ResponseProtocolError) and event.code in UPSTREAM_TEXT
+        if (isinstance(event, ResponseProtocolError) and event.code not in TEXT_KEPT
                 and child is self.connections.get(self.context.client)):
             event = ResponseProtocolError(event.stream_id, f"sandgate: the upstream's answer could not be relayed "
                                           f"({event.code.name.lower()})", event.code)

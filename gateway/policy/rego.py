@@ -27,22 +27,6 @@ _MESSAGE = re.compile(r"^error:\s*(?P<msg>.+)$", re.M)
 
 
 _UNDEFINED_JSON = '"<undefined>"'         # how eval_rule_as_json spells an undefined value
-_SURROGATE = re.compile("[\ud800-\udfff]")
-
-
-def valid_text(doc: Any) -> Any:
-    """`doc` with every lone surrogate in its strings (keys too) replaced by U+FFFD.
-
-    Request bytes that are not UTF-8 reach Python as surrogate escapes (mitmproxy's header values, JSON's
-    "\\udce9"); regorus crashes the whole process (SIGSEGV) on such a string. Everything else is returned as it
-    was (the same object when nothing needed replacing)."""
-    if isinstance(doc, str):
-        return doc if doc.isascii() or not _SURROGATE.search(doc) else _SURROGATE.sub("\ufffd", doc)
-    if isinstance(doc, dict):
-        return {valid_text(k): valid_text(v) for k, v in doc.items()}
-    if isinstance(doc, (list, tuple)):
-        return [valid_text(v) for v in doc]
-    return doc
 
 
 class PolicyError(Exception):
@@ -87,7 +71,14 @@ def evaluate(engine: Any, rule: str, input_doc: Any, as_json: bool = False) -> A
     `as_json` reads the value through JSON (sets become lists): needed for sets of objects, which regorus
     cannot hand to Python as a set."""
     try:
-        engine.set_input(valid_text(input_doc))
+        # Through JSON, never `set_input`: regorus' Python conversion segfaults on a string holding a lone
+        # surrogate (mitmproxy's surrogateescape of invalid UTF-8, a JSON "\\ud800" escape), which would kill
+        # the process. Its JSON parser refuses those, and NaN/Infinity, with an error: a deny.
+        text = json.dumps(input_doc, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise PolicyError(f"the input is not JSON: {exc}") from None
+    try:
+        engine.set_input_json(text)
         if as_json:
             text = engine.eval_rule_as_json(rule)
             value = None if text is None or text == _UNDEFINED_JSON else json.loads(text)

@@ -72,6 +72,15 @@ class EventRow(SQLModel, table=True):
     detail: dict = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
 
 
+class AuditSeqRow(SQLModel, table=True):
+    """The last audit sequence number given out per session ("" for events of no session). A writer takes the
+    next numbers with one UPDATE ... RETURNING in the transaction that inserts the events: the row lock orders
+    writers (replicas) and a rolled-back batch gives its numbers back, so each session's trail is gap-free."""
+    __tablename__ = "audit_seqs"
+    session: str = Field(primary_key=True)
+    last: int = 0
+
+
 class RevocationRow(SQLModel, table=True):
     """A revoked token id. `id` only grows: replicas poll for rows above the last one they saw."""
     __tablename__ = "revocations"

@@ -123,3 +123,46 @@ async def test_audit_pending_rows_are_visible_until_written(store):
     await audit.flush()
     assert audit.queued("toolcall", s1) == []
     assert [e["request_id"] for e in await store.list_events(session=s1, kind="toolcall")] == ["t1"]
+
+
+def _event(sid, i):
+    return {"session": sid, "step": i, "kind": "egress", "action": "allow", "reasons": [], "codes": [],
+            "request_id": f"r{i}", "detail": {}, "ts": time.time()}
+
+
+async def test_two_writers_give_one_gap_free_trail_per_session(store):
+    """Two stores on one database (two replicas): each session's sequence numbers come from the database, so
+    batches written concurrently through both interleave into 1..N without a collision or a gap."""
+    other = Store(store.url)
+    await other.open()
+    try:
+        sid, sid2 = "s_" + uuid.uuid4().hex[:12], "s_" + uuid.uuid4().hex[:12]
+        batches = [[_event(sid, 10 * b + i) for i in range(7)] + [_event(sid2, b), _event(None, b)]
+                   for b in range(12)]
+        await asyncio.gather(*((store if b % 2 else other).append_events(batch) for b, batch in enumerate(batches)))
+        got = await store.list_events(session=sid)
+        assert sorted(e["seq"] for e in got) == list(range(1, 85))
+        assert sorted(e["seq"] for e in await other.list_events(session=sid2)) == list(range(1, 13))
+        # each batch got one contiguous run of numbers
+        by_batch: dict[int, list[int]] = {}
+        for e in got:
+            by_batch.setdefault(e["step"] // 10, []).append(e["seq"])
+        assert all(sorted(v) == list(range(min(v), min(v) + 7)) for v in by_batch.values())
+    finally:
+        other.close()
+
+
+async def test_sequence_continues_from_events_written_before_the_counter(store):
+    """Events stored by an older sandgate (no audit_seqs row yet): numbering continues past their maximum."""
+    from sqlalchemy import text
+
+    sid = "s_" + uuid.uuid4().hex[:12]
+
+    def old_rows():
+        with store.engine.begin() as conn:
+            conn.execute(text("INSERT INTO events (seq, ts, session, kind, action, reasons, codes, detail) "
+                              "VALUES (1, 0, :s, 'egress', '', '[]', '[]', '{}'), "
+                              "(2, 0, :s, 'egress', '', '[]', '[]', '{}')"), {"s": sid})
+    await store.run(old_rows)
+    await store.append_events([_event(sid, 1), _event(sid, 2)])
+    assert [e["seq"] for e in await store.list_events(session=sid)] == [1, 2, 3, 4]
