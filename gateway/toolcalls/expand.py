@@ -10,6 +10,7 @@ import itertools
 import re
 
 MAX_CANDIDATES = 64          # more candidates than this and a word is left unexpanded
+MAX_WORD = 64 * 1024         # a longer expansion is left unexpanded (`a=$a$a` repeated grew without bound)
 USER = "sandbox-user"        # $USER, $(whoami): some user name (only its shape matters: /home/$USER is a home)
 
 _VAR = re.compile(r"\$(?:\{([A-Za-z_][A-Za-z0-9_]*|[0-9@*#])\}|([A-Za-z_][A-Za-z0-9_]*|[0-9@*#]))")
@@ -123,6 +124,8 @@ def substitute(word: str, variables: dict[str, list[str]], cwd: str | None) -> l
     pieces.append([word[pos:]])
     out: list[str] = []
     for combo in itertools.product(*pieces):
+        if sum(len(p) for p in combo) > MAX_WORD:      # `a=$a$a` doubles: past this, leave it unexpanded
+            return [word]
         out.append("".join(combo))
         if len(out) > MAX_CANDIDATES:
             return [word]
