@@ -107,7 +107,7 @@ def git_config(argv: list[str], env: dict[str, str]) -> list[tuple[str, str | No
             key = word[len("--config-env="):].partition("=")[0]
             pairs.append((key.lower(), None))       # the environment's value when it runs: not visible here
     count = env.get("GIT_CONFIG_COUNT", "")
-    if count.isdigit():
+    if count.isascii() and count.isdigit():     # "²".isdigit() is True, int("²") raises
         for n in range(min(int(count), 64)):
             key = env.get(f"GIT_CONFIG_KEY_{n}")
             if key is not None:
