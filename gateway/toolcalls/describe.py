@@ -22,7 +22,7 @@ from typing import Any
 
 from gateway.toolcalls import effects as fx
 from gateway.toolcalls.codefacts import CodeFacts
-from gateway.toolcalls.expand import expand_braces, expand_word, substitute
+from gateway.toolcalls.expand import expand_braces, expand_word, split_fields, substitute
 from gateway.toolcalls.interpreters import analyze, code_source, language_of_script
 from gateway.toolcalls.options import parse_options
 from gateway.toolcalls.paths import clean_dir, describe_path, dynamic_path, resolve_path
@@ -197,9 +197,9 @@ class _Line:
             for alternative in names[:8]:
                 self.command({**cmd, "argv": [alternative] + argv[1:], "fixed": True}, depth, origin, op, piped)
             return None
-        if names and names[0] != argv[0] and re.search(r"\s", names[0]) and _WHOLE_VAR.fullmatch(argv[0]) \
-                and quoting[0] == "none":
-            names = names[0].split()           # unquoted `$X` splits into words
+        if names and names[0] != argv[0] and _WHOLE_VAR.fullmatch(argv[0]) and quoting[0] == "none" \
+                and len(split_fields(names[0], self.variables)) > 1:
+            names = split_fields(names[0], self.variables)     # unquoted `$X` splits into words (on IFS)
         elif names and quoting[0] == "none":
             names = expand_braces(names[0])
         words = names + [w for word, how in zip(argv[1:], quoting[1:])
