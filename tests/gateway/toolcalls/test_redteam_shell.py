@@ -45,6 +45,8 @@ def test_ifs_splitting(ev, command, expect):
     "ln -sf /usr/bin/rm ./x; ./x -rf ~",
     "install -m755 /bin/rm ./x && ./x -rf ~",
     "cp /bin/rm /tmp/ls && /tmp/ls -rf ~",
+    "cp /bin/busybox ./bb; ./bb rm -rf ~",
+    "cp /usr/bin/env ./e; ./e rm -rf ~",
 ])
 def test_renamed_program_is_still_what_it_is(ev, command):
     assert decide(ev, command)["action"] == "deny"
