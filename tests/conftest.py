@@ -5,11 +5,19 @@ import os
 import shutil
 
 import pytest
+from hypothesis import settings
 
 from tests.support.gateway import Sandgate
 from tests.support.upstream import Upstream, make_cert
 
 IN_CI = os.environ.get("CI") == "true"
+
+# Property tests never depend on timing (no per-example deadline: a loaded 2-core machine is not a failure). In CI
+# they draw the same examples every run, so a red run is reproducible and a green one stays green; on a developer's
+# machine they search afresh each time (and keep what they find in .hypothesis/).
+settings.register_profile("sandgate", deadline=None)
+settings.register_profile("ci", deadline=None, derandomize=True, database=None)
+settings.load_profile("ci" if IN_CI else "sandgate")
 
 
 def need(condition: bool, what: str) -> None:
