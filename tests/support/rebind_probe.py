@@ -56,11 +56,14 @@ def main(tmp: Path) -> int:
     out: dict = {}
     with Upstream() as up, Sandgate(tmp / "gw", {"egress": {"private_allow": ["127.0.0.0/8"]}}) as sg:
         sess = sg.session(allow=["rebind.test"])
-        try:
-            resp = requests.get(f"http://rebind.test:{up.port}/", proxies=sess["proxies"], timeout=20)
-            out["status"], out["body"] = resp.status_code, resp.text[:500]
-        except requests.RequestException as exc:
-            out["status"], out["body"] = 0, type(exc).__name__
+        out["answers"] = []
+        for _ in range(3):                  # each on a new connection (requests opens one per call here)
+            try:
+                with requests.Session() as http:
+                    resp = http.get(f"http://rebind.test:{up.port}/", proxies=sess["proxies"], timeout=20)
+                out["answers"].append([resp.status_code, resp.text[:500]])
+            except requests.RequestException as exc:
+                out["answers"].append([0, type(exc).__name__])
         out["a_queries"] = dns_server.a_queries
         out["upstream_saw"] = len(up.recorder.requests)
         out["events"] = [{k: e.get(k) for k in ("kind", "action", "codes", "detail")} for e in sg.events(sess["id"])
