@@ -18,7 +18,7 @@ from typing import Any, Protocol
 
 from gateway.policy.decision import Decision, deny, parse_decision
 from gateway.policy.loader import PolicySource, policy_files
-from gateway.policy.readset import build_trie, project, scan_reads
+from gateway.policy.readset import build_trie, compile_projection, scan_reads
 from gateway.policy.rego import ENTRYPOINTS, PolicyError
 
 __all__ = ["CachingEngine", "DecisionCache", "DecisionSink", "EvaluationTimeout", "PolicyEngine", "PolicyError"]
@@ -76,6 +76,7 @@ class DecisionCache:
         self.enabled = False
         self.reads: frozenset | None = None          # None: the whole input
         self._trie: dict = {None: True}
+        self._project = compile_projection(self._trie)
         self.hits = self.misses = 0
         self._items: "OrderedDict[str, Decision]" = OrderedDict()
 
@@ -84,13 +85,14 @@ class DecisionCache:
         self.enabled = _IMPURE.search("\n".join(texts)) is None
         self.reads = scan_reads(texts)
         self._trie = build_trie(self.reads) if self.reads is not None else {None: True}
+        self._project = compile_projection(self._trie)
         self._items.clear()
 
     def key(self, kind: str, doc: dict) -> str | None:
         if not self.enabled:
             return None
         try:
-            return kind + json.dumps(project(doc, self._trie), sort_keys=True, separators=(",", ":"))
+            return kind + json.dumps(self._project(doc), sort_keys=True, separators=(",", ":"))
         except (TypeError, ValueError):
             return None
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 WILD = "*"
 LEN = "#len"
@@ -34,6 +34,7 @@ _TOKEN = re.compile(r"""
 class Token:
     kind: str
     text: str
+    line_start: bool = False        # the first thing on its line, in column 0
 
 
 def tokenize(text: str) -> list[Token]:
@@ -43,7 +44,8 @@ def tokenize(text: str) -> list[Token]:
         kind = m.lastgroup
         if kind in ("ws", "comment"):
             continue
-        out.append(Token("string" if kind == "raw" else kind, m.group()))
+        start = m.start()
+        out.append(Token("string" if kind == "raw" else kind, m.group(), start == 0 or text[start - 1] == "\n"))
     return out
 
 
@@ -101,7 +103,7 @@ def _object_get_path(toks: list[Token], i: int) -> list | None:
     path, j = [], j + 1
     while j < len(toks):
         lit = _literal(toks[j])
-        if lit is None:
+        if lit is None or j + 1 >= len(toks):
             return None
         path.append(lit)
         j += 1
@@ -113,30 +115,116 @@ def _object_get_path(toks: list[Token], i: int) -> list | None:
     return path if j + 1 < len(toks) and toks[j + 1].text == "," else None
 
 
-def scan_reads(texts: Iterable[str]) -> frozenset[tuple] | None:
-    """The input paths some module reads (tuples of keys, indices, WILD, ending in LEN for a length only), or
-    None when one reads `input` in a way this scan does not follow (then the whole input counts)."""
+def _chunk_reads(toks: list[Token]) -> set[tuple] | None:
+    """The input paths one piece of a module reads; None: the whole input."""
     paths: set[tuple] = set()
-    for text in texts:
-        toks = tokenize(text)
+    for i, tok in enumerate(toks):
+        if tok.kind != "ident" or tok.text != "input":
+            continue
+        if i > 0 and toks[i - 1].text in (".", "with", "import"):
+            if toks[i - 1].text == ".":
+                continue                    # a field named `input` of something else (data.x.input)
+            return None
+        got = _object_get_path(toks, i)
+        if got is not None:
+            paths.add(tuple(got))
+            continue
+        path, end = _chain(toks, i + 1)
+        if not path:
+            return None
+        if (i >= 2 and toks[i - 2].text == "count" and toks[i - 1].text == "("
+                and end < len(toks) and toks[end].text == ")"):
+            path.append(LEN)
+        paths.add(tuple(path))
+    return paths
+
+
+def _statements(toks: list[Token]) -> list[list[Token]]:
+    """A module cut where a line starts in column 0 outside any bracket: one rule (or `package`/`import`) per
+    piece, the way every formatted module is written. A piece may hold more (a rule on an indented line):
+    `_unused` only ever drops a piece that is provably one complete rule."""
+    out: list[list[Token]] = []
+    depth = 0
+    for tok in toks:
+        if not out or (tok.line_start and depth == 0):
+            out.append([])
+        out[-1].append(tok)
+        if tok.text in "([{":
+            depth += 1
+        elif tok.text in ")]}":
+            depth = max(0, depth - 1)
+    return out
+
+
+_RULE_WORDS = frozenset({":=", "=", "if", "contains", "else", "default", "package", "import"})
+
+
+def _single_value_rule(piece: list[Token]) -> str | None:
+    """NAME for a piece that is exactly `NAME := <expression>` (nothing else at bracket depth 0)."""
+    if len(piece) < 3 or piece[0].kind != "ident" or piece[1].text != ":=" or piece[0].text in _RULE_WORDS:
+        return None
+    depth = 0
+    for tok in piece[2:]:
+        if tok.text in "([{":
+            depth += 1
+        elif tok.text in ")]}":
+            depth -= 1
+        elif depth == 0 and tok.text in _RULE_WORDS:
+            return None
+    return piece[0].text
+
+
+def _package(toks: list[Token]) -> tuple[str, ...]:
+    for i, tok in enumerate(toks):
+        if tok.text == "package" and tok.line_start:
+            path, j = [], i + 1
+            while j < len(toks) and toks[j].kind == "ident":
+                path.append(toks[j].text)
+                if j + 1 < len(toks) and toks[j + 1].text == ".":
+                    j += 2
+                else:
+                    break
+            return tuple(path)
+    return ()
+
+
+def _data_prefixes(toks: list[Token]) -> set[tuple]:
+    """Every `data.a.b` chain, as far as its literal names go: a rule named by one is referred to, and one
+    under a chain that stops short of it (`data.a[x]`, `data.a` alone, `import data.a`) may be read whole."""
+    out = set()
+    for i, tok in enumerate(toks):
+        if tok.kind == "ident" and tok.text == "data" and (i == 0 or toks[i - 1].text != "."):
+            path, _ = _chain(toks, i + 1)
+            out.add(tuple(p for p in path if isinstance(p, str) and p != WILD))
+    return out
+
+
+def scan_reads(texts: Iterable[str]) -> frozenset[tuple] | None:
+    """The input paths the modules can read (tuples of keys, indices, WILD, ending in LEN for a length only),
+    or None when one reads `input` in a way this scan does not follow (then the whole input counts).
+
+    A rule `NAME := ...` that nothing refers to (its name appears nowhere else, and no `data` reference could
+    reach it whole) cannot change a decision: what it reads does not count. The shipped `history` helper for
+    site rules is one."""
+    modules = [tokenize(text) for text in texts]
+    pieces = [(_package(toks), piece) for toks in modules for piece in _statements(toks)]
+    names: dict[str, int] = {}
+    for toks in modules:
         for i, tok in enumerate(toks):
-            if tok.kind != "ident" or tok.text != "input":
-                continue
-            if i > 0 and toks[i - 1].text in (".", "with", "import"):
-                if toks[i - 1].text == ".":
-                    continue                    # a field named `input` of something else (data.x.input)
-                return None
-            got = _object_get_path(toks, i)
-            if got is not None:
-                paths.add(tuple(got))
-                continue
-            path, end = _chain(toks, i + 1)
-            if not path:
-                return None
-            if (i >= 2 and toks[i - 2].text == "count" and toks[i - 1].text == "("
-                    and end < len(toks) and toks[end].text == ")"):
-                path.append(LEN)
-            paths.add(tuple(path))
+            if tok.kind == "ident" and (i == 0 or toks[i - 1].text != "."):     # a name, not a field
+                names[tok.text] = names.get(tok.text, 0) + 1
+    prefixes = set().union(*(_data_prefixes(toks) for toks in modules)) if modules else set()
+    paths: set[tuple] = set()
+    for package, piece in pieces:
+        name = _single_value_rule(piece)
+        if name is not None and names.get(name, 0) == 1:
+            full = package + (name,)
+            if not any(full[:len(p)] == p or p[:len(full)] == full for p in prefixes):
+                continue                        # unreferenced: it never reaches a decision
+        got = _chunk_reads(piece)
+        if got is None:
+            return None
+        paths |= got
     return frozenset(paths)
 
 
@@ -203,3 +291,50 @@ def project(value: Any, trie: dict) -> Any:
             sub = _merge(wild, trie.get(k)) if wild is not None else trie[k]
             out.append([k, project(value[k], sub)])
     return out
+
+
+def compile_projection(trie: dict) -> Callable[[Any], Any]:
+    """`project(value, trie)` as a function built once per revision (the same output; no trie walking, merging
+    or sorting of the trie on each call: the decision cache computes a key for every decision)."""
+    if trie.get(None):
+        return _whole
+    keys = sorted(k for k in trie if isinstance(k, str) and k not in (WILD, LEN))
+    ints = sorted(k for k in trie if isinstance(k, int) and not isinstance(k, bool))
+    has_len = LEN in trie
+    wild = trie.get(WILD)
+    wild_fn = compile_projection(wild) if wild is not None else None
+    sub: dict = {k: compile_projection(trie[k]) for k in keys + ints}
+    merged: dict = {}
+    if wild is not None:
+        merged = {k: compile_projection(_merge(wild, trie[k])) for k in keys + ints}
+
+    def proj(value: Any) -> Any:
+        out: list = [_type(value)]
+        if has_len and isinstance(value, (dict, list, str)):
+            out.append(["#len", len(value)])
+        if isinstance(value, dict):
+            if wild_fn is not None:
+                for k in sorted(value):
+                    out.append([k, merged.get(k, wild_fn)(value[k])])
+            else:
+                for k in keys:
+                    if k in value:
+                        out.append([k, sub[k](value[k])])
+        elif isinstance(value, list):
+            if wild_fn is not None:
+                out.append(["#len", len(value)])
+                for i, v in enumerate(value):
+                    out.append([i, merged.get(i, wild_fn)(v)])
+            else:
+                n = len(value)
+                for k in ints:
+                    if 0 <= k < n:
+                        out.append([k, sub[k](value[k])])
+        return out
+
+    return proj
+
+
+def _whole(value: Any) -> list:
+    return ["v", value]
+

@@ -14,12 +14,16 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Optional, TypeVar
 
 from sqlalchemy import column, event, insert, select, table, text, update
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import Engine
 from sqlmodel import Session, create_engine
 
 from gateway.store import migrate
 
-from gateway.store.models import ApprovalRow, EventRow, RevocationRow, SessionPathRow, SessionRow, row_dict
+from gateway.session_spec import STAT_KEYS
+from gateway.store.models import (ApprovalRow, EventRow, RevocationRow, SessionPathRow, SessionRow, SessionStatsRow,
+                                  row_dict)
 
 T = TypeVar("T")
 
@@ -51,13 +55,24 @@ class Store:
         self.engine = _make_engine(url)
         workers = 1 if url.startswith("sqlite") else 4
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="sandgate-store")
+        # Hot reads on their own threads, so that they never queue behind a batch of writes (SQLite in WAL
+        # mode: one writer, readers beside it; PostgreSQL: its own connections).
+        self._read_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="sandgate-store-read")
         self._seq_known: set[str] = set()      # sessions whose audit_seqs row exists
+        self._decoded: dict[int, tuple] = {}         # event id -> its decoded (codes, detail)
 
     # -- plumbing -------------------------------------------------------------------------------
     async def run(self, fn: Callable[..., T], *args: Any) -> T:
+        return await self._on(self._pool, fn, *args)
+
+    async def read(self, fn: Callable[..., T], *args: Any) -> T:
+        """`run` for a read-only call on the readers' threads."""
+        return await self._on(self._read_pool, fn, *args)
+
+    async def _on(self, pool: ThreadPoolExecutor, fn: Callable[..., T], *args: Any) -> T:
         loop = asyncio.get_running_loop()
         try:
-            return await loop.run_in_executor(self._pool, functools.partial(fn, *args))
+            return await loop.run_in_executor(pool, functools.partial(fn, *args))
         except StoreError:
             raise
         except Exception as exc:  # noqa: BLE001 - any DB failure is a StoreError for callers
@@ -91,6 +106,7 @@ class Store:
         await self.run(self.migrate)
 
     def close(self) -> None:
+        self._read_pool.shutdown(wait=True)
         self._pool.shutdown(wait=True)
         self.engine.dispose()
 
@@ -128,6 +144,26 @@ class Store:
 
     async def update_session(self, sid: str, **values: Any) -> Optional[dict]:
         return await self.run(self._update_session, sid, {**values, "updated_at": time.time()})
+
+    # -- session counters summed over replicas ------------------------------------------------------
+    def _sync_stats(self, deltas: dict[str, dict[str, int]], read: list[str]) -> dict[str, dict[str, int]]:
+        """Add this replica's counts (sessions in sorted order: no lock cycles between replicas), then read
+        the totals of the sessions in `read`."""
+        t = SessionStatsRow.__table__
+        dialect_insert = pg_insert if self.engine.dialect.name == "postgresql" else sqlite_insert
+        totals: dict[str, dict[str, int]] = {}
+        with self.engine.begin() as conn:
+            for sid in sorted(deltas):
+                ins = dialect_insert(t).values(session=sid, **{k: int(deltas[sid].get(k, 0)) for k in STAT_KEYS})
+                conn.execute(ins.on_conflict_do_update(index_elements=[t.c.session],
+                                                       set_={k: t.c[k] + ins.excluded[k] for k in STAT_KEYS}))
+            for i in range(0, len(read), 500):
+                for row in conn.execute(select(t).where(t.c.session.in_(read[i:i + 500]))):
+                    totals[row.session] = {k: int(getattr(row, k)) for k in STAT_KEYS}
+        return totals
+
+    async def sync_stats(self, deltas: dict[str, dict[str, int]], read: list[str]) -> dict[str, dict[str, int]]:
+        return await self.run(self._sync_stats, deltas, read)
 
     # -- approvals ------------------------------------------------------------------------------
     def _put_approval(self, row: ApprovalRow) -> dict:
@@ -235,7 +271,14 @@ class Store:
                      "FROM events WHERE session = :key ON CONFLICT (session) DO NOTHING")
     _SEQ_INIT_NONE = text("INSERT INTO audit_seqs (session, last) SELECT '', COALESCE(MAX(seq), 0) FROM events "
                           "WHERE session IS NULL ON CONFLICT (session) DO NOTHING")
-    _SEQ_TAKE = text("UPDATE audit_seqs SET last = last + :n WHERE session = :key RETURNING last")
+
+    @staticmethod
+    def _seq_take(count: int):
+        """One statement taking the next numbers of `count` sessions: an upsert that adds, returning the new
+        last numbers (the rows stay locked until the batch commits)."""
+        values = ", ".join(f"(:k{i}, :n{i})" for i in range(count))
+        return text(f"INSERT INTO audit_seqs (session, last) VALUES {values} ON CONFLICT (session) DO UPDATE "
+                    "SET last = audit_seqs.last + excluded.last RETURNING session, last")
 
     @classmethod
     def event_values(cls, row: dict) -> dict:
@@ -243,17 +286,20 @@ class Store:
         return {c: json.dumps(row.get(c)) if c in cls._JSON_COLS else row.get(c) for c in cls._EVENT_COLS}
 
     def _append_events(self, rows: list[dict]) -> None:
-        """One transaction per batch: take each session's next sequence numbers from `audit_seqs` (sessions in
-        sorted order, so two writers never wait on each other in a cycle), then one executemany INSERT."""
+        """One transaction per batch: take every session's next sequence numbers from `audit_seqs` in one upsert
+        (sessions in sorted order, so two writers never wait on each other in a cycle), then one executemany
+        INSERT."""
         counts = Counter(r.get("session") for r in rows)
+        order = sorted(counts, key=lambda s: s or "")
         with self.engine.begin() as conn:
-            nxt: dict[Optional[str], int] = {}
-            for sid in sorted(counts, key=lambda s: s or ""):
-                key = sid or ""
-                if key not in self._seq_known:
-                    conn.execute(self._SEQ_INIT_NONE if sid is None else self._SEQ_INIT, {"key": key})
-                last = conn.execute(self._SEQ_TAKE, {"n": counts[sid], "key": key}).scalar_one()
-                nxt[sid] = int(last) - counts[sid]
+            for sid in order:                  # a session this process has not written yet: continue its trail
+                if (sid or "") not in self._seq_known:
+                    conn.execute(self._SEQ_INIT_NONE if sid is None else self._SEQ_INIT, {"key": sid or ""})
+            params: dict[str, Any] = {}
+            for i, sid in enumerate(order):
+                params[f"k{i}"], params[f"n{i}"] = sid or "", counts[sid]
+            last = {key: int(n) for key, n in conn.execute(self._seq_take(len(order)), params)}
+            nxt = {sid: last[sid or ""] - counts[sid] for sid in order}
             values = []
             for r in rows:
                 sid = r.get("session")
@@ -323,6 +369,55 @@ class Store:
         with self.engine.connect() as conn:                 # driver-level: this runs for every tool call
             fetched = conn.exec_driver_sql(sql, (session,)).fetchall()
         return [dict(zip(cols, values)) for values in reversed(fetched)]
+
+    _RECENT_COLS = ("id", "seq", "ts", "session", "step", "kind", "action", "codes", "request_id", "detail")
+
+    def _driver_rows(self, sql: str, params: tuple) -> list[tuple]:
+        """A SELECT on a pooled DBAPI connection: nothing between the driver and the rows (hot reads only)."""
+        try:
+            conn = self.engine.raw_connection()
+            try:
+                cur = conn.cursor()
+                try:
+                    cur.execute(sql, params)
+                    return cur.fetchall()
+                finally:
+                    cur.close()
+            finally:
+                conn.close()
+        except self.engine.dialect.dbapi.Error as exc:       # the driver's own errors: the store is unavailable
+            raise StoreError(f"store unavailable: {exc.__class__.__name__}") from exc
+
+    def _toolcall_memory(self, session: str, events: int, paths: int) -> tuple[list[dict], list[dict]]:
+        mark = "?" if self.engine.dialect.paramstyle == "qmark" else "%s"
+        fetched = self._driver_rows(
+            f"SELECT {', '.join(self._RECENT_COLS)} FROM events WHERE session = {mark} AND kind = {mark} "
+            f"ORDER BY seq DESC LIMIT {int(events)}", (session, "toolcall"))
+        recent = []
+        for values in reversed(fetched):
+            row = dict(zip(self._RECENT_COLS, values))
+            # Stored events never change: their JSON is decoded once (each call re-reads the last ones).
+            decoded = self._decoded.get(row["id"])
+            if decoded is None:
+                decoded = tuple(json.loads(v) if isinstance(v, str) else v for v in (row["codes"], row["detail"]))
+                if len(self._decoded) >= 16384:
+                    self._decoded.clear()
+                self._decoded[row["id"]] = decoded
+            row["codes"], row["detail"] = decoded
+            recent.append(row)
+        # Of the newest `paths` rows, the last one for each path: all that history.paths_from_rows keeps of them
+        # (a later row for a path replaces the earlier ones), without reading the replaced contents.
+        cols = ("id",) + _PATH_COLS
+        rows = self._driver_rows(
+            f"SELECT {', '.join(cols)} FROM session_paths WHERE id IN (SELECT max(id) FROM (SELECT id, path "
+            f"FROM session_paths WHERE session = {mark} ORDER BY id DESC LIMIT {int(paths)}) AS recent "
+            f"GROUP BY path) ORDER BY id", (session,))
+        return recent, [dict(zip(cols, values)) for values in rows]
+
+    async def toolcall_memory(self, session: str, events: int, paths: int = 500) -> tuple[list[dict], list[dict]]:
+        """A session's newest `events` tool-call events and `paths` path rows (both oldest first), in one trip to
+        the store's thread: a tool call needs both."""
+        return await self.read(self._toolcall_memory, session, events, paths)
 
     async def list_session_paths(self, session: str, limit: int = 500) -> list[dict]:
         """The session's newest `limit` path rows, oldest first."""

@@ -32,6 +32,10 @@ tool_name := object.get(input, ["tool", "name"], "")
 
 tool_args := object.get(input, ["tool", "args"], {})
 
+# The session's history (input.history), for site rules. The shipped rules read its entries field by field
+# (below) and never use it: the decision cache keys on the whole history only when a site rule does.
+history := object.get(input, "history", [])
+
 
 # native: the call did not come through the MCP proxy (toolcall_mcp.rego judges those).
 native if not input.mcp

@@ -50,6 +50,7 @@ import json
 import os
 import platform
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -405,8 +406,8 @@ def ratio(a, b) -> str:
     return f"{a / b:.2f}×"
 
 
-def table(rows: list[tuple]) -> str:
-    out = ["| figure | sandgate | baseline (bare mitmdump) | ratio |", "| --- | ---: | ---: | ---: |"]
+def table(rows: list[tuple], baseline: str = "baseline (bare mitmdump)") -> str:
+    out = [f"| figure | sandgate | {baseline} | ratio |", "| --- | ---: | ---: | ---: |"]
     for name, sg, base, digits in rows:
         out.append(f"| {name} | {fmt(sg, digits)} | {fmt(base, digits)} | {ratio(sg, base)} |")
     return "\n".join(out)
@@ -548,6 +549,16 @@ def summary(runs: list[dict]) -> str:
     return "\n".join(out)
 
 
+def _stop_spy(spy: subprocess.Popen) -> None:
+    """py-spy writes its file on SIGINT (Ctrl-C), not on SIGTERM."""
+    if spy.poll() is None:
+        spy.send_signal(signal.SIGINT)
+        try:
+            spy.wait(30)
+        except subprocess.TimeoutExpired:
+            spy.kill()
+
+
 def workers_only(mode: Mode) -> int:
     with tempfile.TemporaryDirectory(prefix="sandgate-bench-") as tmp:
         up_port = free_port()
@@ -564,13 +575,15 @@ def workers_only(mode: Mode) -> int:
         finally:
             stop_process(upstream)
     print()
-    print(table([row]))
+    print(table([row], baseline="baseline (1 worker)"))
     return 0
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="sandgate vs bare mitmdump egress benchmark")
     parser.add_argument("--quick", action="store_true", help="short windows, one run (< 1 minute in all)")
+    parser.add_argument("--profile", default="", help="py-spy (pip install py-spy) on sandgate during the first "
+                        "run, collapsed stacks to this file")
     parser.add_argument("--runs", type=int, help="runs for the summary's spread (default 3, --quick 1)")
     parser.add_argument("--workers-only", action="store_true", help="only the --workers 2 row (needs PostgreSQL)")
     args = parser.parse_args(argv)
@@ -580,11 +593,18 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     if args.workers_only:
         return workers_only(mode)
+    spy = None
     with tempfile.TemporaryDirectory(prefix="sandgate-bench-") as tmp:
         procs = Procs(Path(tmp))
         try:
             procs.start()
+            if args.profile:
+                spy = subprocess.Popen([str(Path(sys.executable).parent / "py-spy"), "record", "-f", "raw", "-r", "200",
+                                        "-p", str(procs.sandgate.pid), "-o", args.profile],
+                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             for i in range(runs):
+                if spy is not None and i == 1:
+                    _stop_spy(spy)
                 results.append(asyncio.run(run(mode, procs, f"{'quick' if args.quick else 'full'}, run {i + 1}/{runs}")))
         except (BenchError, RuntimeError, OSError, asyncio.TimeoutError) as exc:
             print(f"egress bench failed: {type(exc).__name__}: {exc}", file=sys.stderr)
@@ -594,6 +614,8 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"--- {name} log (tail) ---\n{tail}", file=sys.stderr)
             return 1
         finally:
+            if args.profile and spy is not None:
+                _stop_spy(spy)
             procs.stop()
     print(f"\nSummary (the README's table; ours and baseline are medians over the runs):\n\n{summary(results)}\n")
     print(f"- total wall time {time.perf_counter() - t0:.0f} s.")

@@ -91,6 +91,7 @@ class Result:
     latencies: list = field(default_factory=list)
     cpu: dict = field(default_factory=dict)          # process label -> CPU seconds in the window
     actions: dict = field(default_factory=dict)
+    stored: int = 0                                  # audit rows read back afterwards (2 sessions)
 
     @property
     def rate(self) -> float:
@@ -115,8 +116,10 @@ def cpu_snapshot(sandgate_pid: int) -> dict:
 
 
 class Sandgate:
-    def __init__(self, tmp: Path):
-        self.tmp = tmp
+    """`sandgate serve` from this checkout, or from `tree` (another revision's files: `--baseline-ref`)."""
+
+    def __init__(self, tmp: Path, tree: Path | None = None):
+        self.tmp, self.tree = tmp, tree
         self.proc: subprocess.Popen | None = None
         self.log = open(tmp / "sandgate.log", "wb")
 
@@ -124,11 +127,15 @@ class Sandgate:
         self.api_port, proxy_port = free_port(), free_port()
         self.data_dir = self.tmp / "data"
         cfg = self.tmp / "sandgate.toml"
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        if self.tree is not None:       # its own `gateway` first on the path, its own shipped policies
+            env["PYTHONPATH"] = str(self.tree)
+            extra_toml = f'[policy]\ndir = "{self.tree / "policies"}"\n' + extra_toml.replace("[policy]\n", "")
         cfg.write_text(f'[proxy]\nlisten = "127.0.0.1:{proxy_port}"\n[api]\nlisten = "127.0.0.1:{self.api_port}"\n'
                        + extra_toml)
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "gateway", "serve", "--config", str(cfg), "--data-dir", str(self.data_dir)],
-            stdout=self.log, stderr=subprocess.STDOUT, cwd=str(ROOT), env={**os.environ, "PYTHONUNBUFFERED": "1"})
+            stdout=self.log, stderr=subprocess.STDOUT, cwd=str(self.tree or ROOT), env=env)
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -227,11 +234,41 @@ def spread(values: list[float]) -> str:
     return f"{min(values):,.0f}–{max(values):,.0f}"
 
 
+def one_run(tree: Path | None, extra: str, mode: Mode, profile: str = "", profile_opts: list | None = None
+            ) -> Result | None:
+    """One sandgate (this checkout, or `tree`), 16 sessions, one load window. None when something failed."""
+    with tempfile.TemporaryDirectory(prefix="sandgate-bench-tc-") as tmp:
+        sg = Sandgate(Path(tmp), tree)
+        try:
+            sg.start(extra)
+            sessions = [sg.call("POST", "/v1/sessions", {"allow": ["api.github.com"]})["id"] for _ in range(CLIENTS)]
+            spy = None
+            if profile:           # py-spy (pip install py-spy) on sandgate's main process, collapsed stacks
+                spy = subprocess.Popen([str(Path(sys.executable).parent / "py-spy"), "record", "-f", "raw",
+                                        "-r", "200", "-d", str(int(mode.warmup_s + mode.window_s)),
+                                        "-p", str(sg.proc.pid), "-o", profile] + (profile_opts or []),
+                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            res = asyncio.run(load(sg, sessions, mode))
+            if spy is not None:
+                spy.wait(60)
+            time.sleep(1.0)                                    # let the audit writer flush its last batch
+            res.stored = sum(len(sg.call("GET", f"/v1/events?session={sid}&kind=toolcall&limit=100000"))
+                             for sid in sessions[:2])
+            return res
+        except (BenchError, OSError, asyncio.TimeoutError) as exc:
+            print(f"tool-call bench failed: {type(exc).__name__}: {exc}\n--- sandgate log ---\n{sg.tail()}",
+                  file=sys.stderr)
+            return None
+        finally:
+            sg.stop()
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="sandgate tool-call decision throughput")
     ap.add_argument("--quick", action="store_true", help="one short run (< 30 s)")
     ap.add_argument("--runs", type=int, help="number of runs (default 3, --quick 1)")
     ap.add_argument("--isolation", choices=("process", "thread"), help="policy.isolation (default: sandgate's)")
+    ap.add_argument("--baseline-ref", default="", help="also run sandgate at this git revision, side by side")
     ap.add_argument("--profile", default="", help="run sandgate under py-spy, collapsed stacks to this file")
     ap.add_argument("--profile-opts", nargs="*", default=[], help="extra py-spy options (--gil, --native ...)")
     args = ap.parse_args(argv)
@@ -243,37 +280,30 @@ def main(argv: list[str] | None = None) -> int:
     print(f"tool-call bench ({'quick' if args.quick else 'full'}): {os.cpu_count()} CPUs, "
           f"Python {platform.python_version()}, {CLIENTS} clients, load average {os.getloadavg()[0]:.2f}",
           flush=True)
-    results: list[Result] = []
     t_start = time.perf_counter()
-    for run in range(runs):
-        with tempfile.TemporaryDirectory(prefix="sandgate-bench-tc-") as tmp:
-            sg = Sandgate(Path(tmp))
-            try:
-                sg.start(extra)
-                sessions = [sg.call("POST", "/v1/sessions", {"allow": ["api.github.com"]})["id"]
-                            for _ in range(CLIENTS)]
-                spy = None
-                if args.profile:           # py-spy (pip install py-spy) on sandgate's main process, collapsed stacks
-                    spy = subprocess.Popen([str(Path(sys.executable).parent / "py-spy"), "record", "-f", "raw",
-                                            "-r", "200", "-d", str(int(mode.warmup_s + mode.window_s)),
-                                            "-p", str(sg.proc.pid), "-o", args.profile] + args.profile_opts,
-                                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-                res = asyncio.run(load(sg, sessions, mode))
-                if spy is not None:
-                    spy.wait(60)
-                time.sleep(1.0)                                    # let the audit writer flush its last batch
-                stored = sum(len(sg.call("GET", f"/v1/events?session={sid}&kind=toolcall&limit=100000"))
-                             for sid in sessions[:2])
-            except (BenchError, OSError, asyncio.TimeoutError) as exc:
-                print(f"tool-call bench failed: {type(exc).__name__}: {exc}\n--- sandgate log ---\n{sg.tail()}",
-                      file=sys.stderr)
+    results: list[Result] = []
+    base_rates: list[float] = []
+    with tempfile.TemporaryDirectory(prefix="sandgate-bench-base-") as base_tmp:
+        tree = None
+        if args.baseline_ref:
+            tree = Path(base_tmp)
+            archive = subprocess.run(["git", "-C", str(ROOT), "archive", args.baseline_ref], check=True,
+                                     capture_output=True).stdout
+            subprocess.run(["tar", "-x", "-C", str(tree)], input=archive, check=True)
+        for run in range(runs):
+            if tree is not None:        # the baseline first, then ours, in every run
+                base = one_run(tree, extra, mode, "")
+                if base is None:
+                    return 1
+                base_rates.append(base.rate)
+                print(f"  run {run + 1} baseline ({args.baseline_ref}): {base.rate:,.0f} decisions/s", flush=True)
+            res = one_run(None, extra, mode, args.profile, args.profile_opts)
+            if res is None:
                 return 1
-            finally:
-                sg.stop()
-        results.append(res)
-        print(f"  run {run + 1}: {res.rate:,.0f} decisions/s, p50 {percentile(res.latencies, 50) * 1e3:.2f} ms, "
-              f"p99 {percentile(res.latencies, 99) * 1e3:.2f} ms, {res.actions}, "
-              f"{stored} audit rows stored for 2 of the sessions", flush=True)
+            results.append(res)
+            print(f"  run {run + 1}: {res.rate:,.0f} decisions/s, p50 {percentile(res.latencies, 50) * 1e3:.2f} ms, "
+                  f"p99 {percentile(res.latencies, 99) * 1e3:.2f} ms, {res.actions}, "
+                  f"{res.stored} audit rows stored for 2 of the sessions", flush=True)
 
     rates = [r.rate for r in results]
     mid = sorted(results, key=lambda r: r.rate)[len(results) // 2]
@@ -291,12 +321,20 @@ def main(argv: list[str] | None = None) -> int:
     print("\nSummary (the README's table):\n")
     print(f"| figure | goal | ours | baseline | ratio | spread ({len(rates)} run{'s' if len(rates) > 1 else ''}) |")
     print("| --- | --- | ---: | ---: | ---: | --- |")
-    print(f"| tool-call decisions/s | ≥ {GOAL:,.0f} | {statistics.median(rates):,.0f} | {WAVE1:,.0f} (wave 1) | "
-          f"{statistics.median(rates) / WAVE1:.1f}× | {spread(rates)} |")
+    if base_rates:
+        ratios = [o / b for o, b in zip(rates, base_rates) if b > 0]
+        print(f"| tool-call decisions/s | ≥ {GOAL:,.0f} | {statistics.median(rates):,.0f} | "
+              f"{statistics.median(base_rates):,.0f} ({args.baseline_ref}) | {statistics.median(ratios):.1f}× | "
+              f"{min(ratios):.1f}×–{max(ratios):.1f}× (ours {spread(rates)}) |")
+    else:
+        print(f"| tool-call decisions/s | ≥ {GOAL:,.0f} | {statistics.median(rates):,.0f} | {WAVE1:,.0f} (wave 1, "
+              f"issue 12) | {statistics.median(rates) / WAVE1:.1f}× | {spread(rates)} |")
     print()
     print(f"- {CLIENTS} clients, one keep-alive connection and one session each, every call a new `step`; "
           f"{mode.window_s:g} s window after {mode.warmup_s:g} s warm-up; the median run's CPU rows.")
-    print(f"- baseline: the wave-1 figure from issue 12 (same machine class, same load); ratio = ours ÷ baseline.")
+    print("- baseline: with --baseline-ref REF, the same load on sandgate at REF (its files from `git archive`, "
+          "this venv), run just before ours in every run; without it, the wave-1 figure from issue 12. "
+          "Ratio = ours ÷ baseline.")
     print(f"- client and sandgate share {os.cpu_count()} CPUs (load average now {os.getloadavg()[0]:.2f}); "
           f"total wall time {time.perf_counter() - t_start:.0f} s.")
     return 0

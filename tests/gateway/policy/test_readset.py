@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from gateway.policy.embedded import EmbeddedEngine
 from gateway.policy.evaluator import Evaluator
 from gateway.policy.loader import default_policy_dir, load_policy_dir
-from gateway.policy.readset import LEN, WILD, build_trie, project, scan_reads
+from gateway.policy.readset import LEN, WILD, build_trie, compile_projection, project, scan_reads
 from gateway.toolcalls.enrich import build_toolcall_input
 
 HEAD = "package sandgate.egress\nimport rego.v1\n"
@@ -25,8 +25,8 @@ HEAD = "package sandgate.egress\nimport rego.v1\n"
     ("a if input.xs[0].y", {("xs", 0, "y")}),
     ("a if count(input.history) > 2", {("history", LEN)}),
     ("a if count(input.history) + 1 > 2", {("history", LEN)}),
-    ('x := object.get(input, "sql", {})', {("sql",)}),
-    ('x := object.get(input, ["tool", "name"], "")', {("tool", "name")}),
+    ('a if object.get(input, "sql", {}) == 1', {("sql",)}),
+    ('a if object.get(input, ["tool", "name"], "") == 1', {("tool", "name")}),
     ("a if count(input.tool.args[k]) > 2", {("tool", "args", WILD, LEN)}),
     ('# input.step in a comment\na if "input.step" == input.kind', {("kind",)}),
     ("a if data.x.input.step", set()),
@@ -38,7 +38,7 @@ def test_scan_follows_literal_references(text, reads):
 
 @pytest.mark.parametrize("text", [
     "a if input", "a if walk(input, [p, v])", 'a if object.get(input, k, "")', "a if count(input) > 1",
-    "a if f with input as {}", "import input\na if input.x", "import input.tool as t\na if t.x", "a := json.marshal(input)",
+    "a if f with input as {}", "import input\na if input.x", "import input.tool as t\na if t.x", "a if json.marshal(input)", "x := input\na if x",
 ])
 def test_anything_else_reads_the_whole_input(text):
     assert scan_reads([HEAD + text]) is None
@@ -157,3 +157,49 @@ async def test_cache_hits_on_unread_field_misses_on_read_field_and_a_new_revisio
         assert c.hits == 1
     finally:
         await engine.close()
+
+
+# -- rules nothing refers to ----------------------------------------------------------------------
+
+@pytest.mark.parametrize("extra, whole_read", [
+    ("", False),                                                            # `h` is never used
+    ("allow if count(h) > 0", True),                                        # used by name
+    ("allow if count(data.sandgate.egress.h) > 0", True),                   # used through data
+    ("allow if count(data.sandgate.egress) > 0", True),                     # the package read whole
+    ('allow if count(data.sandgate["egress"][k]) > 0', True),
+])
+def test_an_unreferenced_rule_reads_nothing(extra, whole_read):
+    reads = scan_reads([HEAD + "h := object.get(input, \"history\", [])\nallow if input.a\n" + extra])
+    assert (("history",) in reads) is whole_read and ("a",) in reads
+
+
+def test_a_piece_holding_two_rules_is_never_dropped():
+    text = HEAD + "h := input.x\n  g := input.y\nallow if g\n"
+    assert ("y",) in scan_reads([text])
+
+
+@pytest.mark.parametrize("site", [
+    "package sandgate.toolcall\nimport rego.v1\nask contains {\"code\": \"s\", \"reason\": \"r\"} if {\n"
+    "\tsome h in history\n\th.summary == \"x\"\n}\n",
+    "package site\nimport rego.v1\nimport data.sandgate.toolcall\nx := toolcall.history\n",
+])
+def test_a_site_rule_using_the_history_helper_keys_on_the_whole_history(site):
+    source = load_policy_dir(default_policy_dir())
+    assert ("history",) not in scan_reads([t for _, t in source.modules])
+    assert ("history",) in scan_reads([t for _, t in source.modules] + [site])
+
+
+_paths = st.lists(st.lists(st.one_of(st.sampled_from(["a", "b", "c", WILD]), st.integers(0, 2)), min_size=1,
+                           max_size=3).map(lambda p: tuple(p) + (LEN,) if len(p) == 3 and p[0] == "c" else tuple(p)),
+                  max_size=5)
+_docs = st.recursive(st.one_of(st.none(), st.booleans(), st.integers(), st.text(max_size=3)),
+                     lambda kids: st.one_of(st.lists(kids, max_size=3),
+                                            st.dictionaries(st.sampled_from(["a", "b", "c", "d"]), kids, max_size=4)),
+                     max_leaves=12)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_paths, _docs)
+def test_compiled_projection_is_project(paths, doc):
+    trie = build_trie(paths)
+    assert compile_projection(trie)(doc) == project(doc, trie)
