@@ -4,7 +4,8 @@ Pure. A `Scrubber` compiles one regular expression matching each real value in t
 forms a server is likely to echo it in, and replaces it with the placeholder:
 
 - raw, percent-encoded (any hex case, any mix of encoded and plain characters,
-  '+' for space) and JSON-escaped (\\uXXXX in any case, \\" \\\\ \\/ and friends);
+  '+' for space), JSON-escaped (\\uXXXX in any case, \\" \\\\ \\/ and friends) and HTML-escaped
+  (&amp; &lt; &gt; &quot; &apos;, numeric references in decimal or hex for any character);
 - base64, standard and URL-safe, at each of the three byte alignments, so the
   value is found inside a larger blob (an echoed `Authorization: Basic ...`).
   The edge characters that mix value bits with neighbouring bits are rewritten
@@ -16,6 +17,7 @@ Every match has a bounded length (`Scrubber.max_match`), which is what lets
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
 
@@ -23,6 +25,8 @@ STD = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
 URLSAFE = STD[:62] + b"-_"
 MIN_BASE64_VALUE = 8  # shorter values would match random base64 too often
 _JSON_SHORT = {'"': '"', "\\": "\\", "/": "/", "\b": "b", "\f": "f", "\n": "n", "\r": "r", "\t": "t"}
+_HTML_NAMED = {"&": (b"&amp;",), "<": (b"&lt;",), ">": (b"&gt;",), '"': (b"&quot;",), "'": (b"&apos;",)}
+_REF_ZEROS = 4  # leading zeros allowed in a numeric character reference (bounds the match length)
 
 
 def _hex_ci(number: int, width: int) -> bytes:
@@ -47,6 +51,15 @@ def _char_alternatives(char: str, encoded: bytes) -> tuple[bytes, int]:
         alts.append(rb"\\" + re.escape(_JSON_SHORT[char].encode()))
     if char == " ":
         alts.append(rb"\+")
+    if char != "\ufffd":
+        # HTML: a numeric character reference (decimal or hex, any case, a few leading zeros), a named one.
+        zeros = b"0{0,%d}" % _REF_ZEROS
+        alts.append(b"&#" + zeros + str(code).encode() + b";")
+        alts.append(b"&#[xX]" + zeros + _hex_ci(code, 1) + b";")
+        longest = max(longest, 4 + _REF_ZEROS + len(f"{code:x}"), 3 + _REF_ZEROS + len(str(code)))
+        for named in _HTML_NAMED.get(char, ()):
+            alts.append(re.escape(named))
+            longest = max(longest, len(named))
     return b"(?:" + b"|".join(alts) + b")", longest
 
 
@@ -73,6 +86,9 @@ def _escape_triggers(real: bytes) -> set[bytes]:
             out.add(b"\\" + _JSON_SHORT[char].encode())
         if char == " ":
             out.add(b"+")
+        if char != "\ufffd":
+            out.add(b"&#")
+            out.update(_HTML_NAMED.get(char, ()))
     return out
 
 
@@ -203,6 +219,17 @@ class Scrubber:
     def sub_text(self, text: str) -> str:
         """Scrub a str (e.g. a header value), keeping undecodable bytes as they were."""
         return self.sub(text.encode("utf-8", "surrogateescape")).decode("utf-8", "surrogateescape")
+
+
+@functools.lru_cache(maxsize=256)
+def _scrubber(items: frozenset[tuple[bytes, bytes]]) -> Scrubber:
+    return Scrubber(dict(items))
+
+
+def scrubber_for(replacements: Mapping[bytes, bytes]) -> Scrubber:
+    """A `Scrubber` for `replacements`, shared with every earlier caller that asked for the same ones (building one
+    costs milliseconds; a Scrubber holds no state, so sharing is safe)."""
+    return _scrubber(frozenset(replacements.items()))
 
 
 def scrub_bytes(data: bytes, replacements: Mapping[bytes, bytes]) -> bytes:

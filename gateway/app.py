@@ -23,6 +23,7 @@ from gateway.api.state import ApiServices, PageSettings, ProxyEndpoint, Transpar
 from gateway.approvals import ApprovalQueue
 from gateway.audit import AuditLog
 from gateway.auth import HARNESS_TOKEN_TTL_S, Revocations, TokenSigner, TokenVerifier, load_or_create_key, write_private
+from gateway.changes import ChangeFeed, LocalChangeFeed, PgChangeFeed
 from gateway.config import Config
 from gateway.egress.addon import EgressAddon, EgressDeps
 from gateway.egress.dns import DnsServer, open_resolver
@@ -39,6 +40,7 @@ from gateway.egress.transparent import TransparentAddon
 from gateway.metrics import Metrics
 from gateway.net.synthetic import SyntheticNames
 from gateway.policy.decisionlog import DecisionLog
+from gateway.policy.announce import PolicyRevisions
 from gateway.policy.factory import make_engine
 from gateway.revocations import RevocationService
 from gateway.session_spec import proxy_authority
@@ -114,18 +116,21 @@ async def _start_api(stack: AsyncExitStack, app: web.Application, listen: tuple[
 
 
 async def _housekeeping(sessions: SessionRegistry, approvals: ApprovalQueue, metrics: Metrics,
-                        dns: DnsServer | None) -> None:
+                        dns: DnsServer | None, refresh_every_s: int) -> None:
+    """Once a second: expiry and metrics; every `refresh_every_s` the sessions are re-read (the backstop
+    behind change notifications, the only path for replicas on one SQLite file)."""
     tick = 0
     store_ok = True
     while True:
         await asyncio.sleep(1.0)
         tick += 1
         try:
-            if tick % 5 == 0:
+            if tick % refresh_every_s == 0:
                 await sessions.refresh()
                 if dns is not None:
                     dns.retain(sessions.live_ids())
             metrics.sessions_live.set(sessions.count_live())
+            await sessions.sync_stats()
             await approvals.tick()
             store_ok = True
         except StoreError:
@@ -136,13 +141,18 @@ async def _housekeeping(sessions: SessionRegistry, approvals: ApprovalQueue, met
             log.exception("housekeeping failed")
 
 
-def _resolver(cfg: Config) -> Resolver:
+def _resolver(cfg: Config, given: Resolver | None = None) -> Resolver:
+    """The resolver of upstream dials, with the guard installed on the loop (`given`: a test's own)."""
     system = SystemResolver(install_guard(asyncio.get_running_loop()))
+    if given is not None:
+        return given
     return StaticResolver(cfg.egress.resolve, system) if cfg.egress.resolve else system
 
 
-async def open_gateway(cfg: Config, stack: AsyncExitStack) -> Listening:
-    """Build and start everything; `stack` stops it. Raises when something cannot start."""
+async def open_gateway(cfg: Config, stack: AsyncExitStack, worker: bool = False,
+                       resolver: Resolver | None = None) -> Listening:
+    """Build and start everything; `stack` stops it. Raises when something cannot start. A `worker` (of `serve
+    --workers N`) leaves the harness token and listen.json to its supervisor."""
     if not cfg.data_dir.exists():
         cfg.data_dir.mkdir(parents=True, mode=0o700)
     signer = TokenSigner(load_or_create_key(cfg.data_dir))
@@ -152,11 +162,13 @@ async def open_gateway(cfg: Config, stack: AsyncExitStack) -> Listening:
     store = Store(cfg.store_url)
     stack.callback(store.close)
     await store.open()
+    # Replicas (and --workers processes) on PostgreSQL hear each other's changes by LISTEN/NOTIFY.
+    feed: ChangeFeed = PgChangeFeed(store.libpq_url()) if store.is_postgres else LocalChangeFeed()
     metrics = Metrics()
     audit = AuditLog(store, max_pending=cfg.audit.max_pending)
     audit.start()
     stack.push_async_callback(audit.close)
-    revocations = RevocationService(store, revocation_set, audit)
+    revocations = RevocationService(store, revocation_set, audit, feed)
     await revocations.load()
     decision_log = DecisionLog(store) if cfg.policy.decision_log else None
     if decision_log is not None:
@@ -170,15 +182,22 @@ async def open_gateway(cfg: Config, stack: AsyncExitStack) -> Listening:
                                normalise_host=normalise_host, cache_ttl_s=cfg.broker.cache_ttl_s)
     await broker.load_local_specs()
     placeholders = PlaceholderRegistry()
-    approvals = ApprovalQueue(store, audit, metrics, cfg.approvals)
-    sessions = SessionRegistry(store, SessionCache(), placeholders, audit, approvals)
+    approvals = ApprovalQueue(store, audit, metrics, cfg.approvals, feed)
+    sessions = SessionRegistry(store, SessionCache(), placeholders, audit, approvals, feed)
     await sessions.load()
+    policy_revisions = PolicyRevisions(engine, feed)
+    feed.subscribe("session", sessions)
+    feed.subscribe("approval", approvals)
+    feed.subscribe("revocation", revocations)
+    feed.subscribe("policy", policy_revisions)
+    await feed.start()
+    stack.push_async_callback(feed.close)
 
     own_listeners: list[tuple[str, int]] = []        # filled below, once both listeners are bound
     recorder = FlowRecorder(audit, metrics, sessions, engine)
     screen = SecretScreen(placeholders, broker, sessions, recorder, metrics)
     egress = EgressAddon(EgressDeps(settings=cfg.egress, tokens=tokens, sessions=sessions, engine=engine,
-                                    audit=audit, metrics=metrics, resolver=_resolver(cfg), recorder=recorder,
+                                    audit=audit, metrics=metrics, resolver=_resolver(cfg, resolver), recorder=recorder,
                                     screen=screen, own_listeners=own_listeners))
     gate = LayerGate(raw_tcp=cfg.egress.raw_tcp, passthrough=cfg.egress.passthrough, audit=audit,
                      session_of=egress.session_of, connection_valid=egress.connection_valid,
@@ -215,21 +234,24 @@ async def open_gateway(cfg: Config, stack: AsyncExitStack) -> Listening:
     api_addr = await _start_api(stack, app, cfg.api.listen)
     own_listeners[:] = [proxy_addr, api_addr] + [a for a in (transparent_addr, dns_addr) if a is not None]
 
-    if not cfg.api.harness_token_file:
+    if not cfg.api.harness_token_file and not worker:
         token = signer.mint("harness", "harness", HARNESS_TOKEN_TTL_S)
         write_private(cfg.data_dir / "harness.token", token.encode() + b"\n")
     listen = {"proxy": f"{proxy_addr[0]}:{proxy_addr[1]}", "api": f"{api_addr[0]}:{api_addr[1]}"}
     if endpoint is not None:
         listen |= {"transparent": endpoint.listen, "dns": endpoint.dns}
-    (cfg.data_dir / "listen.json").write_text(json.dumps(listen))
+    if not worker:
+        (cfg.data_dir / "listen.json").write_text(json.dumps(listen))
 
-    _background(stack, _housekeeping(sessions, approvals, metrics, dns), "sandgate-housekeeping")
-    _background(stack, revocations.poll(), "sandgate-revocations")
+    notified = isinstance(feed, PgChangeFeed)
+    _background(stack, _housekeeping(sessions, approvals, metrics, dns, 5), "sandgate-housekeeping")
+    _background(stack, revocations.poll(2.0 if notified else 0.25), "sandgate-revocations")
+    _background(stack, policy_revisions.announce(), "sandgate-policy-revisions")
     log.info("sandgate ready: proxy %s:%d, api %s:%d, policy rev %s", *proxy_addr, *api_addr, engine.rev)
     return Listening(proxy_addr, api_addr, transparent_addr, dns_addr)
 
 
-async def run_gateway(cfg: Config) -> int:
+async def run_gateway(cfg: Config, worker: bool = False) -> int:
     """`sandgate serve`: run until SIGINT or SIGTERM, then stop cleanly (pending audit flushed)."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -237,7 +259,7 @@ async def run_gateway(cfg: Config) -> int:
         loop.add_signal_handler(sig, stop.set)
     async with AsyncExitStack() as stack:
         try:
-            listening = await open_gateway(cfg, stack)
+            listening = await open_gateway(cfg, stack, worker)
         except Exception as exc:  # noqa: BLE001 - report and exit non-zero, no traceback for users
             log.error("sandgate failed to start: %s", exc)
             log.debug("start failure", exc_info=True)

@@ -2,8 +2,9 @@
 
 State lives in the store; it changes only by compare-and-set on `pending`, so two deciders (or two replicas)
 can never both win. Waiters block on an in-process event that is set the moment this process changes an item
-(`changed`); `tick()` (once a second) also re-reads items that have waiters, so a decision taken by another
-replica wakes them too, and expires items past their TTL. Every read applies the expiry first: an item past its
+(`changed`), or another replica does (a change notification, gateway/changes.py: `on_change`); `tick()` (once a
+second) also re-reads items that have waiters (the backstop for a lost notification), and expires items past
+their TTL. Every read applies the expiry first: an item past its
 TTL is never shown, used or decided as pending.
 
 `request_approval` is the one way an action asks: it uses an approved, unused item for the same binding
@@ -17,8 +18,10 @@ import time
 from dataclasses import dataclass
 from typing import Any, Mapping
 
+from gateway.approval_index import BindingIndex
 from gateway.approval_rules import new_approval_id, overdue, reusable, tally
 from gateway.audit import AuditLog
+from gateway.changes import Change, ChangeFeed, LocalChangeFeed
 from gateway.config import ApprovalSettings
 from gateway.metrics import Metrics
 from gateway.store import Store
@@ -61,14 +64,34 @@ class ApprovalTicket:
 
 
 class ApprovalQueue:
-    def __init__(self, store: Store, audit: AuditLog, metrics: Metrics, settings: ApprovalSettings):
+    def __init__(self, store: Store, audit: AuditLog, metrics: Metrics, settings: ApprovalSettings,
+                 feed: ChangeFeed | None = None):
         self._store = store
+        self._feed: ChangeFeed = feed if feed is not None else LocalChangeFeed()
         self._audit = audit
         self._metrics = metrics
         self.settings = settings
         self._events: dict[str, asyncio.Event] = {}
         self._waiting: dict[str, int] = {}
         self._subscribers: set[asyncio.Queue] = set()
+        self._index = BindingIndex()                 # bindings with a live item (approval_index.py)
+        self._loaded = False
+
+    async def _ensure_index(self) -> None:
+        """Read the live items once (at the first ask): pending ones, and approved ones not yet used."""
+        if self._loaded:
+            return
+        pending = await self._store.list_approvals(status="pending", limit=1_000_000)
+        approved = await self._store.list_approvals(status="approved", limit=1_000_000)
+        if not self._loaded:
+            self._index.load(pending + approved)
+            self._loaded = True
+
+    def on_changed(self, row: Mapping[str, Any], what: str = "changed") -> None:
+        """An item changed elsewhere (another replica's change notification, with the row as stored now):
+        index it, wake its waiters, tell the subscribers."""
+        self._index.put(row)
+        self.changed(row["id"], what)
 
     # -- notifications ---------------------------------------------------------------------------
     def _event(self, aid: str) -> asyncio.Event:
@@ -87,6 +110,30 @@ class ApprovalQueue:
                 q.put_nowait({"type": what, "id": aid})
             except asyncio.QueueFull:
                 pass
+
+    def _changed_here(self, aid: str, what: str) -> None:
+        """This process changed an item: wake local waiters and tell the other replicas."""
+        self.changed(aid, what)
+        self._feed.publish(Change("approval", aid, what))
+
+    async def on_change(self, change: Change) -> None:
+        """Another replica changed an item (ChangeHandler): the binding index takes the row as stored now, and
+        its waiters here re-read it. When the row cannot be read, the index is read again at the next ask."""
+        try:
+            row = await self._store.get_approval(change.id)
+        except Exception:  # noqa: BLE001 - store down: forget the index rather than trust a stale one
+            row = None
+            self._loaded = False
+        if row is not None:
+            self._index.put(row)
+        self.changed(change.id, change.what or "changed")
+
+    async def resync(self) -> None:
+        """After a gap in notifications: the binding index is read again at the next ask, and every waiter
+        re-reads its item."""
+        self._loaded = False
+        for aid in list(self._waiting):
+            self.changed(aid, "changed")
 
     def subscribe(self) -> asyncio.Queue:
         q: asyncio.Queue = asyncio.Queue(maxsize=1000)
@@ -148,6 +195,7 @@ class ApprovalQueue:
     # -- asking ----------------------------------------------------------------------------------
     async def request_approval(self, req: ApprovalRequest) -> ApprovalTicket:
         """Use an approved, unused item for this exact action (marked used by `req.used_by`), or file one."""
+        await self._ensure_index()
         used = await self.find_unused(req.binding, req.session)
         if used is not None and await self.consume(used, req.used_by):
             return ApprovalTicket(used, reused=True)
@@ -158,6 +206,8 @@ class ApprovalQueue:
 
     async def find_unused(self, binding: str, session: Mapping[str, Any] | None) -> dict | None:
         """An approved, unused item for this exact action that may still be reused (see `reusable`)."""
+        if self._loaded and not self._index.has(binding, "approved"):
+            return None                          # nothing approved and unused for it: no store read
         rows = await self._store.list_approvals(status="approved", binding=binding)
         now = time.time()
         return next((r for r in rows if reusable(r, session, now, self.settings.reuse_window_s)), None)
@@ -166,15 +216,18 @@ class ApprovalQueue:
         """Mark an approved item used (once). False when someone else used it first."""
         if not await self._store.mark_used(row["id"]):
             return False
+        self._index.put({**row, "used_at": time.time()})
         self._audit.record("approval.used", session=row["session"], action="used",
                            detail={"approval_id": row["id"], "by": by})
-        self.changed(row["id"], "used")
+        self._changed_here(row["id"], "used")
         return True
 
     async def file(self, *, session: str, kind: str, binding: str, summary: str, action: dict,
                    reasons: list[str], requested_by: str, ttl_s: float | None = None) -> dict:
         """File a pending item, or return the pending one already filed for the same binding."""
-        pending = await self._store.list_approvals(status="pending", binding=binding)
+        pending = []
+        if not self._loaded or self._index.has(binding, "pending"):     # else nothing pending: no store read
+            pending = await self._store.list_approvals(status="pending", binding=binding)
         now = time.time()
         for row in pending:
             if row["expires_at"] > now:
@@ -184,9 +237,10 @@ class ApprovalQueue:
                           expires_at=now + float(ttl_s or self.settings.ttl_s), quorum=self.settings.quorum,
                           requested_by=requested_by)
         stored = await self._store.put_approval(row)
+        self._index.put(stored)
         self._audit.record("approval.filed", session=session, action="ask", reasons=list(reasons),
                            detail={"approval_id": stored["id"], "kind": kind, "summary": stored["summary"]})
-        self.changed(stored["id"], "filed")
+        self._changed_here(stored["id"], "filed")
         return stored
 
     # -- deciding --------------------------------------------------------------------------------
@@ -223,17 +277,21 @@ class ApprovalQueue:
                                    reasons=[reason] if reason else [],
                                    detail={"approval_id": aid, "by": by, "votes": len(votes),
                                            "quorum": row["quorum"]})
-                self.changed(aid, "decided" if status != "pending" else "voted")
-                return await self._store.get_approval(aid)
+                self._changed_here(aid, "decided" if status != "pending" else "voted")
+                stored = await self._store.get_approval(aid)
+                if stored is not None:
+                    self._index.put(stored)
+                return stored
         raise ApprovalError("conflict", "the approval changed while deciding; try again")
 
     async def _finish(self, row: dict, status: str, by: str | None, reason: str) -> bool:
         ok = await self._store.cas_approval(row["id"], "pending", {
             "status": status, "decided_by": by, "reason": reason, "decided_at": time.time()})
         if ok:
+            self._index.put({**row, "status": status})
             self._audit.record(f"approval.{status}", session=row["session"], action=status, reasons=[reason],
                                detail={"approval_id": row["id"], "by": by})
-            self.changed(row["id"], "decided")
+            self._changed_here(row["id"], "decided")
         return ok
 
     async def cancel(self, aid: str, by: str, reason: str) -> None:
@@ -248,7 +306,10 @@ class ApprovalQueue:
     async def tick(self) -> None:
         """Expire overdue items; re-read items somebody waits on (decisions by another replica)."""
         now = time.time()
-        for row in await self._store.list_approvals(status="pending"):
+        pending = await self._store.list_approvals(status="pending", limit=1_000_000)
+        if self._loaded:
+            self._index.sync_pending(pending)        # items decided elsewhere leave the index within a tick
+        for row in pending:
             if overdue(row, now):
                 await self._finish(row, "expired", None, EXPIRED_REASON)
         for aid in list(self._waiting):

@@ -19,6 +19,7 @@ from gateway.config import Config, load_config
 from gateway.mcp.command import cmd_mcp
 from gateway.policy import commands as policy_commands
 from gateway.run import cmd_run
+from gateway.workers import ReusePortLoop, run_workers, workers_refusal
 
 Handler = Callable[[Config, argparse.Namespace], int]
 
@@ -28,10 +29,48 @@ def cmd_serve(cfg: Config, args: argparse.Namespace) -> int:
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s %(message)s")
     logging.getLogger("mitmproxy").setLevel(logging.WARNING)
+    logging.getLogger("alembic").setLevel(logging.WARNING)
+    if args.worker_index is None and args.workers != 1:
+        refusal = workers_refusal(cfg, args.workers)
+        if refusal is not None:
+            print(f"sandgate: {refusal}", file=sys.stderr)
+            return 2
+        return run_workers(cfg, args.workers, args.config, args.log_level)
     # The composition root pulls in mitmproxy and the whole service: loaded only by the command that runs it.
     from gateway.app import run_gateway
 
+    if args.worker_index is not None:        # one of `serve --workers N`: listeners shared by SO_REUSEPORT
+        return asyncio.run(run_gateway(cfg, worker=True), loop_factory=ReusePortLoop)
     return asyncio.run(run_gateway(cfg))
+
+
+# -- db -----------------------------------------------------------------------------------------------------
+def cmd_db(cfg: Config, args: argparse.Namespace) -> int:
+    """`sandgate db upgrade`: bring the store's schema to this sandgate's newest revision (what `serve` also does
+    at start), behind the migration lock. `sandgate db current`: print the store's revision and the newest."""
+    from gateway.store import migrate        # SQLAlchemy and alembic: loaded only by the command that uses them
+    from sqlalchemy import create_engine
+
+    if cfg.store_url.startswith("sqlite"):
+        cfg.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    engine = create_engine(cfg.store_url)
+    try:
+        if args.db_cmd == "current":
+            with engine.connect() as conn:
+                print(f"store revision {migrate.current(conn) or 'none'} (newest {migrate.head()})")
+            return 0
+        before, after = migrate.upgrade(engine)
+    except Exception as exc:  # noqa: BLE001 - one line, no traceback (the URL may carry a password: not shown)
+        print(f"sandgate: db {args.db_cmd} failed: {exc.__class__.__name__}: {str(exc).splitlines()[0][:200]}",
+              file=sys.stderr)
+        return 1
+    finally:
+        engine.dispose()
+    if before == after:
+        print(f"sandgate: store already at revision {after}")
+    else:
+        print(f"sandgate: store upgraded from revision {before or 'none'} to {after}")
+    return 0
 
 
 # -- token ---------------------------------------------------------------------------------------------------
@@ -161,7 +200,16 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--transparent-listen", help="HOST:PORT for the transparent listener (with --dns-listen)")
     serve.add_argument("--dns-listen", help="HOST:PORT (UDP) for the filtering resolver of transparent capture")
     serve.add_argument("--log-level", default=os.environ.get("SANDGATE_LOG_LEVEL", "INFO"))
+    serve.add_argument("--workers", type=int, default=1, metavar="N",
+                       help="N processes sharing the proxy and API ports (PostgreSQL store only)")
+    serve.add_argument("--worker-index", type=int, default=None, help=argparse.SUPPRESS)
     serve.set_defaults(func=cmd_serve)
+
+    db = sub.add_parser("db", help="database schema: `db upgrade` (also run at every serve start), `db current`")
+    db.set_defaults(func=cmd_db)
+    dsub = db.add_subparsers(dest="db_cmd", required=True)
+    for name in ("upgrade", "current"):
+        _common(dsub.add_parser(name))
 
     token = sub.add_parser("token", help="print a signed token, or `token revoke JTI` on a running sandgate",
                            usage="sandgate token --role ROLE --name NAME [--ttl-s N]\n"

@@ -1,4 +1,5 @@
-"""Token revocation across replicas: revoke here (at once), learn other replicas' revocations from the store."""
+"""Token revocation across replicas: revoke here (at once); other replicas learn it from the change notification
+(gateway/changes.py), and from the store (`poll`, the backstop)."""
 from __future__ import annotations
 
 import asyncio
@@ -6,6 +7,7 @@ import logging
 
 from gateway.audit import AuditLog
 from gateway.auth import Revocations
+from gateway.changes import Change, ChangeFeed, LocalChangeFeed
 from gateway.store import Store
 
 log = logging.getLogger("sandgate")
@@ -14,8 +16,9 @@ POLL_S = 0.25
 
 
 class RevocationService:
-    def __init__(self, store: Store, revocations: Revocations, audit: AuditLog):
+    def __init__(self, store: Store, revocations: Revocations, audit: AuditLog, feed: ChangeFeed | None = None):
         self._store = store
+        self._feed: ChangeFeed = feed if feed is not None else LocalChangeFeed()
         self._revocations = revocations
         self._audit = audit
 
@@ -26,8 +29,16 @@ class RevocationService:
         """Revoke one token id: on this replica at once, on the others within a second (`poll`)."""
         row = await self._store.revoke(jti, by)
         self._revocations.add(jti)
+        self._feed.publish(Change("revocation", jti, "revoked"))
         self._audit.record("token.revoked", action="revoke", detail={"jti": jti, "by": by})
         return row
+
+    async def on_change(self, change: Change) -> None:
+        """A token revoked on another replica (ChangeHandler): refused here from now on."""
+        self._revocations.add(change.id)
+
+    async def resync(self) -> None:
+        self._revocations.merge(await self._store.list_revocations())
 
     async def list(self) -> list[dict]:
         return await self._store.list_revocations()

@@ -3,7 +3,8 @@
 The store is the truth. `SessionCache` mirrors it in memory so per-request checks are cheap; `SessionRegistry`
 writes every change in one sequence — store row, then cache, then the placeholder registry (a deleted session's
 placeholders stop being its own at once) — whether the change is local (create, patch, delete) or comes from the
-store (`refresh`, another replica's change; `apply` takes one changed row, e.g. from a change notification).
+store (`refresh`, another replica's change; `on_change` applies one row named by a change notification, see
+gateway/changes.py). Every local change is published to the other replicas.
 
 A session may also be bound to a source address (`SourceBindings`): transparent capture (`sandgate run
 --isolate`) knows a connection's session by the address it comes from, never by credentials it sends. Bindings
@@ -19,29 +20,51 @@ from broker.registry import PlaceholderRegistry
 from gateway.approvals import ApprovalQueue
 from gateway.audit import AuditLog
 from gateway.auth import Principal
-from gateway.session_spec import STAT_KEYS, SessionSpec, new_session_id, session_status
+from gateway.changes import Change, ChangeFeed, LocalChangeFeed
+from gateway.session_spec import STAT_KEYS, SessionSpec, new_session_id, session_status, sum_stats
 from gateway.store import Store
 from gateway.store.models import SessionRow
 
 
 class SessionCache:
     """The in-memory mirror of the sessions table, with per-session step and counters (handed to policies as
-    `session.stats`)."""
+    `session.stats`). Counters are the totals stored for all replicas when last synced (`base`), plus what this
+    process counted since: `inflight` (being added to the store) and `pending` (not yet)."""
 
     def __init__(self) -> None:
         self._rows: dict[str, dict] = {}
         self.steps: dict[str, int] = {}
-        self.stats: dict[str, dict] = {}
+        self._base: dict[str, dict] = {}
+        self._inflight: dict[str, dict] = {}
+        self._pending: dict[str, dict] = {}
 
     def count(self, sid: str, **deltas: int) -> None:
-        st = self.stats.get(sid)
+        st = self._pending.get(sid)
         if st is None:
-            st = self.stats[sid] = dict.fromkeys(STAT_KEYS, 0)
+            st = self._pending[sid] = dict.fromkeys(STAT_KEYS, 0)
         for key, delta in deltas.items():
             st[key] = st.get(key, 0) + delta
 
+    def stats_of(self, sid: str) -> dict:
+        return sum_stats(self._base.get(sid), self._inflight.get(sid), self._pending.get(sid))
+
     def with_stats(self, row: Mapping[str, Any]) -> dict:
-        return {**row, "stats": dict(self.stats.get(row["id"]) or dict.fromkeys(STAT_KEYS, 0))}
+        return {**row, "stats": self.stats_of(row["id"])}
+
+    def take_counts(self) -> dict[str, dict]:
+        """Hand what was counted since the last sync to the store (kept visible as `inflight` until `settle`)."""
+        self._inflight, self._pending = self._pending, {}
+        return dict(self._inflight)
+
+    def settle(self, totals: Mapping[str, dict], written: bool) -> None:
+        """The sync finished: take the stored totals of the live sessions (they include what was in flight), or,
+        when the write failed, count the in-flight part as pending again."""
+        if written:
+            self._base = dict(totals)
+        else:
+            for sid, st in self._inflight.items():
+                self._pending[sid] = sum_stats(st, self._pending.get(sid))
+        self._inflight = {}
 
     def put(self, row: Mapping[str, Any]) -> None:
         self._rows[row["id"]] = dict(row)
@@ -96,8 +119,9 @@ class SourceBindings:
 
 class SessionRegistry:
     def __init__(self, store: Store, cache: SessionCache, placeholders: PlaceholderRegistry, audit: AuditLog,
-                 approvals: ApprovalQueue):
+                 approvals: ApprovalQueue, feed: ChangeFeed | None = None):
         self._store = store
+        self._feed: ChangeFeed = feed if feed is not None else LocalChangeFeed()
         self._cache = cache
         self._placeholders = placeholders
         self._audit = audit
@@ -132,6 +156,16 @@ class SessionRegistry:
         for row in await self._store.list_sessions():
             self.apply(row)
 
+    # -- changes made elsewhere (ChangeHandler) ----------------------------------------------------
+    async def on_change(self, change: Change) -> None:
+        """Another replica created, patched or deleted a session: read its row and apply it."""
+        row = await self._store.get_session(change.id)
+        if row is not None:
+            self.apply(row)
+
+    async def resync(self) -> None:
+        await self.refresh()
+
     # -- reading -----------------------------------------------------------------------------------
     async def live(self, sid: str | None) -> dict | None:
         """The session if it is live. A session this process has not seen (created by another replica) is
@@ -144,6 +178,15 @@ class SessionRegistry:
                 return None
             self._remember(row)
         return self._cache.live(sid)
+
+    async def known(self, sid: str) -> dict | None:
+        """The cached row, live or not (read from the store, and cached, the first time)."""
+        row = self._cache.get(sid)
+        if row is None:
+            row = await self._store.get_session(sid)
+            if row is not None:
+                self._remember(row)
+        return row
 
     def live_now(self, sid: str) -> dict | None:
         """The cached session if it is live (no store read: for checks on every packet)."""
@@ -166,6 +209,11 @@ class SessionRegistry:
     async def paths(self, sid: str) -> list[dict]:
         """The links and scripts the session's earlier tool calls left (tool-call history)."""
         return await self._store.list_session_paths(sid)
+
+    async def toolcall_memory(self, sid: str, events: int) -> tuple[list[dict], list[dict]]:
+        """The session's recent tool-call events as stored, then its path rows: one store trip (the caller
+        adds the events still queued in the audit writer)."""
+        return await self._store.toolcall_memory(sid, events)
 
     async def add_paths(self, rows: list[dict]) -> None:
         await self._store.append_session_paths(rows)
@@ -212,6 +260,17 @@ class SessionRegistry:
     def with_stats(self, row: Mapping[str, Any]) -> dict:
         return self._cache.with_stats(row)
 
+    async def sync_stats(self) -> None:
+        """Add this process's counts to the shared totals and read back those of the live sessions (about once
+        a second: a policy sees every replica's counts at most a sync or two late)."""
+        deltas = self._cache.take_counts()
+        try:
+            totals = await self._store.sync_stats(deltas, sorted(self.live_ids()))
+        except BaseException:
+            self._cache.settle({}, written=False)
+            raise
+        self._cache.settle(totals, written=True)
+
     # -- changes -----------------------------------------------------------------------------------
     async def create(self, spec: SessionSpec, placeholders: Mapping[str, str], by: str,
                      now: float | None = None) -> dict:
@@ -222,6 +281,7 @@ class SessionRegistry:
                          created_by=by, updated_at=now)
         stored = await self._store.put_session(row)
         self._remember(stored)
+        self._feed.publish(Change("session", stored["id"], "created"))
         self._audit.record("session.created", session=stored["id"], action="create",
                            detail={"workload": spec.workload, "by": by, "allow": spec.allow,
                                    "secrets": spec.secrets, "labels": spec.labels})
@@ -232,6 +292,7 @@ class SessionRegistry:
         if updated is None:
             raise KeyError(sid)
         self._remember(updated)
+        self._feed.publish(Change("session", sid, "patched"))
         self._audit.record("session.updated", session=sid, action="patch", detail={**values, "by": by})
         return updated
 
@@ -242,6 +303,7 @@ class SessionRegistry:
         updated = await self._store.update_session(row["id"], deleted_at=time.time())
         if updated is not None:
             self._remember(updated)
+        self._feed.publish(Change("session", row["id"], "deleted"))
         self._sources.unbind(row["id"])
         await self._approvals.cancel_session(row["id"], by=by)
         self._audit.record("session.deleted", session=row["id"], action="delete", detail={"by": by})

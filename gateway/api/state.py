@@ -1,7 +1,7 @@
 """The API's typed application state: one `web.AppKey` per service (set once, by `create_app`), and read_json."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from aiohttp import web
@@ -18,6 +18,7 @@ from gateway.net.addresses import IPNetwork
 from gateway.policy.base import CachingEngine
 from gateway.revocations import RevocationService
 from gateway.sessions import SessionRegistry
+from gateway.toolcalls.memo import FactsMemo
 
 
 @dataclass(frozen=True)
@@ -60,6 +61,7 @@ class ApiServices:
     revocations: RevocationService
     proxy: ProxyEndpoint
     page: PageSettings
+    facts: FactsMemo = field(default_factory=FactsMemo)      # parsed tool calls (toolcalls/memo.py)
 
 
 TOKENS = web.AppKey("tokens", TokenVerifier)
@@ -72,6 +74,7 @@ ENGINE = web.AppKey("engine", CachingEngine)
 BROKER = web.AppKey("broker", Broker)
 REVOCATIONS = web.AppKey("revocations", RevocationService)
 PROXY = web.AppKey("proxy", ProxyEndpoint)
+FACTS = web.AppKey("facts", FactsMemo)
 
 
 def install(app: web.Application, services: ApiServices) -> None:
@@ -85,6 +88,7 @@ def install(app: web.Application, services: ApiServices) -> None:
     app[BROKER] = services.broker
     app[REVOCATIONS] = services.revocations
     app[PROXY] = services.proxy
+    app[FACTS] = services.facts
 
 
 async def read_json(request: web.Request) -> Any:

@@ -2,25 +2,26 @@
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
+import posixpath
 import secrets
 import time
+from typing import Mapping
 
 from aiohttp import web
 
 from gateway.api.auth import require
 from gateway.api.errors import ApiError
-from gateway.api.owned import owned_session
-from gateway.api.state import APPROVALS, AUDIT, ENGINE, METRICS, SESSIONS, read_json
+from gateway.api.owned import owned_live_session
+from gateway.api.state import APPROVALS, AUDIT, ENGINE, FACTS, METRICS, SESSIONS, read_json
 from gateway.approval_rules import binding_hash, canonical_json
 from gateway.approvals import ApprovalRequest
 from gateway.audit import AuditLog
 from gateway.mcp.context import parse_mcp_context
-from gateway.policy.inputs import build_session_input
 from gateway.sessions import SessionRegistry
 from gateway.store import StoreError
-from gateway.toolcalls.enrich import SHELL_TOOLS, Enriched, enrich_toolcall
+from gateway.toolcalls.describe import Effects
+from gateway.toolcalls.enrich import SHELL_TOOLS, toolcall_base, toolcall_facts
 from gateway.toolcalls.history import HISTORY_SIZE, audit_facts, history_entries, path_rows, paths_from_rows
 
 log = logging.getLogger("sandgate.toolcalls")
@@ -30,6 +31,27 @@ routes = web.RouteTableDef()
 
 MAX_ARGS_BYTES = 256 * 1024
 MAX_STEP = 2 ** 31 - 1                  # the store's INTEGER column
+
+
+# Tool calls this short are parsed on the event loop: a typical command parses in 0.1-0.3 ms, less than the hop
+# to a thread costs under load. The bound keeps the worst short input we found (hundreds of nested `$(`, or
+# of pipes) to a few milliseconds. SQL (sqlglot is the slowest parser), MCP calls and calls that may run a
+# script the session wrote (its name in the arguments, or a glob or expansion that could reach it) always go
+# to a thread, with a time cap (ENRICH_TIMEOUT_S). Either way the facts are the same: this only decides
+# where the parsing runs.
+INLINE_ARGS_BYTES = 256
+
+
+def enrich_inline(tool: str, args_json: str, files: Mapping[str, str | None], mcp: object) -> bool:
+    """Whether a tool call is parsed on the loop (else: on a worker thread, bounded by ENRICH_TIMEOUT_S)."""
+    if len(args_json) > INLINE_ARGS_BYTES or tool == "sql" or mcp is not None:
+        return False
+    written = [path for path, content in files.items() if isinstance(content, str) and content]
+    if not written:
+        return True
+    if any(ch in args_json for ch in "*?[$`"):
+        return False
+    return not any(posixpath.basename(path.rstrip("/")) in args_json for path in written)
 
 
 def toolcall_summary(tool: str, args: dict) -> str:
@@ -63,14 +85,14 @@ async def post_toolcall(request: web.Request) -> web.Response:
         raise ApiError(400, "bad_request", "args must be an object")
     if step is not None and (not isinstance(step, int) or isinstance(step, bool) or not 0 <= step <= MAX_STEP):
         raise ApiError(400, "bad_request", f"step must be an integer from 0 to {MAX_STEP}")
-    if len(canonical_json(args)) > MAX_ARGS_BYTES:
+    args_json = canonical_json(args)
+    if len(args_json) > MAX_ARGS_BYTES:
         raise ApiError(413, "too_large", "args are too large")
     try:
         mcp = parse_mcp_context(body["mcp"]) if body.get("mcp") is not None else None
     except ValueError as exc:
         raise ApiError(400, "bad_request", str(exc)) from None
-    await owned_session(request, principal, sid)
-    live = await sessions.live(sid)
+    live = await owned_live_session(request, principal, sid)
     if live is None:
         raise ApiError(409, "session_ended", "the session has ended")
     if step is not None:
@@ -80,20 +102,27 @@ async def post_toolcall(request: web.Request) -> web.Response:
     now = time.time()
     history, links, files = await _session_memory(audit, sessions, sid, now)
     mcp_input = mcp.to_input() if mcp is not None else None
+    base = toolcall_base(session=session, tool=tool, args=args, step=step, now=now, history=history, mcp=mcp_input)
+    memo = request.app[FACTS]
+    key = memo.key(tool, args_json, base["session"]["workspace"], links, files, mcp_input)
     try:
-        # Parsing (tree-sitter, sqlglot, ast) can take a while on hostile input: off the loop, bounded.
-        enriched = await asyncio.wait_for(asyncio.to_thread(functools.partial(
-            enrich_toolcall, session=session, tool=tool, args=args, step=step, now=now, history=history,
-            links=links, files=files, mcp=mcp_input)), ENRICH_TIMEOUT_S)
+        hit = memo.get(key)              # the same call with the same workspace, links and files: parsed before
+        if hit is not None:
+            facts, effects = hit
+        elif enrich_inline(tool, args_json, files, mcp):
+            facts, effects = toolcall_facts(base, links, files)
+            memo.put(key, facts, effects)
+        else:
+            # Parsing (tree-sitter, sqlglot, ast) can take a while on long or hostile input: off the loop, bounded.
+            facts, effects = await asyncio.wait_for(asyncio.to_thread(toolcall_facts, base, links, files),
+                                                    ENRICH_TIMEOUT_S)
+            memo.put(key, facts, effects)
     except Exception:  # noqa: BLE001 - enrichment failure must not allow: the policy sees it unparsed
         log.warning("tool-call enrichment failed for session %s tool %s", sid, tool)
-        enriched = Enriched({"kind": "toolcall", "session": build_session_input(session, now),
-                             "tool": {"name": tool, "args": args}, "step": step, "history": history,
-                             "shell": {"parsed": False, "commands": []},
-                             "sql": {"parsed": False, "kinds": [], "unbounded": [], "visible": False}})
-        if mcp_input is not None:
-            enriched.doc["mcp"] = mcp_input
-    doc = enriched.doc
+        facts = {"shell": {"parsed": False, "commands": []},
+                 "sql": {"parsed": False, "kinds": [], "unbounded": [], "visible": False}}
+        effects = Effects()
+    doc = {**base, **facts}
     decision = await request.app[ENGINE].decide("toolcall", doc)
     metrics.decision("toolcall", decision.action)
     tcid = "t_" + secrets.token_hex(8)
@@ -105,12 +134,12 @@ async def post_toolcall(request: web.Request) -> web.Response:
         detail["mcp_server"] = mcp.server
     if decision.action != "deny":
         try:                                  # links and scripts this call leaves, for the session's later calls
-            await sessions.add_paths(path_rows(sid, enriched.effects, now))
+            await sessions.add_paths(path_rows(sid, effects, now))
         except StoreError:
             log.warning("could not record the paths of tool call %s", tcid)
             raise ApiError(503, "store_unavailable", "the store is unavailable; try again") from None
     if decision.action == "ask":
-        binding = binding_hash(sid, "toolcall", tool if mcp is None else mcp.target(tool), canonical_json(args))
+        binding = binding_hash(sid, "toolcall", tool if mcp is None else mcp.target(tool), args_json)
         action = {"tool": tool, "args": args} | ({"mcp_server": mcp.server} if mcp is not None else {})
         ticket = await request.app[APPROVALS].request_approval(ApprovalRequest(
             session=sessions.live_now(sid), session_id=sid, kind="toolcall", binding=binding, summary=summary,
@@ -131,9 +160,10 @@ async def _session_memory(audit: AuditLog, sessions: SessionRegistry, sid: str,
     """The session's recent tool calls (stored and still queued audit rows) and the links and files its
     earlier calls left. A store that cannot answer is an error (503): deciding without them could allow what
     a sequence makes dangerous."""
+    queued = audit.queued("toolcall", sid)      # first: a flush during the read below moves rows to the store
     try:
-        events = await audit.recent("toolcall", sid, HISTORY_SIZE)
-        rows = await sessions.paths(sid)
+        stored, rows = await sessions.toolcall_memory(sid, HISTORY_SIZE)
+        events = stored + queued
     except StoreError:
         raise ApiError(503, "store_unavailable", "the store is unavailable; try again") from None
     links, files = paths_from_rows(rows)

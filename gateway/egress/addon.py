@@ -17,6 +17,7 @@ from mitmproxy import connection, http
 from mitmproxy.proxy import server_hooks
 from wsproto.handshake import WEBSOCKET_VERSION
 
+from broker.scrub import scrubber_for
 from gateway.audit import AuditLog
 from gateway.auth import AuthError, Principal, TokenVerifier
 from gateway.config import EgressSettings
@@ -26,7 +27,7 @@ from gateway.egress.flows import ConnState, FlowState, attach, flow_state
 from gateway.egress.guard import fail_closed
 from gateway.net.hosts import normalise_host
 from gateway.egress.recorder import FlowRecorder
-from gateway.egress.resolver import UPSTREAM_DIAL, DialGuard, Resolver
+from gateway.egress.resolver import UPSTREAM_DIAL, DialGuard, Resolver, VettedResolver
 from gateway.egress.responses import auth_required, denial
 from gateway.egress.screen import SecretScreen
 from gateway.egress.targets import TargetArgs, TargetVerdict, check_target
@@ -92,10 +93,10 @@ class EgressAddon:
             return None, f"session token refused: {exc}"
         if principal.role != "session":
             return None, "not a session token"
-        if state is None:
-            self.conns[flow.client_conn] = ConnState(principal)
+        if state is None or state.principal.session_id != principal.session_id:
+            self.conns[flow.client_conn] = ConnState(principal)     # another session: nothing carried over
         else:
-            state.principal = principal
+            state.principal = principal         # the same session (a fresh token): keep what was vetted
         return principal, ""
 
     def adopt(self, client: connection.Client, principal: Principal) -> None:
@@ -317,10 +318,14 @@ class EgressAddon:
             return
         st.audited = True
         d = st.decision
+        message = flow.error.msg if flow.error else ""
+        if st.scrub:
+            # The text may quote the upstream (a malformed status line, say): the audit row gets it scrubbed. The
+            # client's error page never quotes it (layers.GuardedHttpLayer).
+            message = scrubber_for(st.scrub).sub_text(message)
         self.deps.recorder.audit(flow, st, action=d.action if d else "error", codes=list(d.codes) if d else [],
                                  reasons=list(d.reasons) if d else [], status=None,
-                                 detail={"error": (flow.error.msg if flow.error else "")[:200],
-                                         **st.audit_detail()})
+                                 detail={"error": message[:200], **st.audit_detail()})
 
     def websocket_message(self, flow: http.HTTPFlow) -> None:
         """WebSocket frames after an allowed upgrade pass only while the session lives (injection.py screens
@@ -348,7 +353,9 @@ class EgressAddon:
                 if not verdict.allowed:
                     data.server.error = f"sandgate refused the destination: {verdict.code}"
                     return
-            UPSTREAM_DIAL.set(DialGuard(vet=self.vet, resolver=self.deps.resolver))
+            state = self.conns.get(data.client)
+            resolver = self.deps.resolver if state is None else VettedResolver(state.vetted, self.deps.resolver)
+            UPSTREAM_DIAL.set(DialGuard(vet=self.vet, resolver=resolver))
         except Exception:  # noqa: BLE001
             log.exception("internal_error in server_connect")
             data.server.error = "sandgate internal error"

@@ -1,11 +1,15 @@
 """The credential addon: real values in on the way to bound hosts, scrubbed out of what comes back.
 
 Registered after EgressAddon (which decides, and screens the URL and headers for placeholders):
-- `requestheaders`: a body too large to hold streams through with every known placeholder blanked out;
-- `request` (body read, capped): the body is screened too, then each of the session's placeholders is replaced by
-  its real value in headers (Basic auth decoded and re-encoded), query and, where the secret allows, body;
-- `responseheaders`: the response of a request that carried a secret is scrubbed (headers and streamed body);
-  a compressed one cannot be scanned and is withheld;
+- `requestheaders`: a body that streams (chunked, or too large to hold) leaves with its head right after this hook,
+  so its header and query placeholders are swapped here; the body streams with every known placeholder blanked out;
+- `request` (body read, capped): the body and trailers are screened too, then each of the session's placeholders
+  is replaced by its real value in headers (Basic auth decoded and re-encoded), query and, where the secret
+  allows, body;
+- `responseheaders` / `response`: every response of a session holding secrets is scrubbed of all of them (status
+  line, header names and values, trailers, streamed body), whether or not its request carried one: a host may
+  have kept a value and serve it back. What cannot be scanned (a content or transfer coding, a folded header, a
+  value left in another case) is answered 502 `secret.unscannable` instead;
 - `websocket_message`: no placeholder leaves in a frame, no real value comes back in one.
 The real value is never logged or audited: audit records what the sandbox sent.
 """
@@ -20,7 +24,7 @@ from broker.backends import SecretUnavailable
 from broker.broker import Broker
 from broker.inject import substitute_body, substitute_headers, substitute_query
 from broker.registry import MASK_PREFIX, PlaceholderRegistry
-from broker.scrub import Scrubber, StreamScrubber, replacements_for
+from broker.scrub import Scrubber, StreamScrubber, replacements_for, scrubber_for
 from gateway.egress.flows import FlowState, StreamFilter, chain, flow_state
 from gateway.egress.guard import fail_closed
 from gateway.egress.recorder import FlowRecorder
@@ -45,12 +49,16 @@ class InjectionAddon:
         self._recorder.deny(flow, code, reason, status=status)
 
     # -- request ---------------------------------------------------------------------------------
-    def requestheaders(self, flow: http.HTTPFlow) -> None:
-        """A streamed (too large to hold) body may not carry a placeholder out: blank out any it contains."""
+    @fail_closed
+    async def requestheaders(self, flow: http.HTTPFlow) -> None:
+        """A streamed body (chunked, or too large to hold) leaves with its headers right after this hook: swap the
+        placeholders of the URL and headers now, and blank out any placeholder the body carries."""
         st = flow_state(flow)
-        if st is None or flow.response is not None or not callable(flow.request.stream) or not self._placeholders:
+        if st is None or flow.response is not None or not callable(flow.request.stream):
             return
-        flow.request.stream = chain(flow.request.stream, self._masking(flow, st))
+        await self.inject(flow, st, set(st.head_secrets), b"")
+        if flow.response is None and self._placeholders:
+            flow.request.stream = chain(flow.request.stream, self._masking(flow, st))
 
     def _masking(self, flow: http.HTTPFlow, st: FlowState) -> StreamFilter:
         scrubber = StreamScrubber(self._placeholders.masker())
@@ -80,20 +88,52 @@ class InjectionAddon:
                 found |= await asyncio.to_thread(self._placeholders.find, body)
             else:
                 found |= self._placeholders.find(body)
-        if not found or self._screen.refuse(flow, st, found):
+        trailers = flow.request.trailers
+        in_trailers = self._placeholders.find("\n".join(f"{k}: {v}" for k, v in trailers.items(multi=True))) \
+            if trailers and self._placeholders else set()
+        if in_trailers:
+            if flow.request.stream:
+                # The body is already on its way and the trailers go after this hook: they never carry a
+                # placeholder (none is put into trailers either).
+                flow.request.trailers = None
+                self._recorder.record("exfiltration", session=st.session["id"], action="mask",
+                                      reasons=["a placeholder in the request trailers was dropped"],
+                                      codes=["secret.exfiltration"], request_id=flow.id,
+                                      method=flow.request.method, host=flow.request.host, path=st.path)
+            else:
+                found |= in_trailers
+        if found and self._screen.refuse(flow, st, found):
             return
-        await self.inject(flow, st, found, body)
+        if not st.injected:                         # a streamed request was handled at requestheaders
+            await self.inject(flow, st, found, body)
 
     async def inject(self, flow: http.HTTPFlow, st: FlowState, found: set[tuple[str, str]], body: bytes) -> None:
+        """Put the real values of the placeholders found in, and arm the response scrubber with every secret the
+        session holds: any response may carry a value a host kept from an earlier request (read back from the
+        bound host, or from another name it serves under). Scrubbing uses the last value read when the store is
+        down; injecting never does (503)."""
+        st.injected = True
         own = st.session["placeholders"]
+        if not own:
+            return
         mine = {name: own[name] for _owner, name in found if name in own}
+        timeout = self._broker.lookup_timeout_s + 1
         try:
-            bindings = await asyncio.wait_for(self._broker.bindings(mine), self._broker.lookup_timeout_s + 1)
+            bindings = await asyncio.wait_for(self._broker.bindings(mine), timeout) if mine else []
+            scrub = await asyncio.wait_for(self._broker.scrub_replacements(own), timeout)
         except (SecretUnavailable, asyncio.TimeoutError) as exc:
             code = exc.code if isinstance(exc, SecretUnavailable) else "secret.backend_unavailable"
             log.warning("secret lookup failed for session %s: %s", st.session["id"], code)
-            return self.deny(flow, code, f"the secret store is unavailable for {', '.join(sorted(mine))}",
+            return self.deny(flow, code, f"the secret store is unavailable for {', '.join(sorted(mine or own))}",
                              status=503)
+        st.scrub = {**scrub, **replacements_for(bindings)} or None
+        if st.scrub:
+            flow.request.headers["accept-encoding"] = "identity"     # so that the response can be scanned
+            for name in ("range", "if-range"):
+                # A byte range could cut a kept value in pieces that no scrubber recognises: whole bodies only.
+                flow.request.headers.pop(name, None)
+        if not bindings:
+            return
         uses: list[tuple[str, str]] = []
         headers, used = substitute_headers(flow.request.headers.items(multi=True), bindings)
         uses += used
@@ -103,7 +143,8 @@ class InjectionAddon:
             if used:
                 flow.request.path = flow.request.path.partition("?")[0] + "?" + new_query
             uses += used
-        flow.request.headers = http.Headers([(k.encode(), v.encode()) for k, v in headers])
+        raw = [(k.encode("utf-8", "surrogateescape"), v.encode("utf-8", "surrogateescape")) for k, v in headers]
+        flow.request.headers = http.Headers(raw)        # bytes that were not UTF-8 go out as they came
         if body and not flow.request.stream:
             new_body, used = substitute_body(body, bindings, flow.request.headers.get("content-type"))
             if used:
@@ -111,37 +152,66 @@ class InjectionAddon:
                 if "content-length" in flow.request.headers:
                     flow.request.headers["content-length"] = str(len(new_body))
             uses += used
-        flow.request.headers.pop("accept-encoding", None)
-        st.scrub = replacements_for(bindings)
         st.secrets_used = tuple(sorted({f"{n}@{where}" for n, where in uses}))
         for name in sorted({n for n, _ in uses}):
             self._recorder.record("secret.use", session=st.session["id"], action="inject", request_id=flow.id,
                                   method=flow.request.method, host=flow.request.host, path=st.path,
                                   detail={"secret": name, "where": sorted({w for n, w in uses if n == name})})
 
-    # -- response --------------------------------------------------------------------------------
+    # -- response ----------------------------------------------------------------------------------
     def responseheaders(self, flow: http.HTTPFlow) -> None:
+        """Scrub the head (reason phrase, header names and values; a 101's too) and stream the body through the
+        scrubber. What sandgate cannot scan (a content-encoding, a transfer coding but chunked, a folded header
+        line) is refused with 502, never passed on."""
         st = flow_state(flow)
-        if (st is None or flow.response is None or st.denied or flow.response.status_code == 101
-                or not st.scrub):
+        if st is None or flow.response is None or st.denied or not st.scrub:
             return
-        scrubber = Scrubber(st.scrub)
-        for name, value in list(flow.response.headers.items(multi=True)):
-            if scrubber.sub_text(value) != value:
-                flow.response.headers.set_all(name, [scrubber.sub_text(v) for v in
-                                                     flow.response.headers.get_all(name)])
-        encoding = flow.response.headers.get("content-encoding", "identity").lower()
+        if any(b"\n" in value or b"\r" in value for _name, value in flow.response.headers.fields):
+            # An obsolete line folding splits a value where a client joins it again: no scrubber sees it whole.
+            return self.withhold(flow, st)
+        scrubber = scrubber_for(st.scrub)
+        scrub_head(flow.response, scrubber)
+        if case_variant_in_head(flow.response, st.scrub):
+            return self.withhold(flow, st)          # e.g. a header name, lowercased by HTTP/2
+        if flow.response.status_code == 101:
+            return
+        encoding = flow.response.headers.get("content-encoding", "identity").strip().lower()
+        transfer = flow.response.headers.get("transfer-encoding", "").strip().lower()
+        if encoding not in ("", "identity") or transfer not in ("", "chunked", "identity"):
+            return self.withhold(flow, st)          # e.g. "gzip, chunked": a client would decompress it
+        if not has_body(flow):
+            return
         counted: StreamFilter = flow.response.stream if callable(flow.response.stream) else st.count_in
-        if encoding not in ("", "identity"):
-            # Cannot scan a compressed stream: refuse rather than risk the value reaching the sandbox.
-            st.scrub_blocked = True
-            flow.response.stream = chain(counted, lambda chunk: b"")
-            return
         if "content-length" in flow.response.headers:
             del flow.response.headers["content-length"]
             if flow.response.http_version == "HTTP/1.1":
                 flow.response.headers["transfer-encoding"] = "chunked"
         flow.response.stream = chain(counted, StreamScrubber(scrubber))
+
+    def withhold(self, flow: http.HTTPFlow, st: FlowState) -> None:
+        """Answer 502 instead of a response that cannot be scanned; its body is read and dropped."""
+        st.scrub_blocked = True
+        self.deny(flow, "secret.unscannable",
+                  "the response is encoded so that sandgate cannot scrub the secret from it", status=502)
+        body = st.withheld = flow.response.content or b""
+        flow.response.stream = lambda chunk: [] if chunk else [body]
+
+    def response(self, flow: http.HTTPFlow) -> None:
+        """Trailers (HTTP/1 chunked and HTTP/2) arrive after the body and are sent after this hook: scrub them."""
+        st = flow_state(flow)
+        if st is None or flow.response is None or not st.scrub:
+            return
+        if st.scrub_blocked:
+            # A body-less response never streamed: mitmproxy put its (empty) body in place of the denial's.
+            flow.response.content = st.withheld
+            return
+        if flow.response.trailers:
+            scrubbed = _scrub_fields(flow.response.trailers.fields, scrubber_for(st.scrub))
+            if scrubbed is not None:
+                flow.response.trailers = http.Headers(scrubbed)
+            text = b"\n".join(b"%s: %s" % field for field in flow.response.trailers.fields).lower()
+            if any(real.lower() in text for real in st.scrub):
+                flow.response.trailers = None       # a case variant is left: the head is sent, drop them all
 
     # -- websocket frames ------------------------------------------------------------------------
     def websocket_message(self, flow: http.HTTPFlow) -> None:
@@ -160,7 +230,38 @@ class InjectionAddon:
                                           reasons=["a placeholder was sent in a WebSocket message"],
                                           host=flow.request.host, path=st.path)
             elif st.scrub:
-                message.content = Scrubber(st.scrub).sub(message.content)
+                message.content = scrubber_for(st.scrub).sub(message.content)
         except Exception:  # noqa: BLE001 - fail closed: drop the frame
             log.exception("internal_error in websocket_message")
             message.drop()
+
+
+def has_body(flow: http.HTTPFlow) -> bool:
+    """Whether the response may carry a body at all (not to HEAD, not 1xx, 204 or 304): one that may not keeps its
+    framing headers as they are, and never gets a chunked terminator."""
+    status = flow.response.status_code if flow.response is not None else 0
+    return flow.request.method != "HEAD" and not (100 <= status < 200 or status in (204, 304))
+
+
+def case_variant_in_head(response: http.Response, scrub: dict[bytes, bytes]) -> bool:
+    """Whether a real value is still in the (scrubbed) head in another letter case (the scrubber matches exact
+    case only; HTTP/2 lowercases header names, servers may fold case)."""
+    head = b"\n".join([response.data.reason] + [b"%s: %s" % field for field in response.headers.fields]).lower()
+    return any(real.lower() in head for real in scrub)
+
+
+def _scrub_fields(fields: tuple[tuple[bytes, bytes], ...], scrubber: Scrubber,
+                  ) -> list[tuple[bytes, bytes]] | None:
+    """The header fields with names and values scrubbed, or None when nothing changed."""
+    out = [(scrubber.sub(name), scrubber.sub(value)) for name, value in fields]
+    return None if out == list(fields) else out
+
+
+def scrub_head(response: http.Response, scrubber: Scrubber) -> None:
+    """Scrub a response's reason phrase and every header name and value."""
+    reason = scrubber.sub(response.data.reason)
+    if reason != response.data.reason:
+        response.data.reason = reason
+    fields = _scrub_fields(response.headers.fields, scrubber)
+    if fields is not None:
+        response.headers = http.Headers(fields)

@@ -15,7 +15,7 @@ from mitmproxy import connection, tcp
 from mitmproxy.proxy import commands, layer, layers
 from mitmproxy.proxy.context import Context
 from mitmproxy.proxy.layers import modes
-from mitmproxy.proxy.layers.http import HttpStream, HTTPMode
+from mitmproxy.proxy.layers.http import ErrorCode, HttpStream, HTTPMode, ResponseProtocolError
 
 from gateway.net.hosts import AllowEntry, match_allowlist, normalise_host
 from gateway.egress.tunnels import Choice, LayerArgs, LayerDecision, Level, decide_layer
@@ -34,6 +34,25 @@ class Refused(layer.Layer):
         if not getattr(self, "_closed", False):
             self._closed = True
             yield commands.CloseConnection(self.context.client)
+
+
+# mitmproxy's own error pages for these quote what the upstream sent (a malformed status line, an invalid header
+# name...), which may carry a real secret value in any escaping. The sandbox gets a fixed text instead; the audit row
+# keeps the (scrubbed) detail. Connect failures keep their text: sandgate's own refusal or the OS error. A request
+# that fails mitmproxy's validation keeps it too ("Invalid request scheme: ws"): that text quotes only the client's
+# own request head, checked before any hook runs, so before any injection.
+TEXT_KEPT = {ErrorCode.CONNECT_FAILED, ErrorCode.REQUEST_VALIDATION_FAILED}
+
+
+class GuardedHttpLayer(layers.HttpLayer):
+    """mitmproxy's HTTP layer, except that no error page it writes to the client quotes upstream-controlled text."""
+
+    def event_to_child(self, child, event):  # type: ignore[override]
+        if (isinstance(event, ResponseProtocolError) and event.code not in TEXT_KEPT
+                and child is self.connections.get(self.context.client)):
+            event = ResponseProtocolError(event.stream_id, f"sandgate: the upstream's answer could not be relayed "
+                                          f"({event.code.name.lower()})", event.code)
+        yield from super().event_to_child(child, event)
 
 
 def stack_level(context: Context) -> Level:
@@ -118,9 +137,9 @@ class LayerGate:
         if choice is Choice.WAIT:
             return None
         if choice is Choice.HTTP_PROXY:
-            return layers.HttpLayer(context, HTTPMode.regular)
+            return GuardedHttpLayer(context, HTTPMode.regular)
         if choice is Choice.HTTP:
-            return layers.HttpLayer(context, HTTPMode.transparent)
+            return GuardedHttpLayer(context, HTTPMode.transparent)
         if choice is Choice.INTERCEPT_TLS:
             server_tls = layers.ServerTLSLayer(context)
             server_tls.child_layer = layers.ClientTLSLayer(context)

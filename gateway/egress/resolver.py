@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import socket
+import time
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Protocol, Sequence
 
@@ -52,6 +53,22 @@ class StaticResolver:
             hit = None
         if hit is not None:
             return list(hit)
+        return await self._fallback.resolve(host, port)
+
+
+class VettedResolver:
+    """A connection's dial resolves to the addresses its request was vetted with (flows.ConnState.vetted),
+    while that verdict is fresh: one resolution per connection and host within the TTL, and the address
+    dialled is the address classified. Anything else falls through to `fallback` (and is vetted at the dial)."""
+
+    def __init__(self, vetted: Mapping[tuple[str, int], tuple[AddressVerdict, float]], fallback: Resolver,
+                 clock: Callable[[], float] = time.monotonic):
+        self._vetted, self._fallback, self._clock = vetted, fallback, clock
+
+    async def resolve(self, host: str, port: int) -> list[str]:
+        hit = self._vetted.get((host, port))
+        if hit is not None and hit[1] > self._clock() and hit[0].allowed and hit[0].addresses:
+            return list(hit[0].addresses)
         return await self._fallback.resolve(host, port)
 
 

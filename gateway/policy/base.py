@@ -18,6 +18,7 @@ from typing import Any, Protocol
 
 from gateway.policy.decision import Decision, deny, parse_decision
 from gateway.policy.loader import PolicySource, policy_files
+from gateway.policy.readset import build_trie, compile_projection, scan_reads
 from gateway.policy.rego import ENTRYPOINTS, PolicyError
 
 __all__ = ["CachingEngine", "DecisionCache", "DecisionSink", "EvaluationTimeout", "PolicyEngine", "PolicyError"]
@@ -62,32 +63,36 @@ _IMPURE = re.compile(r"\b(time\.now_ns|rand\.|uuid\.|http\.send|opa\.runtime)")
 
 
 class DecisionCache:
-    """Decisions are a pure function of (policy revision, input): identical inputs reuse the decision.
-
-    `age_s` and `stats` (they change with every request) are dropped from the key unless the policy mentions
-    them; a policy that calls an impure builtin is never cached. Cleared on every reload.
+    """Decisions are a pure function of (policy revision, what the policy reads of the input): two inputs that
+    agree on every path the policy can read (readset.py, derived from the source of each revision) share a
+    decision. Fields no module mentions (`step`, `session.age_s`, `session.stats`, the ids and ages of
+    `history` entries when only `input.history[i].decision` and the like are read) stay out of the key; a
+    policy that reads `input` in a way the scan does not follow is keyed on the whole input. A policy that
+    calls an impure builtin is never cached. Cleared on every reload.
     """
 
     def __init__(self, size: int = 4096):
         self.size = size
         self.enabled = False
-        self.drop: frozenset = frozenset()
+        self.reads: frozenset | None = None          # None: the whole input
+        self._trie: dict = {None: True}
+        self._project = compile_projection(self._trie)
+        self.hits = self.misses = 0
         self._items: "OrderedDict[str, Decision]" = OrderedDict()
 
     def configure(self, source: PolicySource) -> None:
-        text = "\n".join(t for _, t in source.modules)
-        self.enabled = _IMPURE.search(text) is None
-        self.drop = frozenset(k for k in ("age_s", "stats") if k not in text)
+        texts = [t for _, t in source.modules]
+        self.enabled = _IMPURE.search("\n".join(texts)) is None
+        self.reads = scan_reads(texts)
+        self._trie = build_trie(self.reads) if self.reads is not None else {None: True}
+        self._project = compile_projection(self._trie)
         self._items.clear()
 
     def key(self, kind: str, doc: dict) -> str | None:
         if not self.enabled:
             return None
-        session = doc.get("session")
-        if self.drop and isinstance(session, dict):
-            doc = {**doc, "session": {k: v for k, v in session.items() if k not in self.drop}}
         try:
-            return kind + json.dumps(doc, sort_keys=True, separators=(",", ":"))
+            return kind + json.dumps(self._project(doc), sort_keys=True, separators=(",", ":"))
         except (TypeError, ValueError):
             return None
 
@@ -97,6 +102,9 @@ class DecisionCache:
         hit = self._items.get(key)
         if hit is not None:
             self._items.move_to_end(key)
+            self.hits += 1
+        else:
+            self.misses += 1
         return hit
 
     def put(self, key: str | None, decision: "Decision") -> None:

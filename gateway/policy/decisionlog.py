@@ -40,11 +40,23 @@ _MAYBE_SENSITIVE = re.compile(r"(?i)bearer|basic|token|authori|api|cookie|pass|s
 
 
 def redact_text(text: str) -> str:
+    if len(text) <= _MEMO_MAX_CHARS:
+        return _redact_short(text)          # the same strings recur call after call (history, commands)
+    return _redact_text(text)
+
+
+_MEMO_MAX_CHARS = 512
+
+
+def _redact_text(text: str) -> str:
     if not _MAYBE_SENSITIVE.search(text):
         return text
     for pattern, repl in _SENSITIVE_TEXT:
         text = pattern.sub(repl, text)
     return text
+
+
+_redact_short = functools.lru_cache(maxsize=16384)(_redact_text)
 
 
 def _redact_all(value: Any) -> Any:
@@ -64,14 +76,18 @@ def _sensitive_key(key: str) -> bool:
 def redact_input(value: Any) -> Any:
     """A copy of `value` with the values of credential-like keys, and credentials inside strings (bearer
     tokens, `password=`, URL user-info, `Authorization:` headers in commands), replaced by "[redacted]"."""
-    if isinstance(value, dict):
-        return {k: (_redact_all(v) if isinstance(k, str) and _sensitive_key(k) else redact_input(v))
-                for k, v in value.items()}
-    if isinstance(value, list):
-        return [redact_input(v) for v in value]
     if isinstance(value, str):
         return redact_text(value)
+    if isinstance(value, dict):
+        return {k: (_redact_all(v) if isinstance(k, str) and _sensitive_key(k) else
+                    v if v is None or v.__class__ in _SCALARS else redact_input(v))
+                for k, v in value.items()}
+    if isinstance(value, list):
+        return [v if v is None or v.__class__ in _SCALARS else redact_input(v) for v in value]
     return value
+
+
+_SCALARS = frozenset({int, float, bool})
 
 
 class DecisionLog:

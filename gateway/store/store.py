@@ -9,16 +9,26 @@ import asyncio
 import functools
 import json
 import time
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Optional, TypeVar
 
-from sqlalchemy import event, func, inspect, select, update
+from sqlalchemy import column, event, insert, select, table, text, update
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import Engine
-from sqlmodel import Session, SQLModel, create_engine
+from sqlmodel import Session, create_engine
 
-from gateway.store.models import ApprovalRow, EventRow, RevocationRow, SessionPathRow, SessionRow, row_dict
+from gateway.store import migrate
+
+from gateway.session_spec import STAT_KEYS
+from gateway.store.models import (ApprovalRow, EventRow, RevocationRow, SessionPathRow, SessionRow, SessionStatsRow,
+                                  row_dict)
 
 T = TypeVar("T")
+
+_SESSIONS, _APPROVALS, _EVENTS, _PATHS = (m.__table__ for m in (SessionRow, ApprovalRow, EventRow, SessionPathRow))
+_PATH_COLS = ("session", "path", "kind", "target", "content", "ts")
 
 
 class StoreError(Exception):
@@ -45,13 +55,24 @@ class Store:
         self.engine = _make_engine(url)
         workers = 1 if url.startswith("sqlite") else 4
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="sandgate-store")
-        self._seqs: dict = {}
+        # Hot reads on their own threads, so that they never queue behind a batch of writes (SQLite in WAL
+        # mode: one writer, readers beside it; PostgreSQL: its own connections).
+        self._read_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="sandgate-store-read")
+        self._seq_known: set[str] = set()      # sessions whose audit_seqs row exists
+        self._decoded: dict[int, tuple] = {}         # event id -> its decoded (codes, detail)
 
     # -- plumbing -------------------------------------------------------------------------------
     async def run(self, fn: Callable[..., T], *args: Any) -> T:
+        return await self._on(self._pool, fn, *args)
+
+    async def read(self, fn: Callable[..., T], *args: Any) -> T:
+        """`run` for a read-only call on the readers' threads."""
+        return await self._on(self._read_pool, fn, *args)
+
+    async def _on(self, pool: ThreadPoolExecutor, fn: Callable[..., T], *args: Any) -> T:
         loop = asyncio.get_running_loop()
         try:
-            return await loop.run_in_executor(self._pool, functools.partial(fn, *args))
+            return await loop.run_in_executor(pool, functools.partial(fn, *args))
         except StoreError:
             raise
         except Exception as exc:  # noqa: BLE001 - any DB failure is a StoreError for callers
@@ -59,25 +80,33 @@ class Store:
                 raise StoreError(f"store unavailable: {exc.__class__.__name__}") from exc
             raise
 
-    def create_all(self) -> None:
-        """Create the tables, then add columns a newer sandgate defines (additive schema changes only)."""
-        SQLModel.metadata.create_all(self.engine)
-        inspector = inspect(self.engine)
-        with self.engine.begin() as conn:
-            for table in SQLModel.metadata.sorted_tables:
-                have = {c["name"] for c in inspector.get_columns(table.name)}
-                for column in table.columns:
-                    if column.name in have:
-                        continue
-                    ddl_type = column.type.compile(dialect=self.engine.dialect)
-                    default = column.default.arg if column.default is not None and column.default.is_scalar else None
-                    clause = f" DEFAULT {default!r}" if isinstance(default, (int, float)) else ""
-                    conn.exec_driver_sql(f'ALTER TABLE {table.name} ADD COLUMN {column.name} {ddl_type}{clause}')
+    def migrate(self) -> tuple[Optional[str], Optional[str]]:
+        """Bring the schema to the newest revision (alembic, behind a lock; see migrate.py)."""
+        return migrate.upgrade(self.engine)
+
+    @property
+    def is_postgres(self) -> bool:
+        return self.engine.dialect.name == "postgresql"
+
+    def libpq_url(self) -> str:
+        """The store's PostgreSQL URL for a plain psycopg connection (change notifications)."""
+        return self.engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
+
+    # Hot reads and writes go through SQLAlchemy Core on the tables (no ORM identity map, no instances): a
+    # tenth of the cost of a Session query per call.
+    def _core_all(self, q: Any) -> list[dict]:
+        with self.engine.connect() as conn:
+            return [dict(r._mapping) for r in conn.execute(q)]
+
+    def _core_one(self, q: Any) -> Optional[dict]:
+        rows = self._core_all(q)
+        return rows[0] if rows else None
 
     async def open(self) -> None:
-        await self.run(self.create_all)
+        await self.run(self.migrate)
 
     def close(self) -> None:
+        self._read_pool.shutdown(wait=True)
         self._pool.shutdown(wait=True)
         self.engine.dispose()
 
@@ -93,9 +122,7 @@ class Store:
         return await self.run(self._put_session, row)
 
     def _get_session(self, sid: str) -> Optional[dict]:
-        with Session(self.engine) as db:
-            row = db.get(SessionRow, sid)
-            return row_dict(row) if row else None
+        return self._core_one(select(_SESSIONS).where(_SESSIONS.c.id == sid))
 
     async def get_session(self, sid: str) -> Optional[dict]:
         return await self.run(self._get_session, sid)
@@ -118,6 +145,26 @@ class Store:
     async def update_session(self, sid: str, **values: Any) -> Optional[dict]:
         return await self.run(self._update_session, sid, {**values, "updated_at": time.time()})
 
+    # -- session counters summed over replicas ------------------------------------------------------
+    def _sync_stats(self, deltas: dict[str, dict[str, int]], read: list[str]) -> dict[str, dict[str, int]]:
+        """Add this replica's counts (sessions in sorted order: no lock cycles between replicas), then read
+        the totals of the sessions in `read`."""
+        t = SessionStatsRow.__table__
+        dialect_insert = pg_insert if self.engine.dialect.name == "postgresql" else sqlite_insert
+        totals: dict[str, dict[str, int]] = {}
+        with self.engine.begin() as conn:
+            for sid in sorted(deltas):
+                ins = dialect_insert(t).values(session=sid, **{k: int(deltas[sid].get(k, 0)) for k in STAT_KEYS})
+                conn.execute(ins.on_conflict_do_update(index_elements=[t.c.session],
+                                                       set_={k: t.c[k] + ins.excluded[k] for k in STAT_KEYS}))
+            for i in range(0, len(read), 500):
+                for row in conn.execute(select(t).where(t.c.session.in_(read[i:i + 500]))):
+                    totals[row.session] = {k: int(getattr(row, k)) for k in STAT_KEYS}
+        return totals
+
+    async def sync_stats(self, deltas: dict[str, dict[str, int]], read: list[str]) -> dict[str, dict[str, int]]:
+        return await self.run(self._sync_stats, deltas, read)
+
     # -- approvals ------------------------------------------------------------------------------
     def _put_approval(self, row: ApprovalRow) -> dict:
         with Session(self.engine) as db:
@@ -139,18 +186,17 @@ class Store:
 
     def _list_approvals(self, status: Optional[str], session: Optional[str], kind: Optional[str],
                         binding: Optional[str], limit: int) -> list[dict]:
-        q = select(ApprovalRow)
+        t = _APPROVALS
+        q = select(t)
         if status:
-            q = q.where(ApprovalRow.status == status)
+            q = q.where(t.c.status == status)
         if session:
-            q = q.where(ApprovalRow.session == session)
+            q = q.where(t.c.session == session)
         if kind:
-            q = q.where(ApprovalRow.kind == kind)
+            q = q.where(t.c.kind == kind)
         if binding:
-            q = q.where(ApprovalRow.binding == binding)
-        q = q.order_by(ApprovalRow.created_at, ApprovalRow.id).limit(limit)
-        with Session(self.engine) as db:
-            return [row_dict(r) for r in db.execute(q).scalars().all()]
+            q = q.where(t.c.binding == binding)
+        return self._core_all(q.order_by(t.c.created_at, t.c.id).limit(limit))
 
     async def list_approvals(self, status: Optional[str] = None, session: Optional[str] = None,
                              kind: Optional[str] = None, binding: Optional[str] = None,
@@ -219,52 +265,85 @@ class Store:
     _EVENT_COLS = ("seq", "ts", "session", "step", "kind", "action", "reasons", "codes", "request_id", "method",
                    "host", "path", "http_status", "bytes_in", "bytes_out", "policy_rev", "detail")
     _JSON_COLS = frozenset({"reasons", "codes", "detail"})
+    # Untyped columns: rows arrive with their JSON already serialised, and go to the driver as they are.
+    _EVENTS = table("events", *(column(c) for c in _EVENT_COLS))
+    _SEQ_INIT = text("INSERT INTO audit_seqs (session, last) SELECT CAST(:key AS VARCHAR), COALESCE(MAX(seq), 0) "
+                     "FROM events WHERE session = :key ON CONFLICT (session) DO NOTHING")
+    _SEQ_INIT_NONE = text("INSERT INTO audit_seqs (session, last) SELECT '', COALESCE(MAX(seq), 0) FROM events "
+                          "WHERE session IS NULL ON CONFLICT (session) DO NOTHING")
 
-    def _events_sql(self) -> str:
-        style = self.engine.dialect.paramstyle
-        mark = "?" if style == "qmark" else "%s"
-        cols = ", ".join(self._EVENT_COLS)
-        return f"INSERT INTO events ({cols}) VALUES ({', '.join([mark] * len(self._EVENT_COLS))})"
+    @staticmethod
+    def _seq_take(count: int):
+        """One statement taking the next numbers of `count` sessions: an upsert that adds, returning the new
+        last numbers (the rows stay locked until the batch commits)."""
+        values = ", ".join(f"(:k{i}, :n{i})" for i in range(count))
+        return text(f"INSERT INTO audit_seqs (session, last) VALUES {values} ON CONFLICT (session) DO UPDATE "
+                    "SET last = audit_seqs.last + excluded.last RETURNING session, last")
+
+    @classmethod
+    def event_values(cls, row: dict) -> dict:
+        """One event as the INSERT takes it (JSON columns serialised; `seq` is given at write time)."""
+        return {c: json.dumps(row.get(c)) if c in cls._JSON_COLS else row.get(c) for c in cls._EVENT_COLS}
 
     def _append_events(self, rows: list[dict]) -> None:
-        """One bulk INSERT per batch (driver-level executemany: this runs for every request).
-
-        Per-session sequence numbers continue from the stored maximum (read once per session, then counted
-        here: this writer is the only one for its sessions)."""
+        """One transaction per batch: take every session's next sequence numbers from `audit_seqs` in one upsert
+        (sessions in sorted order, so two writers never wait on each other in a cycle), then one executemany
+        INSERT."""
+        counts = Counter(r.get("session") for r in rows)
+        order = sorted(counts, key=lambda s: s or "")
         with self.engine.begin() as conn:
-            for sid in {r.get("session") for r in rows} - self._seqs.keys():
-                cur = conn.execute(select(func.max(EventRow.seq)).where(EventRow.session == sid)).scalar()
-                self._seqs[sid] = int(cur or 0)
+            for sid in order:                  # a session this process has not written yet: continue its trail
+                if (sid or "") not in self._seq_known:
+                    conn.execute(self._SEQ_INIT_NONE if sid is None else self._SEQ_INIT, {"key": sid or ""})
+            params: dict[str, Any] = {}
+            for i, sid in enumerate(order):
+                params[f"k{i}"], params[f"n{i}"] = sid or "", counts[sid]
+            last = {key: int(n) for key, n in conn.execute(self._seq_take(len(order)), params)}
+            nxt = {sid: last[sid or ""] - counts[sid] for sid in order}
             values = []
             for r in rows:
                 sid = r.get("session")
-                self._seqs[sid] += 1
-                r = {**r, "seq": self._seqs[sid]}
-                values.append(tuple(json.dumps(r.get(c)) if c in self._JSON_COLS else r.get(c)
-                                    for c in self._EVENT_COLS))
-            try:
-                conn.exec_driver_sql(self._events_sql(), values)
-            except Exception:
-                for sid in {r.get("session") for r in rows}:
-                    self._seqs.pop(sid, None)
-                raise
+                nxt[sid] += 1
+                v = self.event_values(r)
+                v["seq"] = nxt[sid]
+                values.append(v)
+            conn.execute(insert(self._EVENTS), values)
+        self._seq_known.update(s or "" for s in counts)
 
     async def append_events(self, rows: list[dict]) -> None:
         if rows:
             await self.run(self._append_events, rows)
 
+    _EVENT_READ_COLS = ("id",) + _EVENT_COLS
+
     def _list_events(self, session: Optional[str], kind: Optional[str], limit: int,
                      newest: bool, after_seq: Optional[int] = None) -> list[dict]:
-        q = select(EventRow)
+        """Driver-level SELECT (this runs for every tool call: the session's recent history)."""
+        mark = "?" if self.engine.dialect.paramstyle == "qmark" else "%s"
+        where, params = [], []
         if session:
-            q = q.where(EventRow.session == session)
+            where.append(f"session = {mark}")
+            params.append(session)
         if after_seq is not None:
-            q = q.where(EventRow.seq > after_seq)
+            where.append(f"seq > {mark}")
+            params.append(after_seq)
         if kind:
-            q = q.where(EventRow.kind == kind)
-        q = q.order_by(EventRow.id.desc() if newest else EventRow.id).limit(limit)
-        with Session(self.engine) as db:
-            rows = [row_dict(r) for r in db.execute(q).scalars().all()]
+            where.append(f"kind = {mark}")
+            params.append(kind)
+        # Within a session, seq is the order (and the index): ordering by id would sort every row of the session.
+        order = "seq" if session else "id"
+        sql = (f"SELECT {', '.join(self._EVENT_READ_COLS)} FROM events"
+               + (f" WHERE {' AND '.join(where)}" if where else "")
+               + f" ORDER BY {order}{' DESC' if newest else ''} LIMIT {int(limit)}")
+        with self.engine.connect() as conn:
+            fetched = conn.exec_driver_sql(sql, tuple(params)).fetchall()
+        rows = []
+        for values in fetched:
+            row = dict(zip(self._EVENT_READ_COLS, values))
+            for col in self._JSON_COLS:
+                if isinstance(row[col], str):
+                    row[col] = json.loads(row[col])
+            rows.append(row)
         return list(reversed(rows)) if newest else rows
 
     async def list_events(self, session: Optional[str] = None, kind: Optional[str] = None,
@@ -275,20 +354,70 @@ class Store:
 
     # -- session paths (links and files left by tool calls) -----------------------------------------
     def _append_session_paths(self, rows: list[dict]) -> None:
-        with Session(self.engine) as db:
-            db.add_all([SessionPathRow(**row) for row in rows])
-            db.commit()
+        with self.engine.begin() as conn:
+            conn.execute(insert(_PATHS), [{c: row.get(c) for c in _PATH_COLS} for row in rows])
 
     async def append_session_paths(self, rows: list[dict]) -> None:
         if rows:
             await self.run(self._append_session_paths, rows)
 
     def _list_session_paths(self, session: str, limit: int) -> list[dict]:
-        q = (select(SessionPathRow).where(SessionPathRow.session == session)
-             .order_by(SessionPathRow.id.desc()).limit(limit))
-        with Session(self.engine) as db:
-            rows = [row_dict(r) for r in db.execute(q).scalars().all()]
-        return list(reversed(rows))
+        mark = "?" if self.engine.dialect.paramstyle == "qmark" else "%s"
+        cols = ("id",) + _PATH_COLS
+        sql = (f"SELECT {', '.join(cols)} FROM session_paths WHERE session = {mark} ORDER BY id DESC "
+               f"LIMIT {int(limit)}")
+        with self.engine.connect() as conn:                 # driver-level: this runs for every tool call
+            fetched = conn.exec_driver_sql(sql, (session,)).fetchall()
+        return [dict(zip(cols, values)) for values in reversed(fetched)]
+
+    _RECENT_COLS = ("id", "seq", "ts", "session", "step", "kind", "action", "codes", "request_id", "detail")
+
+    def _driver_rows(self, sql: str, params: tuple) -> list[tuple]:
+        """A SELECT on a pooled DBAPI connection: nothing between the driver and the rows (hot reads only)."""
+        try:
+            conn = self.engine.raw_connection()
+            try:
+                cur = conn.cursor()
+                try:
+                    cur.execute(sql, params)
+                    return cur.fetchall()
+                finally:
+                    cur.close()
+            finally:
+                conn.close()
+        except self.engine.dialect.dbapi.Error as exc:       # the driver's own errors: the store is unavailable
+            raise StoreError(f"store unavailable: {exc.__class__.__name__}") from exc
+
+    def _toolcall_memory(self, session: str, events: int, paths: int) -> tuple[list[dict], list[dict]]:
+        mark = "?" if self.engine.dialect.paramstyle == "qmark" else "%s"
+        fetched = self._driver_rows(
+            f"SELECT {', '.join(self._RECENT_COLS)} FROM events WHERE session = {mark} AND kind = {mark} "
+            f"ORDER BY seq DESC LIMIT {int(events)}", (session, "toolcall"))
+        recent = []
+        for values in reversed(fetched):
+            row = dict(zip(self._RECENT_COLS, values))
+            # Stored events never change: their JSON is decoded once (each call re-reads the last ones).
+            decoded = self._decoded.get(row["id"])
+            if decoded is None:
+                decoded = tuple(json.loads(v) if isinstance(v, str) else v for v in (row["codes"], row["detail"]))
+                if len(self._decoded) >= 16384:
+                    self._decoded.clear()
+                self._decoded[row["id"]] = decoded
+            row["codes"], row["detail"] = decoded
+            recent.append(row)
+        # Of the newest `paths` rows, the last one for each path: all that history.paths_from_rows keeps of them
+        # (a later row for a path replaces the earlier ones), without reading the replaced contents.
+        cols = ("id",) + _PATH_COLS
+        rows = self._driver_rows(
+            f"SELECT {', '.join(cols)} FROM session_paths WHERE id IN (SELECT max(id) FROM (SELECT id, path "
+            f"FROM session_paths WHERE session = {mark} ORDER BY id DESC LIMIT {int(paths)}) AS recent "
+            f"GROUP BY path) ORDER BY id", (session,))
+        return recent, [dict(zip(cols, values)) for values in rows]
+
+    async def toolcall_memory(self, session: str, events: int, paths: int = 500) -> tuple[list[dict], list[dict]]:
+        """A session's newest `events` tool-call events and `paths` path rows (both oldest first), in one trip to
+        the store's thread: a tool call needs both."""
+        return await self.read(self._toolcall_memory, session, events, paths)
 
     async def list_session_paths(self, session: str, limit: int = 500) -> list[dict]:
         """The session's newest `limit` path rows, oldest first."""

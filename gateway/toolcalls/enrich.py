@@ -45,15 +45,36 @@ def enrich_toolcall(*, session: Mapping[str, Any], tool: str, args: Mapping[str,
                     links: Mapping[str, str | None] | None = None, files: Mapping[str, str | None] | None = None,
                     mcp: Mapping[str, Any] | None = None) -> Enriched:
     """The `sandgate.toolcall` policy input for one tool call and what the call leaves behind."""
-    session_input = build_session_input(session, now)
-    workspace = clean_dir(session_input["workspace"])
-    links = dict(links or {})
+    doc = toolcall_base(session=session, tool=tool, args=args, step=step, now=now, history=history, mcp=mcp)
+    facts, effects = toolcall_facts(doc, links, files)
+    doc.update(facts)
+    return Enriched(doc, effects)
+
+
+def toolcall_base(*, session: Mapping[str, Any], tool: str, args: Mapping[str, Any] | None, step: int | None,
+                  now: float, history: Sequence[Mapping[str, Any]] = (),
+                  mcp: Mapping[str, Any] | None = None) -> dict:
+    """The part of the input that is the call as sent, the session and its history (no parsing)."""
     args = dict(args) if isinstance(args, Mapping) else {}
     name = tool if isinstance(tool, str) else ""
-    doc: dict[str, Any] = {"kind": "toolcall", "session": session_input, "tool": {"name": name, "args": args},
-                           "step": step, "history": [dict(h) for h in history]}
+    doc: dict[str, Any] = {"kind": "toolcall", "session": build_session_input(session, now),
+                           "tool": {"name": name, "args": args}, "step": step, "history": [dict(h) for h in history]}
     if mcp is not None:
         doc["mcp"] = dict(mcp)
+    return doc
+
+
+FACT_KEYS = ("shell", "path", "url", "sql")
+
+
+def toolcall_facts(base: Mapping[str, Any], links: Mapping[str, str | None] | None = None,
+                   files: Mapping[str, str | None] | None = None) -> tuple[dict, Effects]:
+    """What parsing adds to `base` (`shell`, `path`, `url`, `sql`: a function of the tool, its arguments, the
+    workspace and what earlier calls left) and the call's effects."""
+    name, args, mcp = base["tool"]["name"], base["tool"]["args"], base.get("mcp")
+    workspace = clean_dir(base["session"]["workspace"])
+    links = dict(links or {})
+    doc: dict[str, Any] = {}
     effects = Effects()
     command = args.get("command")
     if name in SHELL_TOOLS and mcp is None:
@@ -78,7 +99,7 @@ def enrich_toolcall(*, session: Mapping[str, Any], tool: str, args: Mapping[str,
         sql = describe_sql(query, dialect) if isinstance(query, str) else {"parsed": False, "kinds": [],
                                                                           "unbounded": []}
         doc["sql"] = {**sql, "visible": isinstance(query, str)}
-    return Enriched(doc, effects)
+    return doc, effects
 
 
 def build_toolcall_input(**kwargs: Any) -> dict:

@@ -32,7 +32,10 @@ tool_name := object.get(input, ["tool", "name"], "")
 
 tool_args := object.get(input, ["tool", "args"], {})
 
+# The session's history (input.history), for site rules. The shipped rules read its entries field by field
+# (below) and never use it: the decision cache keys on the whole history only when a site rule does.
 history := object.get(input, "history", [])
+
 
 # native: the call did not come through the MCP proxy (toolcall_mcp.rego judges those).
 native if not input.mcp
@@ -233,28 +236,35 @@ mutation_text := concat("; ", [shown(c) | some i, c in commands; not i in reads]
 
 # -- sequences in the session's history (input.history: oldest first) -----------------------------------
 
+# History entries are read field by field (`input.history[i].frozen`), never whole: the decision cache then
+# keys only on those fields, not on each entry's id, step and age (gateway/policy/readset.py).
+default history_size := 0
+
+history_size := count(input.history)
+
 # A destructive call right after a freeze was lifted asks: the last `after_freeze_calls` calls were made in a
 # frozen session and this one is not.
 ask contains {"code": "toolcall.after_freeze", "reason": "the session was frozen until just now: this destructive call needs approval"} if {
+	n := object.get(cfg, "after_freeze_calls", 1)
+	n > 0
+	some i
+	input.history[i].frozen == true # the history first: it rarely holds, and `destructive` costs more
+	i >= history_size - n
 	native
 	not frozen
 	destructive
-	n := object.get(cfg, "after_freeze_calls", 1)
-	n > 0
-	some h in array.slice(history, count(history) - n, count(history))
-	object.get(h, "frozen", false) == true
 }
 
 # After `denial_streak` denials in a row, every mutating call asks: something is probing the policy.
 ask contains {"code": "toolcall.after_denials", "reason": sprintf("the last %d tool calls were denied: this one needs approval", [n])} if {
-	native
-	mutating
 	n := object.get(cfg, "denial_streak", 3)
 	n > 0
-	count(history) >= n
-	every h in array.slice(history, count(history) - n, count(history)) {
-		object.get(h, "decision", "") == "deny"
+	history_size >= n
+	every i in numbers.range(history_size - n, history_size - 1) {
+		input.history[i].decision == "deny"
 	}
+	native
+	mutating
 }
 
 destructive if {

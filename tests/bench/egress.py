@@ -2,8 +2,8 @@
 
 Run from the repository root (no other services needed; everything listens on 127.0.0.1):
 
-    .venv/bin/python tests/bench/egress.py            # full run, under 2 minutes
-    .venv/bin/python tests/bench/egress.py --quick    # smoke run, under 30 seconds
+    .venv/bin/python tests/bench/egress.py            # full: 3 runs for the spread, about 4 minutes
+    .venv/bin/python tests/bench/egress.py --quick    # one short run, under 1 minute
 
 It starts three processes: a fast upstream (tests/bench/common.py, raw asyncio: `/small` answers
 100 bytes, `/big/N` streams N bytes), `sandgate serve` (its real CLI, with `allowed.test` resolved to
@@ -32,6 +32,10 @@ Figures (ratio = sandgate / baseline; throughput: higher is better, latency and 
 - session create: latency of sequential `POST /v1/sessions` (harness token, keep-alive) on sandgate's
   API; the baseline has no such thing ("n/a").
 - direct: the same client straight to the upstream — the client's own ceiling, a reference line.
+- `--workers 2`: small GET throughput at c=16 of `sandgate serve --workers 2` against one worker, both on
+  the PostgreSQL store (tests/support/pg.py: 127.0.0.1:5432, `SANDGATE_TEST_PG_DB`); the baseline column of
+  that row is the one-worker figure (goal: 2 workers >= 1.7x). Skipped ("n/a") without PostgreSQL;
+  `--workers-only` runs just this row.
 
 Nothing is asserted: the script exits non-zero only when something fails (a process does not start,
 a request errors or gets a non-2xx answer).
@@ -46,6 +50,7 @@ import json
 import os
 import platform
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -322,6 +327,68 @@ class Procs:
             f.close()
 
 
+def start_pg_sandgate(tmp: Path, workers: int, logs: list) -> tuple[subprocess.Popen, int, int, Path]:
+    """`sandgate serve --workers N` on the PostgreSQL store; (process, proxy port, API port, data dir)."""
+    from tests.support.pg import PG_URL
+
+    proxy, api = free_port(), free_port()
+    data = tmp / f"sandgate-w{workers}"
+    cfg = tmp / f"sandgate-w{workers}.toml"
+    cfg.write_text(
+        f'[proxy]\nlisten = "127.0.0.1:{proxy}"\n[api]\nlisten = "127.0.0.1:{api}"\n'
+        f'[store]\nurl = "{PG_URL}"\n'
+        '[egress]\nprivate_allow = ["127.0.0.0/8"]\nresolve = {"allowed.test" = ["127.0.0.1"]}\n')
+    log = open(tmp / f"sandgate-w{workers}.log", "wb")
+    logs.append(log)
+    proc = subprocess.Popen([sys.executable, "-m", "gateway", "serve", "--config", str(cfg), "--data-dir", str(data),
+                             "--workers", str(workers)], stdout=log, stderr=subprocess.STDOUT, cwd=str(ROOT),
+                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    deadline = time.monotonic() + 90
+    while not (data / "listen.json").exists():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            stop_process(proc)
+            raise BenchError(f"sandgate --workers {workers} did not start:\n"
+                             f"{(tmp / f'sandgate-w{workers}.log').read_text(errors='replace')[-1500:]}")
+        time.sleep(0.1)
+    return proc, proxy, api, data
+
+
+async def workers_row(mode: Mode, tmp: Path, up_port: int) -> tuple:
+    """Small GETs at c=16 through --workers 2 and through one worker (both on PostgreSQL)."""
+    from tests.support.pg import pg_available
+
+    name = "small GET c=16, PostgreSQL store: --workers 2 (baseline column: 1 worker) (req/s)"
+    if not pg_available():
+        print("  --workers: no PostgreSQL at 127.0.0.1:5432, row skipped", flush=True)
+        return (name, "n/a", "n/a", 0)
+    rps = {}
+    logs: list = []
+    for workers in (1, 2):
+        proc, proxy, api, data = start_pg_sandgate(tmp, workers, logs)
+        try:
+            harness = (data / "harness.token").read_text().strip()
+            req = urllib.request.Request(
+                f"http://127.0.0.1:{api}/v1/sessions", method="POST", data=json.dumps({"allow": ["allowed.test"]}).encode(),
+                headers={"Authorization": f"Bearer {harness}", "Content-Type": "application/json"})
+            with urllib.request.urlopen(req, timeout=10) as r:
+                token = json.loads(r.read())["token"]
+            auth = "Basic " + base64.b64encode(f"x:{token}".encode()).decode()
+            target = Target(f"sandgate-w{workers}", proxy, f"allowed.test:{up_port}", None,
+                            {"Proxy-Authorization": auth})
+            await small_load(target, 16, 0.0, mode.prime_s)
+            total = LoadResult()
+            for _ in range(mode.rounds):
+                total.merge(await small_load(target, 16, mode.warmup_s, mode.window_s))
+            rps[workers] = total.rps
+            print(f"  --workers {workers} c=16: {total.rps:8,.0f} req/s  p50 {total.p(50):6.2f} ms  "
+                  f"p99 {total.p(99):6.2f} ms", flush=True)
+        finally:
+            stop_process(proc)
+    for f in logs:
+        f.close()
+    return (name, rps[2], rps[1], 0)
+
+
 # -- report --------------------------------------------------------------------------------------
 def fmt(value, digits: int = 1) -> str:
     if isinstance(value, str):
@@ -339,8 +406,8 @@ def ratio(a, b) -> str:
     return f"{a / b:.2f}×"
 
 
-def table(rows: list[tuple]) -> str:
-    out = ["| figure | sandgate | baseline (bare mitmdump) | ratio |", "| --- | ---: | ---: | ---: |"]
+def table(rows: list[tuple], baseline: str = "baseline (bare mitmdump)") -> str:
+    out = [f"| figure | sandgate | {baseline} | ratio |", "| --- | ---: | ---: | ---: |"]
     for name, sg, base, digits in rows:
         out.append(f"| {name} | {fmt(sg, digits)} | {fmt(base, digits)} | {ratio(sg, base)} |")
     return "\n".join(out)
@@ -355,7 +422,7 @@ def mitmproxy_version() -> str:
 
 
 # -- main ----------------------------------------------------------------------------------------
-async def run(mode: Mode, procs: Procs, label: str) -> None:
+async def run(mode: Mode, procs: Procs, label: str) -> dict:
     token = procs.new_session_token()
     auth = "Basic " + base64.b64encode(f"x:{token}".encode()).decode()
     sg = Target("sandgate", procs.sg_proxy, f"allowed.test:{procs.up_port}", procs.sandgate.pid,
@@ -406,6 +473,7 @@ async def run(mode: Mode, procs: Procs, label: str) -> None:
                   f"(before {d.rss_before_kb / 1024:.1f}, VmHWM {d.hwm_kb / 1024:.1f})", flush=True)
 
     creates = await session_creates(procs.sg_api, procs.harness, mode.sessions)
+    workers = await workers_row(mode, procs.tmp, procs.up_port)
     elapsed = time.perf_counter() - started
 
     def best(name: str) -> Download:
@@ -431,7 +499,8 @@ async def run(mode: Mode, procs: Procs, label: str) -> None:
              ("proxy RSS before the download (MiB)", dl["sandgate"][0].rss_before_kb / 1024,
               dl["mitmdump"][0].rss_before_kb / 1024, 1),
              (f"session create p50 (ms, n={len(creates)})", percentile(creates, 50) * 1000, "n/a", 2),
-             (f"session create p99 (ms, n={len(creates)})", percentile(creates, 99) * 1000, "n/a", 2)]
+             (f"session create p99 (ms, n={len(creates)})", percentile(creates, 99) * 1000, "n/a", 2),
+             workers]
 
     print()
     print(table(rows))
@@ -450,19 +519,93 @@ async def run(mode: Mode, procs: Procs, label: str) -> None:
           f"mitmdump {max(d.hwm_kb for d in dl['mitmdump']) / 1024:.1f} MiB.")
     print(f"- client, upstream and both proxies share {os.cpu_count()} CPUs on 127.0.0.1 (load average now "
           f"{os.getloadavg()[0]:.2f}: anything else running skews both columns); measured part took {elapsed:.0f} s.")
+    return {"repeated": (s8.rps, b8.rps), "distinct": (unique["sandgate"].rps, unique["mitmdump"].rps),
+            "stream": (best("sandgate").mib_s, best("mitmdump").mib_s),
+            "rss": tuple(max(d.peak_rss_kb - d.rss_before_kb for d in dl[n]) / 1024 for n in ("sandgate", "mitmdump"))}
+
+
+# The README's performance table (issue 12): figure, goal, ours, baseline, ratio, spread over the runs.
+SUMMARY = [("repeated", "egress small GET, repeated URL (req/s, c=8)", "≥ 0.9× bare mitmdump 12", 0),
+           ("distinct", "egress small GET, distinct URLs (req/s, c=8)", "≥ 0.85× bare mitmdump 12", 0),
+           ("stream", "200 MiB stream (MiB/s)", "≥ 0.9×", 1),
+           ("rss", "RSS under streaming (MiB above the RSS before it)", "flat", 1)]
+
+
+def summary(runs: list[dict]) -> str:
+    import statistics
+    out = [f"| figure | goal | ours | baseline | ratio | spread ({len(runs)} run{'s' if len(runs) > 1 else ''}) |",
+           "| --- | --- | ---: | ---: | ---: | --- |"]
+    for key, name, goal, digits in SUMMARY:
+        ours = statistics.median(r[key][0] for r in runs)
+        base = statistics.median(r[key][1] for r in runs)
+        if key == "rss":
+            ratio_s = "n/a"
+            spread = f"ours {min(r[key][0] for r in runs):.1f}–{max(r[key][0] for r in runs):.1f} MiB"
+        else:
+            ratios = [r[key][0] / r[key][1] for r in runs if r[key][1] > 0]
+            ratio_s = f"{statistics.median(ratios):.2f}×" if ratios else "n/a"
+            spread = f"{min(ratios):.2f}×–{max(ratios):.2f}×" if ratios else "n/a"
+        out.append(f"| {name} | {goal} | {fmt(ours, digits)} | {fmt(base, digits)} | {ratio_s} | {spread} |")
+    return "\n".join(out)
+
+
+def _stop_spy(spy: subprocess.Popen) -> None:
+    """py-spy writes its file on SIGINT (Ctrl-C), not on SIGTERM."""
+    if spy.poll() is None:
+        spy.send_signal(signal.SIGINT)
+        try:
+            spy.wait(30)
+        except subprocess.TimeoutExpired:
+            spy.kill()
+
+
+def workers_only(mode: Mode) -> int:
+    with tempfile.TemporaryDirectory(prefix="sandgate-bench-") as tmp:
+        up_port = free_port()
+        upstream = subprocess.Popen([sys.executable, str(HERE / "common.py"), "upstream", "--port", str(up_port)],
+                                    stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+        try:
+            wait_port("127.0.0.1", up_port, upstream)
+            print(f"egress bench (--workers only): {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}",
+                  flush=True)
+            row = asyncio.run(workers_row(mode, Path(tmp), up_port))
+        except (BenchError, RuntimeError, OSError, asyncio.TimeoutError) as exc:
+            print(f"egress bench failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+            return 1
+        finally:
+            stop_process(upstream)
+    print()
+    print(table([row], baseline="baseline (1 worker)"))
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="sandgate vs bare mitmdump egress benchmark")
-    parser.add_argument("--quick", action="store_true", help="short windows (< 30 s in all)")
+    parser.add_argument("--quick", action="store_true", help="short windows, one run (< 1 minute in all)")
+    parser.add_argument("--profile", default="", help="py-spy (pip install py-spy) on sandgate during the first "
+                        "run, collapsed stacks to this file")
+    parser.add_argument("--runs", type=int, help="runs for the summary's spread (default 3, --quick 1)")
+    parser.add_argument("--workers-only", action="store_true", help="only the --workers 2 row (needs PostgreSQL)")
     args = parser.parse_args(argv)
     mode = QUICK if args.quick else FULL
+    runs = args.runs or (1 if args.quick else 3)
+    results: list[dict] = []
     t0 = time.perf_counter()
+    if args.workers_only:
+        return workers_only(mode)
+    spy = None
     with tempfile.TemporaryDirectory(prefix="sandgate-bench-") as tmp:
         procs = Procs(Path(tmp))
         try:
             procs.start()
-            asyncio.run(run(mode, procs, "quick" if args.quick else "full"))
+            if args.profile:
+                spy = subprocess.Popen([str(Path(sys.executable).parent / "py-spy"), "record", "-f", "raw", "-r", "200",
+                                        "-p", str(procs.sandgate.pid), "-o", args.profile],
+                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            for i in range(runs):
+                if spy is not None and i == 1:
+                    _stop_spy(spy)
+                results.append(asyncio.run(run(mode, procs, f"{'quick' if args.quick else 'full'}, run {i + 1}/{runs}")))
         except (BenchError, RuntimeError, OSError, asyncio.TimeoutError) as exc:
             print(f"egress bench failed: {type(exc).__name__}: {exc}", file=sys.stderr)
             for name in ("sandgate", "mitmdump", "upstream"):
@@ -471,7 +614,10 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"--- {name} log (tail) ---\n{tail}", file=sys.stderr)
             return 1
         finally:
+            if args.profile and spy is not None:
+                _stop_spy(spy)
             procs.stop()
+    print(f"\nSummary (the README's table; ours and baseline are medians over the runs):\n\n{summary(results)}\n")
     print(f"- total wall time {time.perf_counter() - t0:.0f} s.")
     return 0
 

@@ -174,8 +174,11 @@ def test_vault_secret_and_outage_fails_closed(broker_env, upstream):
         down = requests.get(url, proxies=sess["proxies"], timeout=30, headers={"X-Token": ph})
         assert down.status_code == 503
         assert "secret" in down.json()["reason"]
+        # A request that needs no value passes; its response is scrubbed with the last value read.
         plain = requests.get(url, proxies=sess["proxies"], timeout=20)
         assert plain.status_code == 200
+        other = requests.get(f"http://other.test:{upstream.port}/echo", proxies=sess["proxies"], timeout=20)
+        assert other.status_code == 200
     finally:
         bao.start()
 

@@ -52,7 +52,8 @@ class Sandgate:
     """A sandgate process. `config` is merged into a loopback-friendly test configuration."""
 
     def __init__(self, tmp: Path, config: dict | None = None, env: dict | None = None,
-                 proxy_host: str = "127.0.0.1", python: str = sys.executable):
+                 proxy_host: str = "127.0.0.1", python: str = sys.executable, serve_args: tuple[str, ...] = ()):
+        self.serve_args = list(serve_args)          # extra `sandgate serve` arguments, e.g. ("--workers", "2")
         self.python = python            # the interpreter whose installed sandgate runs (default: this one)
         self.tmp = tmp
         tmp.mkdir(parents=True, exist_ok=True)
@@ -84,7 +85,7 @@ class Sandgate:
             listen.unlink()
         self._log = open(self.log_path, "ab")
         self.proc = subprocess.Popen([self.python, "-m", "gateway", "serve", "--config", str(self.config_path),
-                                      "--data-dir", str(self.data_dir)], stdout=self._log, stderr=self._log,
+                                      "--data-dir", str(self.data_dir), *self.serve_args], stdout=self._log, stderr=self._log,
                                      env=self.env, cwd=str(self.tmp))
         deadline = time.time() + timeout
         while time.time() < deadline:

@@ -123,3 +123,105 @@ async def test_audit_pending_rows_are_visible_until_written(store):
     await audit.flush()
     assert audit.queued("toolcall", s1) == []
     assert [e["request_id"] for e in await store.list_events(session=s1, kind="toolcall")] == ["t1"]
+
+
+@pytest.mark.parametrize("seed", range(4))
+async def test_toolcall_memory_keeps_what_the_full_reads_keep(store, seed):
+    """One trip for a tool call's history and paths (driver-level, the last row per path only) gives the same
+    history and the same links and files as the full reads."""
+    import random
+
+    from gateway.toolcalls.history import history_entries, paths_from_rows
+
+    rnd = random.Random(seed)
+    sid = "s_" + uuid.uuid4().hex[:12]
+    now = time.time()
+    await store.append_events([{"ts": now + i, "session": sid, "step": i, "kind": rnd.choice(["toolcall", "egress"]),
+                                "action": rnd.choice(["allow", "deny"]), "reasons": ["r"], "codes": [f"c{i}"],
+                                "request_id": f"t_{i}", "detail": {"tool": "shell", "summary": f"x{i}",
+                                                                   "frozen": rnd.random() < 0.2, "writes": [f"/w/{i}"]}}
+                               for i in range(60)])
+    rows = [{"session": sid, "path": f"/w/p{rnd.randrange(12)}", "kind": rnd.choice(["link", "file"]),
+             "target": rnd.choice([None, "/w/t"]), "content": rnd.choice([None, "echo hi", "x" * 50]), "ts": now}
+            for _ in range(rnd.randrange(0, 80))]
+    for i in range(0, len(rows), 7):
+        await store.append_session_paths(rows[i:i + 7])
+    for limit in (500, 10):
+        recent, paths = await store.run(store._toolcall_memory, sid, 20, limit)
+        full_events = await store.list_events(session=sid, kind="toolcall", limit=20, newest=True)
+        assert history_entries(recent, now) == history_entries(full_events, now)
+        assert paths_from_rows(paths) == paths_from_rows(await store.list_session_paths(sid, limit))
+
+
+def _event(sid, i):
+    return {"session": sid, "step": i, "kind": "egress", "action": "allow", "reasons": [], "codes": [],
+            "request_id": f"r{i}", "detail": {}, "ts": time.time()}
+
+
+async def test_two_writers_give_one_gap_free_trail_per_session(store):
+    """Two stores on one database (two replicas): each session's sequence numbers come from the database, so
+    batches written concurrently through both interleave into 1..N without a collision or a gap."""
+    other = Store(store.url)
+    await other.open()
+    try:
+        sid, sid2 = "s_" + uuid.uuid4().hex[:12], "s_" + uuid.uuid4().hex[:12]
+        batches = [[_event(sid, 10 * b + i) for i in range(7)] + [_event(sid2, b), _event(None, b)]
+                   for b in range(12)]
+        await asyncio.gather(*((store if b % 2 else other).append_events(batch) for b, batch in enumerate(batches)))
+        got = await store.list_events(session=sid)
+        assert sorted(e["seq"] for e in got) == list(range(1, 85))
+        assert sorted(e["seq"] for e in await other.list_events(session=sid2)) == list(range(1, 13))
+        # each batch got one contiguous run of numbers
+        by_batch: dict[int, list[int]] = {}
+        for e in got:
+            by_batch.setdefault(e["step"] // 10, []).append(e["seq"])
+        assert all(sorted(v) == list(range(min(v), min(v) + 7)) for v in by_batch.values())
+    finally:
+        other.close()
+
+
+async def test_sequence_continues_from_events_written_before_the_counter(store):
+    """Events stored by an older sandgate (no audit_seqs row yet): numbering continues past their maximum."""
+    from sqlalchemy import text
+
+    sid = "s_" + uuid.uuid4().hex[:12]
+
+    def old_rows():
+        with store.engine.begin() as conn:
+            conn.execute(text("INSERT INTO events (seq, ts, session, kind, action, reasons, codes, detail) "
+                              "VALUES (1, 0, :s, 'egress', '', '[]', '[]', '{}'), "
+                              "(2, 0, :s, 'egress', '', '[]', '[]', '{}')"), {"s": sid})
+    await store.run(old_rows)
+    await store.append_events([_event(sid, 1), _event(sid, 2)])
+    assert [e["seq"] for e in await store.list_events(session=sid)] == [1, 2, 3, 4]
+
+
+async def test_session_counters_add_up_across_writers(store):
+    other = Store(store.url)
+    await other.open()
+    try:
+        sid = "s_" + uuid.uuid4().hex[:12]
+        one = {sid: {"requests": 1, "bytes_out": 2 ** 33}}          # byte counters pass 32 bits
+        await asyncio.gather(*((store if i % 2 else other).sync_stats(one, []) for i in range(10)))
+        totals = await store.sync_stats({}, [sid, "s_unknown"])
+        assert totals == {sid: {"requests": 10, "denied": 0, "asked": 0, "bytes_out": 10 * 2 ** 33, "bytes_in": 0,
+                                "toolcalls": 0}}
+    finally:
+        other.close()
+
+
+async def test_a_failing_hot_read_is_a_store_error(tmp_path):
+    """The driver-level reads raise StoreError like the others (callers answer 503, never 500 or allow)."""
+    from gateway.store import StoreError
+
+    s = Store(f"sqlite:///{tmp_path / 'broken.db'}")
+    await s.open()
+    try:
+        def drop():
+            with s.engine.begin() as conn:
+                conn.exec_driver_sql("DROP TABLE session_paths")
+        await s.run(drop)
+        with pytest.raises(StoreError):
+            await s.toolcall_memory("s_x", 20)
+    finally:
+        s.close()

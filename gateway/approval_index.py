@@ -1,0 +1,56 @@
+"""The approval queue's in-memory index of the bindings that have a live item: pending, or approved and not
+yet used. Pure: rows in, ids out (no store, no clock).
+
+It lets the queue skip the store when an action has no live item (the common case: an "ask" for something
+never asked before, or asked and already used). A hit is never trusted on its own: the queue reads the
+candidates from the store before it uses or returns one, so a stale index can only cost a store read or, for
+a change another replica made and has not yet announced, file an item that already exists there (one more
+approval to give), never let an action through.
+"""
+from __future__ import annotations
+
+from typing import Any, Iterable, Mapping
+
+
+def live(row: Mapping[str, Any]) -> bool:
+    """Pending, or approved and unused: an item an identical action may still meet."""
+    status = row.get("status")
+    return status == "pending" or (status == "approved" and row.get("used_at") is None)
+
+
+class BindingIndex:
+    def __init__(self) -> None:
+        self._by_binding: dict[str, dict[str, str]] = {}       # binding -> {approval id: status}
+        self._binding_of: dict[str, str] = {}                  # approval id -> binding
+
+    def put(self, row: Mapping[str, Any]) -> None:
+        """Take an item as it is now (filed, decided, used, expired...)."""
+        aid = row["id"]
+        old = self._binding_of.pop(aid, None)
+        if old is not None:
+            items = self._by_binding.get(old, {})
+            items.pop(aid, None)
+            if not items:
+                self._by_binding.pop(old, None)
+        if live(row):
+            self._by_binding.setdefault(row["binding"], {})[aid] = row["status"]
+            self._binding_of[aid] = row["binding"]
+
+    def load(self, rows: Iterable[Mapping[str, Any]]) -> None:
+        for row in rows:
+            self.put(row)
+
+    def sync_pending(self, pending: Iterable[Mapping[str, Any]]) -> None:
+        """The store's full list of pending items: drop indexed pending items it no longer has."""
+        rows = list(pending)
+        keep = {r["id"] for r in rows}
+        for aid in [a for a, b in self._binding_of.items()
+                    if self._by_binding.get(b, {}).get(a) == "pending" and a not in keep]:
+            self.put({"id": aid, "status": "gone", "binding": self._binding_of[aid]})
+        self.load(rows)
+
+    def has(self, binding: str, status: str) -> bool:
+        return status in self._by_binding.get(binding, {}).values()
+
+    def __len__(self) -> int:
+        return len(self._binding_of)

@@ -1,0 +1,205 @@
+"""The decision cache keys on what the policy reads of the input (gateway/policy/readset.py): a changed read
+field misses, a changed unread field hits, and a revision that starts reading a field keys on it."""
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gateway.policy.embedded import EmbeddedEngine
+from gateway.policy.evaluator import Evaluator
+from gateway.policy.loader import default_policy_dir, load_policy_dir
+from gateway.policy.readset import LEN, WILD, build_trie, compile_projection, project, scan_reads
+from gateway.toolcalls.enrich import build_toolcall_input
+
+HEAD = "package sandgate.egress\nimport rego.v1\n"
+
+
+@pytest.mark.parametrize("text, reads", [
+    ("a if input.request.host == 1", {("request", "host")}),
+    ('a if input["request"]["path"] == 1', {("request", "path")}),
+    ("a if input.history[i].decision == 1", {("history", WILD, "decision")}),
+    ("a if input.xs[0].y", {("xs", 0, "y")}),
+    ("a if count(input.history) > 2", {("history", LEN)}),
+    ("a if count(input.history) + 1 > 2", {("history", LEN)}),
+    ('a if object.get(input, "sql", {}) == 1', {("sql",)}),
+    ('a if object.get(input, ["tool", "name"], "") == 1', {("tool", "name")}),
+    ("a if count(input.tool.args[k]) > 2", {("tool", "args", WILD, LEN)}),
+    ('# input.step in a comment\na if "input.step" == input.kind', {("kind",)}),
+    ("a if data.x.input.step", set()),
+    ("a if input.a.b[concat(\"\", [x])]", {("a", "b")}),
+])
+def test_scan_follows_literal_references(text, reads):
+    assert scan_reads([HEAD + text]) == frozenset(reads)
+
+
+@pytest.mark.parametrize("text", [
+    "a if input", "a if walk(input, [p, v])", 'a if object.get(input, k, "")', "a if count(input) > 1",
+    "a if f with input as {}", "import input\na if input.x", "import input.tool as t\na if t.x", "a if json.marshal(input)", "x := input\na if x",
+])
+def test_anything_else_reads_the_whole_input(text):
+    assert scan_reads([HEAD + text]) is None
+
+
+def key(reads, doc):
+    return json.dumps(project(doc, build_trie(reads)), sort_keys=True)
+
+
+def test_projection_keeps_read_fields_only():
+    reads = {("session", "frozen"), ("history", WILD, "decision"), ("history", LEN)}
+    doc = {"step": 1, "session": {"frozen": False, "stats": {"n": 1}},
+           "history": [{"id": "a", "decision": "allow", "age_s": 1.0}]}
+    other = copy.deepcopy(doc)
+    other.update(step=2)
+    other["session"]["stats"]["n"] = 5
+    other["history"][0].update(id="b", age_s=7.5)
+    assert key(reads, doc) == key(reads, other)                      # unread fields differ: same key
+    for change in (lambda d: d["session"].update(frozen=True), lambda d: d["history"][0].update(decision="deny"),
+                   lambda d: d["history"].append({"id": "c"}), lambda d: d["session"].pop("frozen"),
+                   lambda d: d.update(history={"0": {"decision": "allow"}})):
+        changed = copy.deepcopy(doc)
+        change(changed)
+        assert key(reads, doc) != key(reads, changed)
+
+
+def test_a_whole_read_keeps_everything_below():
+    reads = {("tool",), ("tool", "args", "x")}
+    assert key(reads, {"tool": {"args": {"y": 1}}}) != key(reads, {"tool": {"args": {"y": 2}}})
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text())
+def test_scan_never_raises(text):
+    scan_reads([text])
+
+
+# -- the shipped policies -------------------------------------------------------------------------
+
+SESSION = {"id": "s1", "workload": "persistent", "created_at": 0.0, "labels": {}, "frozen": False,
+           "allow": ["example.com"], "workspace": "/workspace", "secrets": [], "stats": {"toolcalls": 3}}
+
+
+def _entry(i: int, decision: str, frozen: bool) -> dict:
+    return {"id": f"t_{i}", "step": i, "age_s": 0.5 * i, "tool": "shell", "summary": f"shell: x{i}",
+            "decision": decision, "codes": [], "frozen": frozen, "writes": []}
+
+
+@pytest.fixture(scope="module")
+def shipped():
+    source = load_policy_dir(default_policy_dir())
+    reads = scan_reads([t for _, t in source.modules])
+    assert reads is not None and ("step",) not in reads
+    return Evaluator(source), build_trie(reads)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["allow", "deny", "ask"]), st.booleans()), max_size=5),
+       st.integers(0, 1000), st.sampled_from(["rm -rf build", "ls", "git push origin main"]))
+def test_shipped_policies_same_key_same_decision(shipped, entries, step, command):
+    """Two tool calls that differ in everything the policy does not read get the same key, and then the
+    same decision from the real engine."""
+    evaluator, trie = shipped
+    history = [_entry(i, d, f) for i, (d, f) in enumerate(entries)]
+    doc = build_toolcall_input(session=SESSION, tool="shell", args={"command": command}, step=step, now=100.0,
+                               history=history)
+    shifted = build_toolcall_input(session={**SESSION, "stats": {"toolcalls": 99}}, tool="shell",
+                                   args={"command": command}, step=step + 7, now=500.0,
+                                   history=[{**h, "id": h["id"] + "x", "step": h["step"] + 7,
+                                             "age_s": h["age_s"] + 3} for h in history])
+    assert project(doc, trie) == project(shifted, trie)
+    assert evaluator.decide("toolcall", doc) == evaluator.decide("toolcall", shifted)
+
+
+def test_shipped_history_decisions_change_the_key(shipped):
+    evaluator, trie = shipped
+    denied = [_entry(i, "deny", False) for i in range(3)]
+    mixed = denied[:2] + [_entry(2, "allow", False)]
+    a, b = (build_toolcall_input(session=SESSION, tool="shell", args={"command": "rm -rf build"}, step=4,
+                                 now=10.0, history=h) for h in (denied, mixed))
+    assert project(a, trie) != project(b, trie)
+    assert "toolcall.after_denials" in evaluator.decide("toolcall", a)["codes"]
+    assert "toolcall.after_denials" not in evaluator.decide("toolcall", b)["codes"]
+
+
+# -- the engine's cache ---------------------------------------------------------------------------
+
+def _write(tmp_path, body: str):
+    (tmp_path / "egress.rego").write_text(HEAD + body)
+    (tmp_path / "toolcall.rego").write_text("package sandgate.toolcall\nimport rego.v1\n"
+                                           'decision := {"action": "allow", "reasons": [], "codes": []}\n')
+    return tmp_path
+
+
+async def test_cache_hits_on_unread_field_misses_on_read_field_and_a_new_revision_rekeys(tmp_path):
+    allow = '{"action": "allow", "reasons": [], "codes": []}'
+    deny = '{"action": "deny", "reasons": ["no"], "codes": ["x"]}'
+    engine = EmbeddedEngine(_write(tmp_path, f'default decision := {deny}\ndecision := {allow} if input.a == 1\n'),
+                            workers=1)
+    await engine.start()
+    try:
+        c = engine.cache
+        assert (await engine.decide("egress", {"a": 1, "b": 1})).action == "allow"
+        assert (c.hits, c.misses) == (0, 1)
+        assert (await engine.decide("egress", {"a": 1, "b": 2})).action == "allow"       # b unread: a hit
+        assert (c.hits, c.misses) == (1, 1)
+        assert (await engine.decide("egress", {"a": 2, "b": 2})).action == "deny"        # a read: a miss
+        assert (c.hits, c.misses) == (1, 2)
+        # a revision that starts reading b: b is in the key, and nothing from the old revision is served
+        _write(tmp_path, f'default decision := {deny}\ndecision := {allow} if {{\n\tinput.a == 1\n\tinput.b == 1\n}}\n')
+        assert await engine.reload() is True
+        assert ("b",) in c.reads
+        assert (await engine.decide("egress", {"a": 1, "b": 2})).action == "deny"
+        assert (await engine.decide("egress", {"a": 1, "b": 1})).action == "allow"
+        assert (await engine.decide("egress", {"a": 1, "b": 3})).action == "deny"
+        assert c.hits == 1
+    finally:
+        await engine.close()
+
+
+# -- rules nothing refers to ----------------------------------------------------------------------
+
+@pytest.mark.parametrize("extra, whole_read", [
+    ("", False),                                                            # `h` is never used
+    ("allow if count(h) > 0", True),                                        # used by name
+    ("allow if count(data.sandgate.egress.h) > 0", True),                   # used through data
+    ("allow if count(data.sandgate.egress) > 0", True),                     # the package read whole
+    ('allow if count(data.sandgate["egress"][k]) > 0', True),
+])
+def test_an_unreferenced_rule_reads_nothing(extra, whole_read):
+    reads = scan_reads([HEAD + "h := object.get(input, \"history\", [])\nallow if input.a\n" + extra])
+    assert (("history",) in reads) is whole_read and ("a",) in reads
+
+
+def test_a_piece_holding_two_rules_is_never_dropped():
+    text = HEAD + "h := input.x\n  g := input.y\nallow if g\n"
+    assert ("y",) in scan_reads([text])
+
+
+@pytest.mark.parametrize("site", [
+    "package sandgate.toolcall\nimport rego.v1\nask contains {\"code\": \"s\", \"reason\": \"r\"} if {\n"
+    "\tsome h in history\n\th.summary == \"x\"\n}\n",
+    "package site\nimport rego.v1\nimport data.sandgate.toolcall\nx := toolcall.history\n",
+])
+def test_a_site_rule_using_the_history_helper_keys_on_the_whole_history(site):
+    source = load_policy_dir(default_policy_dir())
+    assert ("history",) not in scan_reads([t for _, t in source.modules])
+    assert ("history",) in scan_reads([t for _, t in source.modules] + [site])
+
+
+_paths = st.lists(st.lists(st.one_of(st.sampled_from(["a", "b", "c", WILD]), st.integers(0, 2)), min_size=1,
+                           max_size=3).map(lambda p: tuple(p) + (LEN,) if len(p) == 3 and p[0] == "c" else tuple(p)),
+                  max_size=5)
+_docs = st.recursive(st.one_of(st.none(), st.booleans(), st.integers(), st.text(max_size=3)),
+                     lambda kids: st.one_of(st.lists(kids, max_size=3),
+                                            st.dictionaries(st.sampled_from(["a", "b", "c", "d"]), kids, max_size=4)),
+                     max_leaves=12)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_paths, _docs)
+def test_compiled_projection_is_project(paths, doc):
+    trie = build_trie(paths)
+    assert compile_projection(trie)(doc) == project(doc, trie)
