@@ -101,3 +101,19 @@ def test_describing_ends(name):
         pytest.fail(f"describing the {name} command did not end")
     assert proc.returncode == 0, proc.stderr[-1500:]
     assert json.loads(proc.stdout.strip().splitlines()[-1])["action"] != "allow"
+
+
+# -- commands bash runs that the parser did not see -------------------------------------------------------
+@pytest.mark.parametrize("command", [
+    "coproc rm -rf ~",                                  # coproc runs its command
+    "echo ${x:=`rm -rf ~`}",                            # backticks inside a parameter expansion
+    'echo "${x:-`rm -rf ~`}"',
+    "hash -p /bin/rm ls; ls -rf ~",                     # hash -p: ls now runs /bin/rm
+])
+def test_hidden_runs(ev, command):
+    assert decide(ev, command)["action"] == "deny"
+
+
+@pytest.mark.parametrize("command", ["hash -r", "echo ${x:-default}", "coproc sleep 1"])
+def test_hidden_runs_ordinary(ev, command):
+    assert decide(ev, command)["action"] == "allow"
