@@ -447,6 +447,8 @@ class _Command:
                 key, eq, value = word.partition("=")
                 if eq and not key.startswith("-"):
                     line.aliases[key] = value
+        elif name == "hash" and "-p" in eff[1:-2]:  # `hash -p /bin/rm ls`: ls now runs /bin/rm
+            line.aliases[eff[-1]] = shlex.quote(eff[eff.index("-p") + 1])
         elif name in _DECLARE:
             for word in eff[1:]:
                 if ASSIGNMENT.match(word):
