@@ -175,6 +175,9 @@ class _Line:
 
     # -- one command --------------------------------------------------------------------------------
     def command(self, cmd: dict, depth: int, origin: str, op: str, piped: _Out | None) -> _Out | None:
+        if depth > MAX_DEPTH:                 # `find -exec find -exec ...` nests commands without a script
+            self.ok = False
+            return None
         argv = cmd["argv"]
         while argv and argv[0] in _RESERVED:      # `x; then rm ...`: bash refuses it, tree-sitter does not
             self.ok = False

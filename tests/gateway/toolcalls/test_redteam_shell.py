@@ -117,3 +117,17 @@ def test_hidden_runs(ev, command):
 @pytest.mark.parametrize("command", ["hash -r", "echo ${x:-default}", "coproc sleep 1"])
 def test_hidden_runs_ordinary(ev, command):
     assert decide(ev, command)["action"] == "allow"
+
+
+def test_nested_find_exec_is_bounded():
+    """`find . -exec find . -exec ... \\;` nested commands past MAX_DEPTH without a script: it recursed until
+    RecursionError (seconds of CPU in an uncancellable thread). Now not parsed: ask."""
+    command = "find . -exec " * 1000 + "rm -rf ~ " + "\\; " * 1000
+    try:
+        proc = subprocess.run([sys.executable, "-c", SCRIPT, command], cwd=ROOT, capture_output=True, text=True,
+                              timeout=45)
+    except subprocess.TimeoutExpired:
+        pytest.fail("describing nested find -exec did not end")
+    assert proc.returncode == 0, proc.stderr[-1500:]
+    assert json.loads(proc.stdout.strip().splitlines()[-1])["action"] != "allow"
+    assert "RecursionError" not in proc.stderr
