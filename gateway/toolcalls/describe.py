@@ -119,6 +119,7 @@ class _Line:
         self.links = dict(links)
         self.files = dict(files)
         self.copies: dict[str, str] = {}               # a copy of an existing file (cp /bin/rm x): x -> /bin/rm
+        self.env_path: str | None = None               # PATH given to the command being described (`PATH=. cmd`)
         self.variables: dict[str, list[str]] = {}
         self.aliases: dict[str, str] = {}
         self.functions: dict[str, str] = {}
@@ -208,7 +209,9 @@ class _Line:
             names = expand_braces(names[0])
         words = names + [w for word, how in zip(argv[1:], quoting[1:])
                          for w in expand_word(word, self.variables, self.cwd, how)]
+        self.env_path = (cmd.get("env") or {}).get("PATH")
         unwrapped = unwrap(words, self.program_behind)     # a renamed program is judged as what it is
+        self.env_path = None
         rec: dict[str, Any] = {"argv": argv, "op": op, "effective": unwrapped.argv, "redirects": cmd["redirects"]}
         if cmd.get("env"):
             rec["env"] = cmd["env"]
@@ -279,6 +282,14 @@ class _Line:
             self.effects.files.pop(norm, None)
             self.copies.pop(norm, None)
 
+    def path_dirs(self) -> list[str]:
+        """The known directories of a PATH set in this line (`PATH=.:$PATH cmd`, `export PATH=...`)."""
+        texts = ([self.env_path] if self.env_path is not None else []) + self.variables.get("PATH", [])
+        if self.cwd is not None:
+            texts = [re.sub(r"\$\{?PWD\}?(?![A-Za-z0-9_])", self.cwd, t) for t in texts]      # $PWD/bin
+        texts = [c for t in texts[:4] for c in substitute(t, self.variables, self.cwd)[:4]]
+        return [d or "." for t in texts for d in t.split(":") if "$" not in d][:16]
+
     def copied(self, source: str, dest: str, here: str | None) -> None:
         """dest is now a copy of an existing file: running it runs that program."""
         src, norm = self.resolve(source, here), self.resolve(dest, here)
@@ -287,8 +298,14 @@ class _Line:
 
     def program_behind(self, word: str) -> str | None:
         """The program a path runs when it is a link to, or a copy of, a program with another name
-        (`ln -s /bin/rm zap; ./zap`, `cp /bin/rm zap; ./zap`), else None."""
+        (`ln -s /bin/rm zap; ./zap`, `cp /bin/rm zap; ./zap`, or `zap` found through a PATH set in the line),
+        else None."""
         if "/" not in word:
+            for directory in self.path_dirs():
+                candidate = posixpath.join(directory, word)
+                plain = resolve_path(candidate, self.cwd)
+                if plain is not None and (plain in self.copies or self.resolve(candidate, self.cwd) != plain):
+                    return self.program_behind(candidate)
             return None
         real = self.resolve(word, self.cwd)
         real = self.copies.get(real, real) if real is not None else None

@@ -131,3 +131,13 @@ def test_nested_find_exec_is_bounded():
     assert proc.returncode == 0, proc.stderr[-1500:]
     assert json.loads(proc.stdout.strip().splitlines()[-1])["action"] != "allow"
     assert "RecursionError" not in proc.stderr
+
+
+@pytest.mark.parametrize("command", [
+    "ln -s /bin/rm ls; PATH=.:$PATH ls -rf ~",               # a renamed program found through PATH
+    "ln -s /bin/rm ls; export PATH=.:$PATH; ls -rf ~",
+    "mkdir -p b; ln -s /bin/rm b/ls; PATH=$PWD/b:$PATH ls -rf ~",
+    "cp /bin/rm ./ll; PATH=.:$PATH ll -rf ~",
+])
+def test_renamed_program_through_path(ev, command):
+    assert decide(ev, command)["action"] == "deny"
