@@ -56,13 +56,18 @@ def main(tmp: Path) -> int:
     out: dict = {}
     with Upstream() as up, Sandgate(tmp / "gw", {"egress": {"private_allow": ["127.0.0.0/8"]}}) as sg:
         sess = sg.session(allow=["rebind.test"])
-        try:
-            resp = requests.get(f"http://rebind.test:{up.port}/", proxies=sess["proxies"], timeout=20)
-            out["status"], out["body"] = resp.status_code, resp.text[:500]
-        except requests.RequestException as exc:
-            out["status"], out["body"] = 0, type(exc).__name__
-        out["a_queries"] = dns_server.a_queries
-        out["upstream_saw"] = len(up.recorder.requests)
+        # Two requests, each on a new connection (no keep-alive between them): the first is resolved once, and
+        # the dial goes to the address that was checked; the second (the answer's TTL is 0) is resolved again,
+        # gets the metadata address, and is refused by name before any dial.
+        for label in ("first", "second"):
+            try:
+                resp = requests.get(f"http://rebind.test:{up.port}/", proxies=sess["proxies"], timeout=20,
+                                    headers={"Connection": "close"})
+                out[label] = {"status": resp.status_code, "body": resp.text[:500]}
+            except requests.RequestException as exc:
+                out[label] = {"status": 0, "body": type(exc).__name__}
+            out[label]["a_queries"] = dns_server.a_queries
+            out[label]["upstream_saw"] = len(up.recorder.requests)
         out["events"] = [{k: e.get(k) for k in ("kind", "action", "codes", "detail")} for e in sg.events(sess["id"])
                          if e["kind"] == "egress"]
     print(json.dumps(out))
