@@ -34,6 +34,9 @@ from gateway.toolcalls.urls import describe_url
 from gateway.toolcalls.wrappers import (ASSIGNMENT, SHELLS, find_exec_groups, parallel_script, shell_script,
                                         shell_script_file, unwrap)
 
+# git subcommands that run hooks (.git/hooks/pre-commit, post-checkout, pre-push, ...)
+_GIT_HOOK_RUNNERS = frozenset({"commit", "merge", "pull", "checkout", "switch", "rebase", "push", "am", "cherry-pick",
+                               "revert", "gc", "worktree", "clone", "apply", "send-email", "reset", "restore"})
 MAX_DEPTH = 12             # nesting of scripts run by scripts
 MAX_COMMANDS = 100         # longer lists are cut here and reported unparsed
 MAX_WORK = 300_000         # characters parsed in all (nested scripts, code) per tool call
@@ -500,6 +503,8 @@ class _Command:
             self.nested(text, "parallel")
         if name in ("make", "gmake"):
             self.runs((self.values.get("-f") or self.values.get("--file") or ["Makefile"])[-1], "make")
+        if name == "git" and self.operands and self.operands[0] in _GIT_HOOK_RUNNERS:
+            self.git_hooks()
         if "/" in (eff[0] if eff else "") and name not in SHELLS:
             self.runs(eff[0], None)
         elif eff and "PATH" in line.variables and "/" not in eff[0]:
@@ -548,6 +553,14 @@ class _Command:
             self.runs(stdin.word, language)
         else:
             self.rec["stdin_script"] = self.rec["dynamic"] = True
+
+    def git_hooks(self) -> None:
+        """Hooks written earlier in the line or the session (`.git/hooks/pre-commit`) run with this git command."""
+        top = self.line.resolve(".git/hooks", self.here)
+        if top is None:
+            return
+        for path in sorted(p for p in self.line.files if p.startswith(top + "/"))[:8]:
+            self.runs(path, None)
 
     def runs(self, word: str, language: str | None) -> None:
         produced = _substitution_output(word)
