@@ -1,6 +1,8 @@
 """Approval endpoints: list, read (with ?wait), approve, deny."""
 from __future__ import annotations
 
+import math
+
 from aiohttp import web
 
 from gateway.api.auth import require
@@ -61,9 +63,12 @@ async def get_approval(request: web.Request) -> web.Response:
     wait = request.query.get("wait")
     if wait is not None:
         try:
-            seconds = min(max(float(wait), 0.0), MAX_WAIT_S)
+            seconds = float(wait)
         except ValueError:
             raise ApiError(400, "bad_request", "wait must be a number of seconds") from None
+        if math.isnan(seconds):                        # max(nan, 0.0) is nan: a wait that never ended
+            raise ApiError(400, "bad_request", "wait must be a number of seconds")
+        seconds = min(max(seconds, 0.0), MAX_WAIT_S)
         row = await queue.wait(aid, seconds) or row
     if principal.role == "harness" and row["status"] == "approved" and row["used_at"] is None:
         # The harness proceeds on `approved`: this read uses the approval (once).

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import asyncio
+import math
 
 from aiohttp import web
 
@@ -27,11 +28,18 @@ MAX_EVENTS_WAIT_S = 60.0
 EVENTS_POLL_S = 0.2
 
 
+INT_MIN, INT_MAX = -(2 ** 31), 2 ** 31 - 1        # the store's INTEGER columns (seq)
+
+
 def _number(request: web.Request, name: str, default: str, kind: type) -> float | int:
+    """A finite query number (NaN made a wait that never ended; integers past the store's columns were 503s)."""
     try:
-        return kind(request.query.get(name, default))
-    except ValueError:
+        value = kind(request.query.get(name, default))
+    except (ValueError, OverflowError):
         raise ApiError(400, "bad_request", f"{name} must be a number") from None
+    if (kind is float and math.isnan(value)) or (kind is int and not INT_MIN <= value <= INT_MAX):
+        raise ApiError(400, "bad_request", f"{name} is out of range")
+    return value
 
 
 @routes.get("/v1/events")
@@ -41,6 +49,8 @@ async def list_events(request: web.Request) -> web.Response:
     principal = require(request, "harness", "approver")
     audit = request.app[AUDIT]
     limit = min(_number(request, "limit", "10000", int), 100000)
+    if limit < 0:
+        raise ApiError(400, "bad_request", "limit must not be negative")
     session, kind = request.query.get("session"), request.query.get("kind")
     after = _number(request, "after", "-1", int) if "after" in request.query else None
     wait = min(max(_number(request, "wait", "0", float), 0.0), MAX_EVENTS_WAIT_S)

@@ -6,6 +6,8 @@ from typing import Any
 
 ACTIONS = ("allow", "deny", "ask")
 
+MAX_APPROVAL_TTL_S = 365 * 24 * 3600.0      # the longest an ask may keep its approval open
+
 
 @dataclass(frozen=True)
 class Decision:
@@ -55,6 +57,6 @@ def parse_decision(raw: Any, rev: str = "") -> Decision:
     approval = raw.get("approval")             # wave 1's spelling, still read
     for candidate in (raw.get("ttl_s"), approval.get("ttl_s") if isinstance(approval, dict) else None):
         if isinstance(candidate, (int, float)) and not isinstance(candidate, bool) and candidate > 0:
-            ttl = float(candidate)
+            ttl = min(float(candidate), MAX_APPROVAL_TTL_S)     # 1e300: an expiry no date can show
             break
     return Decision(action, tuple(reasons), tuple(codes), approval_ttl_s=ttl, rev=rev)

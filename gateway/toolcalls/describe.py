@@ -34,6 +34,9 @@ from gateway.toolcalls.urls import describe_url
 from gateway.toolcalls.wrappers import (ASSIGNMENT, SHELLS, find_exec_groups, parallel_script, shell_script,
                                         shell_script_file, unwrap)
 
+# git subcommands that run hooks (.git/hooks/pre-commit, post-checkout, pre-push, ...)
+_GIT_HOOK_RUNNERS = frozenset({"commit", "merge", "pull", "checkout", "switch", "rebase", "push", "am", "cherry-pick",
+                               "revert", "gc", "worktree", "clone", "apply", "send-email", "reset", "restore"})
 MAX_DEPTH = 12             # nesting of scripts run by scripts
 MAX_COMMANDS = 100         # longer lists are cut here and reported unparsed
 MAX_WORK = 300_000         # characters parsed in all (nested scripts, code) per tool call
@@ -119,6 +122,7 @@ class _Line:
         self.links = dict(links)
         self.files = dict(files)
         self.copies: dict[str, str] = {}               # a copy of an existing file (cp /bin/rm x): x -> /bin/rm
+        self.env_path: str | None = None               # PATH given to the command being described (`PATH=. cmd`)
         self.variables: dict[str, list[str]] = {}
         self.aliases: dict[str, str] = {}
         self.functions: dict[str, str] = {}
@@ -175,6 +179,9 @@ class _Line:
 
     # -- one command --------------------------------------------------------------------------------
     def command(self, cmd: dict, depth: int, origin: str, op: str, piped: _Out | None) -> _Out | None:
+        if depth > MAX_DEPTH:                 # `find -exec find -exec ...` nests commands without a script
+            self.ok = False
+            return None
         argv = cmd["argv"]
         while argv and argv[0] in _RESERVED:      # `x; then rm ...`: bash refuses it, tree-sitter does not
             self.ok = False
@@ -205,7 +212,9 @@ class _Line:
             names = expand_braces(names[0])
         words = names + [w for word, how in zip(argv[1:], quoting[1:])
                          for w in expand_word(word, self.variables, self.cwd, how)]
+        self.env_path = (cmd.get("env") or {}).get("PATH")
         unwrapped = unwrap(words, self.program_behind)     # a renamed program is judged as what it is
+        self.env_path = None
         rec: dict[str, Any] = {"argv": argv, "op": op, "effective": unwrapped.argv, "redirects": cmd["redirects"]}
         if cmd.get("env"):
             rec["env"] = cmd["env"]
@@ -276,6 +285,14 @@ class _Line:
             self.effects.files.pop(norm, None)
             self.copies.pop(norm, None)
 
+    def path_dirs(self) -> list[str]:
+        """The known directories of a PATH set in this line (`PATH=.:$PATH cmd`, `export PATH=...`)."""
+        texts = ([self.env_path] if self.env_path is not None else []) + self.variables.get("PATH", [])
+        if self.cwd is not None:
+            texts = [re.sub(r"\$\{?PWD\}?(?![A-Za-z0-9_])", self.cwd, t) for t in texts]      # $PWD/bin
+        texts = [c for t in texts[:4] for c in substitute(t, self.variables, self.cwd)[:4]]
+        return [d or "." for t in texts for d in t.split(":") if "$" not in d][:16]
+
     def copied(self, source: str, dest: str, here: str | None) -> None:
         """dest is now a copy of an existing file: running it runs that program."""
         src, norm = self.resolve(source, here), self.resolve(dest, here)
@@ -284,8 +301,14 @@ class _Line:
 
     def program_behind(self, word: str) -> str | None:
         """The program a path runs when it is a link to, or a copy of, a program with another name
-        (`ln -s /bin/rm zap; ./zap`, `cp /bin/rm zap; ./zap`), else None."""
+        (`ln -s /bin/rm zap; ./zap`, `cp /bin/rm zap; ./zap`, or `zap` found through a PATH set in the line),
+        else None."""
         if "/" not in word:
+            for directory in self.path_dirs():
+                candidate = posixpath.join(directory, word)
+                plain = resolve_path(candidate, self.cwd)
+                if plain is not None and (plain in self.copies or self.resolve(candidate, self.cwd) != plain):
+                    return self.program_behind(candidate)
             return None
         real = self.resolve(word, self.cwd)
         real = self.copies.get(real, real) if real is not None else None
@@ -447,6 +470,8 @@ class _Command:
                 key, eq, value = word.partition("=")
                 if eq and not key.startswith("-"):
                     line.aliases[key] = value
+        elif name == "hash" and "-p" in eff[1:-2]:  # `hash -p /bin/rm ls`: ls now runs /bin/rm
+            line.aliases[eff[-1]] = shlex.quote(eff[eff.index("-p") + 1])
         elif name in _DECLARE:
             for word in eff[1:]:
                 if ASSIGNMENT.match(word):
@@ -478,6 +503,8 @@ class _Command:
             self.nested(text, "parallel")
         if name in ("make", "gmake"):
             self.runs((self.values.get("-f") or self.values.get("--file") or ["Makefile"])[-1], "make")
+        if name == "git" and self.operands and self.operands[0] in _GIT_HOOK_RUNNERS:
+            self.git_hooks()
         if "/" in (eff[0] if eff else "") and name not in SHELLS:
             self.runs(eff[0], None)
         elif eff and "PATH" in line.variables and "/" not in eff[0]:
@@ -526,6 +553,14 @@ class _Command:
             self.runs(stdin.word, language)
         else:
             self.rec["stdin_script"] = self.rec["dynamic"] = True
+
+    def git_hooks(self) -> None:
+        """Hooks written earlier in the line or the session (`.git/hooks/pre-commit`) run with this git command."""
+        top = self.line.resolve(".git/hooks", self.here)
+        if top is None:
+            return
+        for path in sorted(p for p in self.line.files if p.startswith(top + "/"))[:8]:
+            self.runs(path, None)
 
     def runs(self, word: str, language: str | None) -> None:
         produced = _substitution_output(word)

@@ -16,6 +16,7 @@ Anything that cannot be parsed is reported as such (`parsed: false`) so the poli
 """
 from __future__ import annotations
 
+import re
 import shlex
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
@@ -24,7 +25,7 @@ from gateway.policy.inputs import build_session_input
 from gateway.toolcalls.describe import Effects, describe_line, describe_shell
 from gateway.toolcalls.options import parse_options
 from gateway.toolcalls.paths import clean_dir, describe_path
-from gateway.toolcalls.sql import MAX_SQL_LENGTH, describe_sql
+from gateway.toolcalls.sql import MAX_SQL_LENGTH, describe_sql, sql_side_effects
 from gateway.toolcalls.streams import MAX_TEXT
 from gateway.toolcalls.urls import describe_url
 
@@ -32,6 +33,7 @@ __all__ = ["MAX_SQL_LENGTH", "SHELL_TOOLS", "Enriched", "build_toolcall_input", 
            "describe_sql", "describe_url", "enrich_toolcall", "parse_options"]
 
 SHELL_TOOLS = frozenset({"shell", "bash", "sh", "exec", "terminal"})
+_PROGRAM_WORD = re.compile(r"\bPROGRAM\b", re.I)
 
 
 @dataclass
@@ -99,6 +101,12 @@ def toolcall_facts(base: Mapping[str, Any], links: Mapping[str, str | None] | No
         sql = describe_sql(query, dialect) if isinstance(query, str) else {"parsed": False, "kinds": [],
                                                                           "unbounded": []}
         doc["sql"] = {**sql, "visible": isinstance(query, str)}
+        if isinstance(query, str) and _PROGRAM_WORD.search(query[:MAX_SQL_LENGTH]):
+            # COPY ... TO/FROM PROGRAM runs a shell command on the database host: its commands are facts like
+            # a shell tool's (`from: "sql"`); a program that is not a literal is not parsed (ask).
+            programs, _files = sql_side_effects(query)
+            shell, _fx = describe_line("\n".join(programs), workspace, links, dict(files or {}))
+            doc["shell"] = {**shell, "parsed": bool(programs) and shell["parsed"], "from": "sql"}
     return doc, effects
 
 

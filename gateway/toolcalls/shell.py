@@ -42,6 +42,7 @@ _LANGUAGE = Language(tsb.language())
 _LOCAL = threading.local()
 _NON_ASCII = re.compile(r"[^\x00-\x7f]")
 _ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")
+_BACKTICKS = re.compile(r"`([^`]+)`")
 _OPS = {";": ";", "\n": ";", "&": ";", ";;": ";", ";&": ";", ";;&": ";", "&&": "&&", "||": "||", "|": "|", "|&": "|"}
 _CONTAINERS = frozenset({
     "program", "list", "pipeline", "compound_statement", "subshell", "do_group", "if_statement", "elif_clause",
@@ -193,6 +194,11 @@ class _Walker:
         elif kind == "comment":
             return
         else:
+            if kind == "expansion":             # tree-sitter leaves `...` inside ${x:=`cmd`} a plain word
+                for child in node.children:
+                    if child.type == "word":
+                        for match in _BACKTICKS.finditer(self.raw(child)):
+                            self.out.script(match.group(1))
             if kind == "for_statement":
                 self.loop_variable(node)
             elif kind == "function_definition":

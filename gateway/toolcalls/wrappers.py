@@ -55,6 +55,7 @@ _T = {
     "nice": _Spec(args="-n --adjustment"),
     "ionice": _Spec(args="-c -n --class --classdata", no_command="-p -P -u --pid --pgid --uid"),
     "nohup": _Spec(),
+    "coproc": _Spec(),              # `coproc cmd args`: bash runs cmd in the background
     "setsid": _Spec(),
     "time": _Spec(args="-f -o --format --output", writes="-o --output"),
     "timeout": _Spec(args="-s -k --signal --kill-after", skip=1),

@@ -136,6 +136,14 @@ ask contains {"code": "toolcall.external_write", "reason": sprintf("%s to a host
 	not url_allowed(object.get(input, "url", {}))
 }
 
+# http_request runs on the harness side, outside the sandbox's egress proxy and its address check: a request to
+# loopback (sandgate's own API), the metadata address or a private network asks.
+ask contains {"code": "toolcall.internal_address", "reason": sprintf("an HTTP request to %s (%s) needs approval", [input.url.host, input.url.ip_class])} if {
+	native
+	tool_name == "http_request"
+	not input.url.ip_class in {"", "public"}
+}
+
 ask contains {"code": "toolcall.delete", "reason": "an HTTP DELETE needs approval"} if {
 	native
 	tool_name == "http_request"

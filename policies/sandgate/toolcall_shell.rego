@@ -13,10 +13,15 @@ import data.sandgate.lib.paths
 
 commands := cs if {
 	native
-	tool_in("shell_tools")
+	shell_facts
 	cs := object.get(input, ["shell", "commands"], [])
 	is_array(cs)
 } else := []
+
+# Shell-like tools, and SQL that runs a program on the database host (COPY ... PROGRAM: `input.shell.from`).
+shell_facts if tool_in("shell_tools")
+
+shell_facts if input.shell.from == "sql"
 
 sub(c) := object.get(c, "operands", [])[0]
 
@@ -28,6 +33,12 @@ ask contains {"code": "toolcall.unparsed", "reason": "the shell command could no
 	native
 	tool_in("shell_tools")
 	object.get(input, ["shell", "parsed"], false) != true
+}
+
+ask contains {"code": "toolcall.unparsed", "reason": "the program the SQL runs (COPY ... PROGRAM) is not visible"} if {
+	native
+	input.shell.from == "sql"
+	input.shell.parsed != true
 }
 
 # -- deletes, moves, devices ----------------------------------------------------------------------------

@@ -557,3 +557,23 @@ test_ask_frozen_lists_only_the_mutating_commands if {
 	d := frozen([cmd(["ls"], {}), cmd(["make"], {})])
 	d.reasons == ["the session is frozen: make needs approval"]
 }
+
+# -- SQL that runs a program on the database host (the sql tool's COPY ... PROGRAM) ------------------------
+
+sql_program(cmds, parsed) := {
+	"kind": "toolcall", "session": session, "tool": {"name": "sql", "args": {"query": "COPY t TO PROGRAM '...'"}},
+	"step": 1, "history": [], "sql": {"parsed": true, "kinds": ["COPY"], "unbounded": [], "visible": true},
+	"shell": {"parsed": parsed, "commands": cmds, "from": "sql"},
+}
+
+test_sql_copy_program_home_wipe_deny if {
+	d := toolcall.decision with input as sql_program([cmd(["rm", "-rf", "~"], {"flags": ["-rf", "-r", "-f"], "paths": [home], "deletes": [home]})], true)
+	d.action == "deny"
+	"toolcall.delete_home" in d.codes
+}
+
+test_sql_copy_program_not_visible_ask if {
+	d := toolcall.decision with input as sql_program([], false)
+	d.action == "ask"
+	"toolcall.unparsed" in d.codes
+}

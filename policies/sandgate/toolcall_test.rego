@@ -186,6 +186,19 @@ test_allow_get_elsewhere if {
 	d.codes == ["toolcall.read"]
 }
 
+test_ask_get_to_metadata_address if {
+	u := object.union(url("169.254.169.254", 80), {"ip_class": "link_local"})
+	d := toolcall.decision with input as call("http_request", {"method": "GET", "url": "u"}, {"url": u})
+	d.action == "ask"
+	d.codes == ["toolcall.internal_address"]
+}
+
+test_allow_get_to_public_address if {
+	u := object.union(url("93.184.215.14", 443), {"ip_class": "public"})
+	d := toolcall.decision with input as call("http_request", {"method": "GET", "url": "u"}, {"url": u})
+	d.codes == ["toolcall.read"]
+}
+
 test_ask_unparsed_url if {
 	d := toolcall.decision with input as call("http_request", {"method": "GET", "url": "x"}, {"url": {"parsed": false}})
 	d.codes == ["toolcall.unparsed"]

@@ -71,7 +71,7 @@ def test_relative_workspace_and_default():
 def test_http_request_url():
     doc = build("http_request", {"method": "post", "url": "https://API.Example.com:8443/a/b?x=1&x=2"})
     assert doc["url"] == {"parsed": True, "scheme": "https", "host": "api.example.com", "port": 8443,
-                          "path": "/a/b", "query": {"x": ["1", "2"]}}
+                          "path": "/a/b", "query": {"x": ["1", "2"]}, "ip_class": ""}
     assert build("http_request", {})["url"]["parsed"] is False
 
 

@@ -101,3 +101,43 @@ def test_describing_ends(name):
         pytest.fail(f"describing the {name} command did not end")
     assert proc.returncode == 0, proc.stderr[-1500:]
     assert json.loads(proc.stdout.strip().splitlines()[-1])["action"] != "allow"
+
+
+# -- commands bash runs that the parser did not see -------------------------------------------------------
+@pytest.mark.parametrize("command", [
+    "coproc rm -rf ~",                                  # coproc runs its command
+    "echo ${x:=`rm -rf ~`}",                            # backticks inside a parameter expansion
+    'echo "${x:-`rm -rf ~`}"',
+    "hash -p /bin/rm ls; ls -rf ~",                     # hash -p: ls now runs /bin/rm
+])
+def test_hidden_runs(ev, command):
+    assert decide(ev, command)["action"] == "deny"
+
+
+@pytest.mark.parametrize("command", ["hash -r", "echo ${x:-default}", "coproc sleep 1"])
+def test_hidden_runs_ordinary(ev, command):
+    assert decide(ev, command)["action"] == "allow"
+
+
+def test_nested_find_exec_is_bounded():
+    """`find . -exec find . -exec ... \\;` nested commands past MAX_DEPTH without a script: it recursed until
+    RecursionError (seconds of CPU in an uncancellable thread). Now not parsed: ask."""
+    command = "find . -exec " * 1000 + "rm -rf ~ " + "\\; " * 1000
+    try:
+        proc = subprocess.run([sys.executable, "-c", SCRIPT, command], cwd=ROOT, capture_output=True, text=True,
+                              timeout=45)
+    except subprocess.TimeoutExpired:
+        pytest.fail("describing nested find -exec did not end")
+    assert proc.returncode == 0, proc.stderr[-1500:]
+    assert json.loads(proc.stdout.strip().splitlines()[-1])["action"] != "allow"
+    assert "RecursionError" not in proc.stderr
+
+
+@pytest.mark.parametrize("command", [
+    "ln -s /bin/rm ls; PATH=.:$PATH ls -rf ~",               # a renamed program found through PATH
+    "ln -s /bin/rm ls; export PATH=.:$PATH; ls -rf ~",
+    "mkdir -p b; ln -s /bin/rm b/ls; PATH=$PWD/b:$PATH ls -rf ~",
+    "cp /bin/rm ./ll; PATH=.:$PATH ll -rf ~",
+])
+def test_renamed_program_through_path(ev, command):
+    assert decide(ev, command)["action"] == "deny"

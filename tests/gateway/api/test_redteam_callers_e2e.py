@@ -1,0 +1,127 @@
+"""Red team: every API endpoint against every kind of caller, on a real sandgate.
+
+DESIGN "Who may call what": a missing or invalid token is 401 (garbage, expired, revoked, a page cookie used
+as a bearer token), a valid token of the wrong role 403 (a session token, always: the proxy only), another
+harness's session 404; revocation reaches the API, the page and the proxy.
+"""
+from __future__ import annotations
+
+import time
+
+import jwt
+import pytest
+import requests
+
+from tests.conftest import LOOPBACK_CONFIG
+from tests.support.gateway import Sandgate
+
+
+@pytest.fixture(scope="module")
+def gw(tmp_path_factory):
+    with Sandgate(tmp_path_factory.mktemp("redteam-callers"), LOOPBACK_CONFIG) as sg:
+        sg.admin = sg.token("admin", "root")
+        sg.approver = sg.token("approver", "ann")
+        sg.other = sg.token("harness", "other")
+        yield sg
+
+
+def page_cookie(gw, token: str) -> str:
+    s = requests.Session()
+    resp = s.post(gw.api + "/login", data={"token": token, "next": "/"}, allow_redirects=False, timeout=10)
+    assert resp.status_code == 303, resp.text
+    return next(iter(s.cookies.values()))
+
+
+def jti(token: str) -> str:
+    return jwt.decode(token, options={"verify_signature": False})["jti"]
+
+
+def endpoints(sid: str, aid: str) -> list[tuple[str, str, dict | None, tuple[str, ...]]]:
+    """(method, path, body, roles allowed besides admin)."""
+    tc = {"session": sid, "tool": "shell", "args": {"command": "ls"}}
+    return [
+        ("GET", "/v1/sessions", None, ("harness",)),
+        ("POST", "/v1/sessions", {}, ("harness",)),
+        ("GET", f"/v1/sessions/{sid}", None, ("harness",)),
+        ("PATCH", f"/v1/sessions/{sid}", {"labels": {"a": "b"}}, ("harness",)),
+        ("POST", "/v1/toolcalls", tc, ("harness",)),
+        ("POST", f"/v1/sessions/{sid}/scrub", {"texts": ["x"]}, ("harness",)),
+        ("POST", "/v1/mcp/tools", {"session": sid, "server": "s", "tools": [{"name": "t"}]}, ("harness",)),
+        ("GET", "/v1/approvals", None, ("harness", "approver")),
+        ("GET", f"/v1/approvals/{aid}", None, ("harness", "approver")),
+        ("GET", f"/v1/events?session={sid}", None, ("harness", "approver")),
+        ("POST", f"/v1/approvals/{aid}/deny", {"reason": "no"}, ("approver",)),
+        ("GET", "/v1/secrets", None, ()),
+        ("GET", "/v1/revocations", None, ()),
+    ]
+
+
+def call(gw, method: str, path: str, token: str | None, body: dict | None) -> requests.Response:
+    headers = {"Authorization": f"Bearer {token}"} if token is not None else {}
+    return requests.request(method, gw.api + path, json=body, headers=headers, timeout=30)
+
+
+def test_caller_matrix(gw):
+    sess = gw.session()
+    sid = sess["id"]
+    aid = gw.call("POST", "/v1/toolcalls", json={"session": sid, "tool": "deploy",
+                                                 "args": {"target": "prod"}}).json()["approval_id"]
+    callers = {"none": (None, 401), "garbage": ("x.y.z", 401), "not-a-jwt": ("hello", 401),
+               "expired": (gw.token("harness", "old", ttl_s=-5), 401),
+               "page-cookie": (page_cookie(gw, gw.approver), 401),
+               "session": (sess["token"], 403)}
+    for method, path, body, roles in endpoints(sid, aid):
+        for name, (token, status) in callers.items():
+            resp = call(gw, method, path, token, body)
+            assert resp.status_code == status, (name, method, path, resp.status_code, resp.text[:200])
+            assert set(resp.json()) == {"error", "detail"}
+        for role, token in (("harness", gw.harness_token), ("approver", gw.approver)):
+            resp = call(gw, method, path, token, body)
+            if role in roles:
+                assert resp.status_code < 400 or resp.status_code == 409, (role, method, path, resp.text[:200])
+            else:
+                assert resp.status_code == 403, (role, method, path, resp.status_code, resp.text[:200])
+
+
+def test_another_harness_sees_nothing(gw):
+    sid = gw.session()["id"]
+    for method, path, body in [("GET", f"/v1/sessions/{sid}", None), ("PATCH", f"/v1/sessions/{sid}", {"frozen": True}),
+                               ("DELETE", f"/v1/sessions/{sid}", None), ("GET", f"/v1/events?session={sid}", None),
+                               ("POST", "/v1/toolcalls", {"session": sid, "tool": "shell", "args": {"command": "ls"}}),
+                               ("POST", f"/v1/sessions/{sid}/scrub", {"texts": []})]:
+        resp = call(gw, method, path, gw.other, body)
+        assert resp.status_code == 404, (method, path, resp.status_code)
+    assert sid not in [s["id"] for s in call(gw, "GET", "/v1/sessions", gw.other, None).json()]
+    assert gw.call("GET", f"/v1/sessions/{sid}").status_code == 200      # untouched
+
+
+def test_revocation_reaches_every_path(gw):
+    harness, approver = gw.token("harness", "rev-h"), gw.token("approver", "rev-a")
+    sess = call(gw, "POST", "/v1/sessions", harness, {"allow": ["allowed.test"]}).json()
+    page = requests.Session()
+    page.post(gw.api + "/login", data={"token": approver, "next": "/"}, allow_redirects=False, timeout=10)
+    assert page.get(gw.api + "/", allow_redirects=False, timeout=10).status_code == 200
+    for token in (harness, approver, sess["token"]):
+        assert call(gw, "POST", "/v1/revocations", gw.admin, {"jti": jti(token)}).status_code == 201
+    deadline = time.time() + 10
+    while call(gw, "GET", "/v1/sessions", harness, None).status_code != 401:
+        assert time.time() < deadline, "the revoked harness token still works"
+        time.sleep(0.1)
+    assert call(gw, "GET", "/v1/approvals", approver, None).status_code == 401
+    assert page.get(gw.api + "/", allow_redirects=False, timeout=10).status_code == 303    # back to the login
+    login = requests.post(gw.api + "/login", data={"token": approver, "next": "/"}, allow_redirects=False,
+                          timeout=10)
+    assert login.status_code == 401
+    proxied = requests.get("http://allowed.test:9/", proxies={"http": sess["proxy_url"]}, timeout=10)
+    assert proxied.status_code == 407
+
+
+def test_nobody_decides_what_they_filed(gw):
+    sid = call(gw, "POST", "/v1/sessions", gw.admin, {}).json()["id"]
+    aid = call(gw, "POST", "/v1/toolcalls", gw.admin, {"session": sid, "tool": "deploy",
+                                                       "args": {"target": "x"}}).json()["approval_id"]
+    resp = call(gw, "POST", f"/v1/approvals/{aid}/approve", gw.admin, {})
+    assert resp.status_code == 403 and resp.json()["error"] == "forbidden"
+    assert call(gw, "POST", f"/v1/approvals/{aid}/approve", gw.approver, {}).status_code == 200
+    assert call(gw, "POST", f"/v1/approvals/{aid}/deny", gw.token("approver", "bob"),
+                {"reason": "late"}).status_code == 409
