@@ -60,6 +60,7 @@ class CachedResolver:
         self.ttl_s = ttl_s
         self._clock = clock
         self._cache: dict[str, tuple[float, str]] = {}
+        self._known: dict[str, str] = {}             # the last value read per source (kept: scrubbing only)
         self._locks: dict[str, asyncio.Lock] = {}
 
     async def get(self, source: str | Source) -> str:
@@ -84,7 +85,13 @@ class CachedResolver:
                 raise SecretUnavailable(UNAVAILABLE, f"{source.kind}: {type(exc).__name__}") from None
             if self.ttl_s > 0:
                 self._cache[key] = (self._clock() + self.ttl_s, value)
+            self._known[key] = value
             return value
+
+    def last_read(self, source: str | Source) -> str | None:
+        """The last value read from `source` (also after its TTL ran out), or None: only ever for scrubbing, a
+        stale value is never injected."""
+        return self._known.get(str(source if isinstance(source, Source) else parse_source(source)))
 
     def _fresh(self, key: str) -> str | None:
         entry = self._cache.get(key)

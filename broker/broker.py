@@ -163,6 +163,26 @@ class Broker:
     async def bindings(self, placeholders: Mapping[str, str]) -> list[Binding]:
         return list(await asyncio.gather(*(self.binding(n, p) for n, p in placeholders.items())))
 
+    async def scrub_replacements(self, placeholders: Mapping[str, str]) -> dict[bytes, bytes]:
+        """{real value: placeholder} for scrubbing a session's responses, for every secret it holds that is still
+        defined. A value the backend cannot give now is the last one read (scrubbing a stale value is safe);
+        SecretUnavailable if there is none."""
+        names = [n for n in placeholders if n in self.specs]
+
+        async def value(name: str) -> str:
+            source = self.specs[name].source
+            try:
+                return await asyncio.wait_for(self.resolver.get(source), self.lookup_timeout_s)
+            except (SecretUnavailable, asyncio.TimeoutError):
+                known = self.resolver.last_read(source)
+                if known is None:
+                    raise SecretUnavailable("secret.backend_unavailable", f"{name}: no value to scrub with") from None
+                return known
+
+        values = await asyncio.gather(*(value(n) for n in names))
+        return {v.encode("utf-8"): placeholders[n].encode("utf-8") for n, v in zip(names, values)
+                if v != placeholders[n]}
+
     def env(self, placeholders: Mapping[str, str]) -> dict[str, str]:
         """{env variable: placeholder} for the sandbox."""
         return {self._spec(name).env: ph for name, ph in placeholders.items()}

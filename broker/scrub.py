@@ -17,6 +17,7 @@ Every match has a bounded length (`Scrubber.max_match`), which is what lets
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
 
@@ -218,6 +219,17 @@ class Scrubber:
     def sub_text(self, text: str) -> str:
         """Scrub a str (e.g. a header value), keeping undecodable bytes as they were."""
         return self.sub(text.encode("utf-8", "surrogateescape")).decode("utf-8", "surrogateescape")
+
+
+@functools.lru_cache(maxsize=256)
+def _scrubber(items: frozenset[tuple[bytes, bytes]]) -> Scrubber:
+    return Scrubber(dict(items))
+
+
+def scrubber_for(replacements: Mapping[bytes, bytes]) -> Scrubber:
+    """A `Scrubber` for `replacements`, shared with every earlier caller that asked for the same ones (building one
+    costs milliseconds; a Scrubber holds no state, so sharing is safe)."""
+    return _scrubber(frozenset(replacements.items()))
 
 
 def scrub_bytes(data: bytes, replacements: Mapping[bytes, bytes]) -> bytes:

@@ -130,6 +130,7 @@ async def _housekeeping(sessions: SessionRegistry, approvals: ApprovalQueue, met
                 if dns is not None:
                     dns.retain(sessions.live_ids())
             metrics.sessions_live.set(sessions.count_live())
+            await sessions.sync_stats()
             await approvals.tick()
             store_ok = True
         except StoreError:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import uuid
 from dataclasses import dataclass
 from typing import Protocol
@@ -153,10 +154,11 @@ class PgChangeFeed(_Subscribers):
         while not self._outbox.empty() and asyncio.get_running_loop().time() < deadline:
             await asyncio.sleep(0.02)
 
-    async def _connect(self):  # -> psycopg.AsyncConnection
+    async def _connect(self, role: str):  # -> psycopg.AsyncConnection
         import psycopg
 
         return await psycopg.AsyncConnection.connect(self._dsn, autocommit=True, connect_timeout=5,
+                                                     application_name=f"sandgate-{role}-{os.getpid()}",
                                                      keepalives=1, keepalives_idle=5, keepalives_interval=2,
                                                      keepalives_count=3)
 
@@ -164,7 +166,7 @@ class PgChangeFeed(_Subscribers):
         attempt = 0
         while True:
             try:
-                conn = await self._connect()
+                conn = await self._connect("listen")
                 async with conn:
                     await conn.execute(f"LISTEN {self._channel}")
                     if attempt or self.reconnects:
@@ -189,7 +191,7 @@ class PgChangeFeed(_Subscribers):
         attempt = 0
         while True:
             try:
-                conn = await self._connect()
+                conn = await self._connect("notify")
                 async with conn:
                     attempt = 0
                     while True:

@@ -1,7 +1,18 @@
-"""Prometheus metrics (own registry, so tests and several apps in one process do not collide)."""
+"""Prometheus metrics (own registry, so tests and several apps in one process do not collide).
+
+Under `serve --workers N` every worker writes its metrics to files in PROMETHEUS_MULTIPROC_DIR (set by the
+supervisor; prometheus_client's multiprocess mode), and `/metrics` on any worker reports all of them: counters
+and histograms summed, gauges of shared state (live sessions, pending approvals) as the highest, audit rows
+waiting summed over the live workers.
+"""
 from __future__ import annotations
 
+import os
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.multiprocess import MultiProcessCollector
+
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 
 
 class Metrics:
@@ -12,15 +23,17 @@ class Metrics:
         self.latency = Histogram("sandgate_proxy_request_seconds", "Proxy request latency (decision to response)",
                                  buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
                                  registry=self.registry)
-        self.sessions_live = Gauge("sandgate_sessions_live", "Live sessions", registry=self.registry)
-        self.approvals_pending = Gauge("sandgate_approvals_pending", "Pending approvals", registry=self.registry)
+        self.sessions_live = Gauge("sandgate_sessions_live", "Live sessions", registry=self.registry,
+                                   multiprocess_mode="max")
+        self.approvals_pending = Gauge("sandgate_approvals_pending", "Pending approvals", registry=self.registry,
+                                       multiprocess_mode="max")
         self._children: dict = {}
         self.exfiltration = Counter("sandgate_exfiltration_blocked", "Placeholders sent to unbound hosts",
                                     registry=self.registry)
         self.audit_refused = Counter("sandgate_audit_refused", "Requests refused because audit cannot record "
                                      "(503 audit.unavailable)", ["kind"], registry=self.registry)
         self.audit_pending = Gauge("sandgate_audit_pending", "Audit rows waiting to be written",
-                                   registry=self.registry)
+                                   registry=self.registry, multiprocess_mode="livesum")
 
     def decision(self, kind: str, action: str) -> None:
         """Count a decision (labelled children cached: this runs on every request)."""
@@ -30,4 +43,9 @@ class Metrics:
         child.inc()
 
     def render(self) -> bytes:
+        shared = os.environ.get(MULTIPROC_ENV)
+        if shared:
+            registry = CollectorRegistry()
+            MultiProcessCollector(registry, path=shared)
+            return generate_latest(registry)
         return generate_latest(self.registry)

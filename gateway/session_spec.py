@@ -15,6 +15,11 @@ STAT_KEYS = ("requests", "denied", "asked", "bytes_out", "bytes_in", "toolcalls"
 MAX_TTL_S = 30 * 24 * 3600
 
 
+def sum_stats(*parts: Mapping[str, int] | None) -> dict[str, int]:
+    """Counters added key by key (missing parts and keys count 0)."""
+    return {k: sum(int((p or {}).get(k, 0)) for p in parts) for k in STAT_KEYS}
+
+
 class BadRequest(ValueError):
     """A request body that does not fit the contract (-> 400)."""
 

@@ -21,29 +21,50 @@ from gateway.approvals import ApprovalQueue
 from gateway.audit import AuditLog
 from gateway.auth import Principal
 from gateway.changes import Change, ChangeFeed, LocalChangeFeed
-from gateway.session_spec import STAT_KEYS, SessionSpec, new_session_id, session_status
+from gateway.session_spec import STAT_KEYS, SessionSpec, new_session_id, session_status, sum_stats
 from gateway.store import Store
 from gateway.store.models import SessionRow
 
 
 class SessionCache:
     """The in-memory mirror of the sessions table, with per-session step and counters (handed to policies as
-    `session.stats`)."""
+    `session.stats`). Counters are the totals stored for all replicas when last synced (`base`), plus what this
+    process counted since: `inflight` (being added to the store) and `pending` (not yet)."""
 
     def __init__(self) -> None:
         self._rows: dict[str, dict] = {}
         self.steps: dict[str, int] = {}
-        self.stats: dict[str, dict] = {}
+        self._base: dict[str, dict] = {}
+        self._inflight: dict[str, dict] = {}
+        self._pending: dict[str, dict] = {}
 
     def count(self, sid: str, **deltas: int) -> None:
-        st = self.stats.get(sid)
+        st = self._pending.get(sid)
         if st is None:
-            st = self.stats[sid] = dict.fromkeys(STAT_KEYS, 0)
+            st = self._pending[sid] = dict.fromkeys(STAT_KEYS, 0)
         for key, delta in deltas.items():
             st[key] = st.get(key, 0) + delta
 
+    def stats_of(self, sid: str) -> dict:
+        return sum_stats(self._base.get(sid), self._inflight.get(sid), self._pending.get(sid))
+
     def with_stats(self, row: Mapping[str, Any]) -> dict:
-        return {**row, "stats": dict(self.stats.get(row["id"]) or dict.fromkeys(STAT_KEYS, 0))}
+        return {**row, "stats": self.stats_of(row["id"])}
+
+    def take_counts(self) -> dict[str, dict]:
+        """Hand what was counted since the last sync to the store (kept visible as `inflight` until `settle`)."""
+        self._inflight, self._pending = self._pending, {}
+        return dict(self._inflight)
+
+    def settle(self, totals: Mapping[str, dict], written: bool) -> None:
+        """The sync finished: take the stored totals of the live sessions (they include what was in flight), or,
+        when the write failed, count the in-flight part as pending again."""
+        if written:
+            self._base = dict(totals)
+        else:
+            for sid, st in self._inflight.items():
+                self._pending[sid] = sum_stats(st, self._pending.get(sid))
+        self._inflight = {}
 
     def put(self, row: Mapping[str, Any]) -> None:
         self._rows[row["id"]] = dict(row)
@@ -238,6 +259,17 @@ class SessionRegistry:
 
     def with_stats(self, row: Mapping[str, Any]) -> dict:
         return self._cache.with_stats(row)
+
+    async def sync_stats(self) -> None:
+        """Add this process's counts to the shared totals and read back those of the live sessions (about once
+        a second: a policy sees every replica's counts at most a sync or two late)."""
+        deltas = self._cache.take_counts()
+        try:
+            totals = await self._store.sync_stats(deltas, sorted(self.live_ids()))
+        except BaseException:
+            self._cache.settle({}, written=False)
+            raise
+        self._cache.settle(totals, written=True)
 
     # -- changes -----------------------------------------------------------------------------------
     async def create(self, spec: SessionSpec, placeholders: Mapping[str, str], by: str,

@@ -15,6 +15,7 @@ import asyncio
 import json
 import logging
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -22,8 +23,11 @@ import sys
 import threading
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 from gateway.config import Config
+
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"      # gateway/metrics.py reads it (imported lazily: CLI start-up time)
 
 log = logging.getLogger("sandgate.workers")
 READY_TIMEOUT_S = 60.0
@@ -114,9 +118,14 @@ class Supervisor:
                 "--worker-index", str(index)]
         return argv + (["--config", self.config_path] if self.config_path else [])
 
+    @property
+    def metrics_dir(self) -> Path:
+        return self.cfg.data_dir / "metrics"
+
     def _spawn(self, index: int, proxy: str, api: str) -> Worker:
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", MULTIPROC_ENV: str(self.metrics_dir)}
         proc = subprocess.Popen(self._argv(index, proxy, api), stdout=subprocess.PIPE, text=True, bufsize=1,
-                                env={**os.environ, "PYTHONUNBUFFERED": "1"})
+                                env=env)
         worker = Worker(index, proc, threading.Event(), [])
 
         def pump() -> None:                # the worker's stdout: its ready line, then anything it prints
@@ -157,8 +166,19 @@ class Supervisor:
 
     def run(self) -> int:
         cfg = self.cfg
-        prepare_data_dir(cfg)
-        reserved = [reserve_port(*cfg.proxy.listen), reserve_port(*cfg.api.listen)]
+        reserved: list[socket.socket] = []
+        try:
+            prepare_data_dir(cfg)
+            shutil.rmtree(self.metrics_dir, ignore_errors=True)      # counters start again with the workers
+            self.metrics_dir.mkdir(mode=0o700)
+            for host, port in (cfg.proxy.listen, cfg.api.listen):
+                reserved.append(reserve_port(host, port))
+        except Exception as exc:  # noqa: BLE001 - one line, no traceback (the store URL is never shown)
+            first = str(exc).splitlines()[0][:200] if str(exc) else ""
+            log.error("sandgate failed to start: %s: %s", exc.__class__.__name__, first)
+            for sock in reserved:
+                sock.close()
+            return 1
         try:
             proxy = _hostport(*reserved[0].getsockname()[:2])
             api = _hostport(*reserved[1].getsockname()[:2])
@@ -178,6 +198,9 @@ class Supervisor:
                 for i, w in list(self.workers.items()):
                     if w.proc.poll() is not None and not self.stopping.is_set():
                         log.error("sandgate worker %d exited with %s; starting it again", i, w.proc.returncode)
+                        from prometheus_client.multiprocess import mark_process_dead
+
+                        mark_process_dead(w.proc.pid, str(self.metrics_dir))
                         self.workers[i] = self._spawn(i, proxy, api)
                         if self._wait_ready(self.workers[i], time.monotonic() + READY_TIMEOUT_S):
                             self._write_listen(proxy, api)

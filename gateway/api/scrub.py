@@ -12,7 +12,7 @@ import asyncio
 from aiohttp import web
 
 from broker.backends import SecretUnavailable
-from broker.scrub import Scrubber, replacements_for
+from broker.scrub import Scrubber, replacements_for, scrubber_for
 from gateway.api.auth import require
 from gateway.api.errors import ApiError
 from gateway.api.owned import owned_session
@@ -49,7 +49,7 @@ async def scrub(request: web.Request) -> web.Response:
         bindings = await asyncio.wait_for(broker.bindings(placeholders), broker.lookup_timeout_s + 1)
     except (SecretUnavailable, asyncio.TimeoutError):
         raise ApiError(503, "secret_unavailable", "the secret store is unavailable; nothing was scrubbed") from None
-    scrubber = Scrubber(replacements_for(bindings))
+    scrubber = scrubber_for(replacements_for(bindings))
     if sum(len(t) for t in texts) > OFF_LOOP_BYTES:
         clean, changed = await asyncio.to_thread(scrub_texts, scrubber, texts)
     else:

@@ -17,7 +17,7 @@ from mitmproxy import connection, http
 from mitmproxy.proxy import server_hooks
 from wsproto.handshake import WEBSOCKET_VERSION
 
-from broker.scrub import Scrubber
+from broker.scrub import scrubber_for
 from gateway.audit import AuditLog
 from gateway.auth import AuthError, Principal, TokenVerifier
 from gateway.config import EgressSettings
@@ -322,7 +322,7 @@ class EgressAddon:
         if st.scrub:
             # The text may quote the upstream (a malformed status line, say): the audit row gets it scrubbed. The
             # client's error page never quotes it (layers.GuardedHttpLayer).
-            message = Scrubber(st.scrub).sub_text(message)
+            message = scrubber_for(st.scrub).sub_text(message)
         self.deps.recorder.audit(flow, st, action=d.action if d else "error", codes=list(d.codes) if d else [],
                                  reasons=list(d.reasons) if d else [], status=None,
                                  detail={"error": message[:200], **st.audit_detail()})

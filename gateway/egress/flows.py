@@ -42,6 +42,7 @@ class FlowState:
     approval_status: str | None = None             # how that approval ended
     approved_by: str | None = None
     secrets_used: tuple[str, ...] | None = None    # "name@where" for each injected secret
+    injected: bool = False                         # values swapped in (at requestheaders for a streamed body)
     scrub: dict[bytes, bytes] | None = None        # real value -> placeholder, for the response
     scrub_blocked: bool = False                    # a compressed response could not be scanned: withheld
     withheld: bytes = b""                          # the 502 body sent instead

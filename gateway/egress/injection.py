@@ -1,11 +1,15 @@
 """The credential addon: real values in on the way to bound hosts, scrubbed out of what comes back.
 
 Registered after EgressAddon (which decides, and screens the URL and headers for placeholders):
-- `requestheaders`: a body too large to hold streams through with every known placeholder blanked out;
-- `request` (body read, capped): the body is screened too, then each of the session's placeholders is replaced by
-  its real value in headers (Basic auth decoded and re-encoded), query and, where the secret allows, body;
-- `responseheaders`: the response of a request that carried a secret is scrubbed (headers and streamed body);
-  a compressed one cannot be scanned and is withheld;
+- `requestheaders`: a body that streams (chunked, or too large to hold) leaves with its head right after this hook,
+  so its header and query placeholders are swapped here; the body streams with every known placeholder blanked out;
+- `request` (body read, capped): the body and trailers are screened too, then each of the session's placeholders
+  is replaced by its real value in headers (Basic auth decoded and re-encoded), query and, where the secret
+  allows, body;
+- `responseheaders` / `response`: every response of a session holding secrets is scrubbed of all of them (status
+  line, header names and values, trailers, streamed body), whether or not its request carried one: a host may
+  have kept a value and serve it back. What cannot be scanned (a content or transfer coding, a folded header, a
+  value left in another case) is answered 502 `secret.unscannable` instead;
 - `websocket_message`: no placeholder leaves in a frame, no real value comes back in one.
 The real value is never logged or audited: audit records what the sandbox sent.
 """
@@ -18,15 +22,14 @@ from mitmproxy import http
 
 from broker.backends import SecretUnavailable
 from broker.broker import Broker
-from broker.inject import host_matches, substitute_body, substitute_headers, substitute_query
+from broker.inject import substitute_body, substitute_headers, substitute_query
 from broker.registry import MASK_PREFIX, PlaceholderRegistry
-from broker.scrub import Scrubber, StreamScrubber, replacements_for
+from broker.scrub import Scrubber, StreamScrubber, replacements_for, scrubber_for
 from gateway.egress.flows import FlowState, StreamFilter, chain, flow_state
 from gateway.egress.guard import fail_closed
 from gateway.egress.recorder import FlowRecorder
 from gateway.egress.screen import SecretScreen
 from gateway.metrics import Metrics
-from gateway.net.hosts import normalise_host
 
 log = logging.getLogger("sandgate.broker")
 
@@ -46,12 +49,16 @@ class InjectionAddon:
         self._recorder.deny(flow, code, reason, status=status)
 
     # -- request ---------------------------------------------------------------------------------
-    def requestheaders(self, flow: http.HTTPFlow) -> None:
-        """A streamed (too large to hold) body may not carry a placeholder out: blank out any it contains."""
+    @fail_closed
+    async def requestheaders(self, flow: http.HTTPFlow) -> None:
+        """A streamed body (chunked, or too large to hold) leaves with its headers right after this hook: swap the
+        placeholders of the URL and headers now, and blank out any placeholder the body carries."""
         st = flow_state(flow)
-        if st is None or flow.response is not None or not callable(flow.request.stream) or not self._placeholders:
+        if st is None or flow.response is not None or not callable(flow.request.stream):
             return
-        flow.request.stream = chain(flow.request.stream, self._masking(flow, st))
+        await self.inject(flow, st, set(st.head_secrets), b"")
+        if flow.response is None and self._placeholders:
+            flow.request.stream = chain(flow.request.stream, self._masking(flow, st))
 
     def _masking(self, flow: http.HTTPFlow, st: FlowState) -> StreamFilter:
         scrubber = StreamScrubber(self._placeholders.masker())
@@ -97,26 +104,36 @@ class InjectionAddon:
                 found |= in_trailers
         if found and self._screen.refuse(flow, st, found):
             return
-        await self.inject(flow, st, found, body)
+        if not st.injected:                         # a streamed request was handled at requestheaders
+            await self.inject(flow, st, found, body)
 
     async def inject(self, flow: http.HTTPFlow, st: FlowState, found: set[tuple[str, str]], body: bytes) -> None:
-        """Put the real values in, and arm the response scrubber with every secret of the session bound to this
-        host: also when the request carries no placeholder (a value the host kept from an earlier request may come
-        back in any later response)."""
+        """Put the real values of the placeholders found in, and arm the response scrubber with every secret the
+        session holds: any response may carry a value a host kept from an earlier request (read back from the
+        bound host, or from another name it serves under). Scrubbing uses the last value read when the store is
+        down; injecting never does (503)."""
+        st.injected = True
         own = st.session["placeholders"]
-        mine = {name: own[name] for _owner, name in found if name in own}
-        host = normalise_host(flow.request.host)
-        specs = self._broker.specs
-        mine.update({name: ph for name, ph in own.items() if name in specs and host_matches(host, specs[name].hosts)})
-        if not mine:
+        if not own:
             return
+        mine = {name: own[name] for _owner, name in found if name in own}
+        timeout = self._broker.lookup_timeout_s + 1
         try:
-            bindings = await asyncio.wait_for(self._broker.bindings(mine), self._broker.lookup_timeout_s + 1)
+            bindings = await asyncio.wait_for(self._broker.bindings(mine), timeout) if mine else []
+            scrub = await asyncio.wait_for(self._broker.scrub_replacements(own), timeout)
         except (SecretUnavailable, asyncio.TimeoutError) as exc:
             code = exc.code if isinstance(exc, SecretUnavailable) else "secret.backend_unavailable"
             log.warning("secret lookup failed for session %s: %s", st.session["id"], code)
-            return self.deny(flow, code, f"the secret store is unavailable for {', '.join(sorted(mine))}",
+            return self.deny(flow, code, f"the secret store is unavailable for {', '.join(sorted(mine or own))}",
                              status=503)
+        st.scrub = {**scrub, **replacements_for(bindings)} or None
+        if st.scrub:
+            flow.request.headers["accept-encoding"] = "identity"     # so that the response can be scanned
+            for name in ("range", "if-range"):
+                # A byte range could cut a kept value in pieces that no scrubber recognises: whole bodies only.
+                flow.request.headers.pop(name, None)
+        if not bindings:
+            return
         uses: list[tuple[str, str]] = []
         headers, used = substitute_headers(flow.request.headers.items(multi=True), bindings)
         uses += used
@@ -126,7 +143,8 @@ class InjectionAddon:
             if used:
                 flow.request.path = flow.request.path.partition("?")[0] + "?" + new_query
             uses += used
-        flow.request.headers = http.Headers([(k.encode(), v.encode()) for k, v in headers])
+        raw = [(k.encode("utf-8", "surrogateescape"), v.encode("utf-8", "surrogateescape")) for k, v in headers]
+        flow.request.headers = http.Headers(raw)        # bytes that were not UTF-8 go out as they came
         if body and not flow.request.stream:
             new_body, used = substitute_body(body, bindings, flow.request.headers.get("content-type"))
             if used:
@@ -134,8 +152,6 @@ class InjectionAddon:
                 if "content-length" in flow.request.headers:
                     flow.request.headers["content-length"] = str(len(new_body))
             uses += used
-        flow.request.headers.pop("accept-encoding", None)
-        st.scrub = replacements_for(bindings)
         st.secrets_used = tuple(sorted({f"{n}@{where}" for n, where in uses}))
         for name in sorted({n for n, _ in uses}):
             self._recorder.record("secret.use", session=st.session["id"], action="inject", request_id=flow.id,
@@ -153,7 +169,7 @@ class InjectionAddon:
         if any(b"\n" in value or b"\r" in value for _name, value in flow.response.headers.fields):
             # An obsolete line folding splits a value where a client joins it again: no scrubber sees it whole.
             return self.withhold(flow, st)
-        scrubber = Scrubber(st.scrub)
+        scrubber = scrubber_for(st.scrub)
         scrub_head(flow.response, scrubber)
         if case_variant_in_head(flow.response, st.scrub):
             return self.withhold(flow, st)          # e.g. a header name, lowercased by HTTP/2
@@ -190,7 +206,7 @@ class InjectionAddon:
             flow.response.content = st.withheld
             return
         if flow.response.trailers:
-            scrubbed = _scrub_fields(flow.response.trailers.fields, Scrubber(st.scrub))
+            scrubbed = _scrub_fields(flow.response.trailers.fields, scrubber_for(st.scrub))
             if scrubbed is not None:
                 flow.response.trailers = http.Headers(scrubbed)
             text = b"\n".join(b"%s: %s" % field for field in flow.response.trailers.fields).lower()
@@ -214,7 +230,7 @@ class InjectionAddon:
                                           reasons=["a placeholder was sent in a WebSocket message"],
                                           host=flow.request.host, path=st.path)
             elif st.scrub:
-                message.content = Scrubber(st.scrub).sub(message.content)
+                message.content = scrubber_for(st.scrub).sub(message.content)
         except Exception:  # noqa: BLE001 - fail closed: drop the frame
             log.exception("internal_error in websocket_message")
             message.drop()

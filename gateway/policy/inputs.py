@@ -1,12 +1,23 @@
 """Policy inputs: pure builders for `input` documents (egress and tool calls). No I/O, `now` passed in."""
 from __future__ import annotations
 
+import re
 from typing import Any, Iterable, Mapping
 from urllib.parse import parse_qsl
 
 REDACTED = "[redacted]"
 SENSITIVE_HEADERS = frozenset({"authorization", "proxy-authorization", "cookie", "set-cookie", "x-api-key",
                                "x-auth-token", "private-token"})
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def valid_text(text: str) -> str:
+    """`text` with each lone surrogate (a byte that was not UTF-8, as mitmproxy surrogate-escapes it) replaced by
+    U+FFFD. HTTP allows such bytes in header values (obs-text); the policy engine cannot take them (it refuses the
+    input, or crashes), so a request carrying one is decided on this form."""
+    return text if text.isascii() or not _SURROGATE.search(text) else _SURROGATE.sub("\ufffd", text)
 
 
 def build_session_input(session: Mapping[str, Any], now: float, stats: Mapping[str, Any] | None = None) -> dict:
@@ -35,6 +46,7 @@ def redact_headers(headers: Iterable[tuple[str, str]], secret_markers: Iterable[
     markers = [m for m in secret_markers if m]
     out: dict[str, str] = {}
     for name, value in headers:
+        name, value = valid_text(name), valid_text(value)
         key = name.lower()
         if key in SENSITIVE_HEADERS or any(m in value for m in markers):
             value = REDACTED
@@ -54,8 +66,8 @@ def build_egress_input(*, session: Mapping[str, Any], now: float, method: str, s
             "scheme": scheme,
             "host": host,
             "port": int(port),
-            "path": path,
-            "query": parse_query(query),
+            "path": valid_text(path),
+            "query": parse_query(valid_text(query)),
             "headers": redact_headers(headers, markers),
             "ip": ip,
             "ip_class": ip_class,

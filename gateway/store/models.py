@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from sqlalchemy import JSON, Column, Index, Text
+from sqlalchemy import JSON, BigInteger, Column, Index, Text
 from sqlmodel import Field, SQLModel
 
 
@@ -79,6 +79,19 @@ class AuditSeqRow(SQLModel, table=True):
     __tablename__ = "audit_seqs"
     session: str = Field(primary_key=True)
     last: int = 0
+
+
+class SessionStatsRow(SQLModel, table=True):
+    """A session's counters summed over every replica (policies read them as `session.stats`). Each replica adds
+    what it counted about once a second (an upsert that adds), then reads the totals back."""
+    __tablename__ = "session_stats"
+    session: str = Field(primary_key=True)
+    requests: int = Field(default=0, sa_column=Column(BigInteger, nullable=False))
+    denied: int = Field(default=0, sa_column=Column(BigInteger, nullable=False))
+    asked: int = Field(default=0, sa_column=Column(BigInteger, nullable=False))
+    bytes_out: int = Field(default=0, sa_column=Column(BigInteger, nullable=False))
+    bytes_in: int = Field(default=0, sa_column=Column(BigInteger, nullable=False))
+    toolcalls: int = Field(default=0, sa_column=Column(BigInteger, nullable=False))
 
 
 class RevocationRow(SQLModel, table=True):

@@ -14,12 +14,16 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Optional, TypeVar
 
 from sqlalchemy import column, event, insert, select, table, text, update
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import Engine
 from sqlmodel import Session, create_engine
 
 from gateway.store import migrate
 
-from gateway.store.models import ApprovalRow, EventRow, RevocationRow, SessionPathRow, SessionRow, row_dict
+from gateway.session_spec import STAT_KEYS
+from gateway.store.models import (ApprovalRow, EventRow, RevocationRow, SessionPathRow, SessionRow, SessionStatsRow,
+                                  row_dict)
 
 T = TypeVar("T")
 
@@ -141,6 +145,26 @@ class Store:
     async def update_session(self, sid: str, **values: Any) -> Optional[dict]:
         return await self.run(self._update_session, sid, {**values, "updated_at": time.time()})
 
+    # -- session counters summed over replicas ------------------------------------------------------
+    def _sync_stats(self, deltas: dict[str, dict[str, int]], read: list[str]) -> dict[str, dict[str, int]]:
+        """Add this replica's counts (sessions in sorted order: no lock cycles between replicas), then read
+        the totals of the sessions in `read`."""
+        t = SessionStatsRow.__table__
+        dialect_insert = pg_insert if self.engine.dialect.name == "postgresql" else sqlite_insert
+        totals: dict[str, dict[str, int]] = {}
+        with self.engine.begin() as conn:
+            for sid in sorted(deltas):
+                ins = dialect_insert(t).values(session=sid, **{k: int(deltas[sid].get(k, 0)) for k in STAT_KEYS})
+                conn.execute(ins.on_conflict_do_update(index_elements=[t.c.session],
+                                                       set_={k: t.c[k] + ins.excluded[k] for k in STAT_KEYS}))
+            for i in range(0, len(read), 500):
+                for row in conn.execute(select(t).where(t.c.session.in_(read[i:i + 500]))):
+                    totals[row.session] = {k: int(getattr(row, k)) for k in STAT_KEYS}
+        return totals
+
+    async def sync_stats(self, deltas: dict[str, dict[str, int]], read: list[str]) -> dict[str, dict[str, int]]:
+        return await self.run(self._sync_stats, deltas, read)
+
     # -- approvals ------------------------------------------------------------------------------
     def _put_approval(self, row: ApprovalRow) -> dict:
         with Session(self.engine) as db:
@@ -247,7 +271,14 @@ class Store:
                      "FROM events WHERE session = :key ON CONFLICT (session) DO NOTHING")
     _SEQ_INIT_NONE = text("INSERT INTO audit_seqs (session, last) SELECT '', COALESCE(MAX(seq), 0) FROM events "
                           "WHERE session IS NULL ON CONFLICT (session) DO NOTHING")
-    _SEQ_TAKE = text("UPDATE audit_seqs SET last = last + :n WHERE session = :key RETURNING last")
+
+    @staticmethod
+    def _seq_take(count: int):
+        """One statement taking the next numbers of `count` sessions: an upsert that adds, returning the new
+        last numbers (the rows stay locked until the batch commits)."""
+        values = ", ".join(f"(:k{i}, :n{i})" for i in range(count))
+        return text(f"INSERT INTO audit_seqs (session, last) VALUES {values} ON CONFLICT (session) DO UPDATE "
+                    "SET last = audit_seqs.last + excluded.last RETURNING session, last")
 
     @classmethod
     def event_values(cls, row: dict) -> dict:
@@ -255,17 +286,20 @@ class Store:
         return {c: json.dumps(row.get(c)) if c in cls._JSON_COLS else row.get(c) for c in cls._EVENT_COLS}
 
     def _append_events(self, rows: list[dict]) -> None:
-        """One transaction per batch: take each session's next sequence numbers from `audit_seqs` (sessions in
-        sorted order, so two writers never wait on each other in a cycle), then one executemany INSERT."""
+        """One transaction per batch: take every session's next sequence numbers from `audit_seqs` in one upsert
+        (sessions in sorted order, so two writers never wait on each other in a cycle), then one executemany
+        INSERT."""
         counts = Counter(r.get("session") for r in rows)
+        order = sorted(counts, key=lambda s: s or "")
         with self.engine.begin() as conn:
-            nxt: dict[Optional[str], int] = {}
-            for sid in sorted(counts, key=lambda s: s or ""):
-                key = sid or ""
-                if key not in self._seq_known:
-                    conn.execute(self._SEQ_INIT_NONE if sid is None else self._SEQ_INIT, {"key": key})
-                last = conn.execute(self._SEQ_TAKE, {"n": counts[sid], "key": key}).scalar_one()
-                nxt[sid] = int(last) - counts[sid]
+            for sid in order:                  # a session this process has not written yet: continue its trail
+                if (sid or "") not in self._seq_known:
+                    conn.execute(self._SEQ_INIT_NONE if sid is None else self._SEQ_INIT, {"key": sid or ""})
+            params: dict[str, Any] = {}
+            for i, sid in enumerate(order):
+                params[f"k{i}"], params[f"n{i}"] = sid or "", counts[sid]
+            last = {key: int(n) for key, n in conn.execute(self._seq_take(len(order)), params)}
+            nxt = {sid: last[sid or ""] - counts[sid] for sid in order}
             values = []
             for r in rows:
                 sid = r.get("session")

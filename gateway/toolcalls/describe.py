@@ -22,7 +22,7 @@ from typing import Any
 
 from gateway.toolcalls import effects as fx
 from gateway.toolcalls.codefacts import CodeFacts
-from gateway.toolcalls.expand import expand_braces, expand_word, substitute
+from gateway.toolcalls.expand import expand_braces, expand_word, split_fields, substitute
 from gateway.toolcalls.interpreters import analyze, code_source, language_of_script
 from gateway.toolcalls.options import parse_options
 from gateway.toolcalls.paths import clean_dir, describe_path, dynamic_path, resolve_path
@@ -118,6 +118,7 @@ class _Line:
         self.cwd: str | None = workspace
         self.links = dict(links)
         self.files = dict(files)
+        self.copies: dict[str, str] = {}               # a copy of an existing file (cp /bin/rm x): x -> /bin/rm
         self.variables: dict[str, list[str]] = {}
         self.aliases: dict[str, str] = {}
         self.functions: dict[str, str] = {}
@@ -197,14 +198,14 @@ class _Line:
             for alternative in names[:8]:
                 self.command({**cmd, "argv": [alternative] + argv[1:], "fixed": True}, depth, origin, op, piped)
             return None
-        if names and names[0] != argv[0] and re.search(r"\s", names[0]) and _WHOLE_VAR.fullmatch(argv[0]) \
-                and quoting[0] == "none":
-            names = names[0].split()           # unquoted `$X` splits into words
+        if names and names[0] != argv[0] and _WHOLE_VAR.fullmatch(argv[0]) and quoting[0] == "none" \
+                and len(split_fields(names[0], self.variables)) > 1:
+            names = split_fields(names[0], self.variables)     # unquoted `$X` splits into words (on IFS)
         elif names and quoting[0] == "none":
             names = expand_braces(names[0])
         words = names + [w for word, how in zip(argv[1:], quoting[1:])
                          for w in expand_word(word, self.variables, self.cwd, how)]
-        unwrapped = unwrap(words)
+        unwrapped = unwrap(words, self.program_behind)     # a renamed program is judged as what it is
         rec: dict[str, Any] = {"argv": argv, "op": op, "effective": unwrapped.argv, "redirects": cmd["redirects"]}
         if cmd.get("env"):
             rec["env"] = cmd["env"]
@@ -266,12 +267,31 @@ class _Line:
         content = content[:MAX_TEXT] if content is not None else None
         self.files[norm] = content
         self.effects.files[norm] = content
+        self.copies.pop(norm, None)
 
     def untrack(self, raw: str, here: str | None) -> None:
         norm = self.resolve(raw, here)
         if norm is not None:
             self.files.pop(norm, None)
             self.effects.files.pop(norm, None)
+            self.copies.pop(norm, None)
+
+    def copied(self, source: str, dest: str, here: str | None) -> None:
+        """dest is now a copy of an existing file: running it runs that program."""
+        src, norm = self.resolve(source, here), self.resolve(dest, here)
+        if src is not None and norm is not None and not norm.endswith("/"):
+            self.copies[norm] = self.copies.get(src, src)
+
+    def program_behind(self, word: str) -> str | None:
+        """The program a path runs when it is a link to, or a copy of, a program with another name
+        (`ln -s /bin/rm zap; ./zap`, `cp /bin/rm zap; ./zap`), else None."""
+        if "/" not in word:
+            return None
+        real = self.resolve(word, self.cwd)
+        real = self.copies.get(real, real) if real is not None else None
+        if real is None or posixpath.basename(real) == posixpath.basename(word) or not posixpath.basename(real):
+            return None
+        return real
 
     def link(self, target: str, link: str, here: str | None) -> None:
         norm = self.resolve(link, here)
@@ -677,6 +697,7 @@ class _Command:
                 line.wrote(dest, here, content)
             else:
                 line.untrack(dest, here)
+                line.copied(source, dest, here)
             if name == "mv":
                 line.untrack(source, here)
         for redirect in self.cmd["redirects"]:

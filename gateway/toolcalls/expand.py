@@ -10,6 +10,7 @@ import itertools
 import re
 
 MAX_CANDIDATES = 64          # more candidates than this and a word is left unexpanded
+MAX_WORD = 64 * 1024         # a longer expansion is left unexpanded (`a=$a$a` repeated grew without bound)
 USER = "sandbox-user"        # $USER, $(whoami): some user name (only its shape matters: /home/$USER is a home)
 
 _VAR = re.compile(r"\$(?:\{([A-Za-z_][A-Za-z0-9_]*|[0-9@*#])\}|([A-Za-z_][A-Za-z0-9_]*|[0-9@*#]))")
@@ -123,6 +124,8 @@ def substitute(word: str, variables: dict[str, list[str]], cwd: str | None) -> l
     pieces.append([word[pos:]])
     out: list[str] = []
     for combo in itertools.product(*pieces):
+        if sum(len(p) for p in combo) > MAX_WORD:      # `a=$a$a` doubles: past this, leave it unexpanded
+            return [word]
         out.append("".join(combo))
         if len(out) > MAX_CANDIDATES:
             return [word]
@@ -151,6 +154,17 @@ def _literal_output(match: re.Match) -> str:
     return match.group() if text is None else text.rstrip("\n")
 
 
+def split_fields(text: str, variables: dict[str, list[str]]) -> list[str]:
+    """An unquoted expansion split into words as bash does: on blanks, or on the characters of an IFS set
+    earlier in the line (`IFS=,; x="rm,-rf,~"; $x` runs rm)."""
+    if "IFS" not in variables:
+        return text.split()
+    chars = "".join(dict.fromkeys("".join(variables["IFS"])))
+    if not chars:
+        return [text] if text else []
+    return [f for f in re.split("[" + re.escape(chars) + "]+", text) if f]
+
+
 def expand_word(word: str, variables: dict[str, list[str]], cwd: str | None, quoting: str = "none") -> list[str]:
     """substitute() then brace expansion, as bash does for the word's quoting ("none", "double": variables
     only, "single": nothing); an unquoted whole-word variable whose value holds blanks splits into words."""
@@ -160,6 +174,8 @@ def expand_word(word: str, variables: dict[str, list[str]], cwd: str | None, quo
     for candidate in substitute(word, variables, cwd):
         for expanded in (expand_braces(candidate) if quoting == "none" else [candidate]):
             out.append(expanded)
-            if quoting == "none" and _VAR.fullmatch(word) and re.search(r"\s", expanded):
-                out.extend(expanded.split())
+            if quoting == "none" and _VAR.fullmatch(word):
+                fields = split_fields(expanded, variables)
+                if len(fields) > 1:
+                    out.extend(fields)
     return list(dict.fromkeys(out))[:MAX_CANDIDATES] or [word]

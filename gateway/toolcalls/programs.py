@@ -107,7 +107,7 @@ def git_config(argv: list[str], env: dict[str, str]) -> list[tuple[str, str | No
             key = word[len("--config-env="):].partition("=")[0]
             pairs.append((key.lower(), None))       # the environment's value when it runs: not visible here
     count = env.get("GIT_CONFIG_COUNT", "")
-    if count.isdigit():
+    if count.isascii() and count.isdigit():     # "²".isdigit() is True, int("²") raises
         for n in range(min(int(count), 64)):
             key = env.get(f"GIT_CONFIG_KEY_{n}")
             if key is not None:
@@ -125,9 +125,44 @@ def _pair(text: str) -> tuple[str, str | None]:
     return key.lower(), value if eq else "true"
 
 
+# `git config` options that take a value (their value is not the key or the value being set)
+_GIT_CONFIG_VALUED = ("-f", "--file", "--blob", "--type", "--default", "--comment", "--value")
+
+
+def git_config_set(argv: list[str], sub: str) -> list[tuple[str, str | None]]:
+    """(key, value) that `git config [--global|--local|-f F ...] [set|--add|--replace-all] KEY VALUE` writes:
+    a command stored for git to run later (core.pager, alias.x = !cmd, ...) is judged like `git -c`."""
+    if sub != "config":
+        return []
+    words = argv[argv.index("config") + 1:] if "config" in argv else []
+    positional: list[str] = []
+    i = 0
+    while i < len(words):
+        word = words[i]
+        if word in _GIT_CONFIG_VALUED:
+            i += 2
+            continue
+        if word.startswith("-"):
+            if word in ("--get", "--get-all", "--get-regexp", "--get-urlmatch", "--unset", "--unset-all", "-l",
+                        "--list", "--remove-section", "--rename-section", "-e", "--edit"):
+                return []                       # reads, removals and the editor (EDITOR is judged elsewhere)
+            i += 1
+            continue
+        positional.append(word)
+        i += 1
+    if positional[:1] in (["get"], ["list"], ["unset"], ["remove-section"], ["rename-section"], ["edit"]):
+        return []
+    if positional[:1] == ["set"]:
+        positional = positional[1:]
+    if len(positional) < 2:
+        return []
+    return [(positional[0].lower(), positional[1])]
+
+
 def _git(argv: list[str], env: dict[str, str], sub: str) -> list[Program]:
     out: list[Program] = []
-    for key, value in git_config(argv, env):
+    stored = git_config_set(argv, sub)
+    for key, value in git_config(argv, env) + stored:
         if not _GIT_EXEC_KEYS.fullmatch(key):
             continue
         if value is not None and (key == "core.fsmonitor" and value.strip().lower() in _GIT_BOOLEANS or
@@ -136,7 +171,7 @@ def _git(argv: list[str], env: dict[str, str], sub: str) -> list[Program]:
             continue
         via = f"git config {key}"
         if key.startswith("alias."):
-            if key[len("alias."):] != sub or value is None:
+            if (key[len("alias."):] != sub and (key, value) not in stored) or value is None:
                 continue
             out.append((via, value[1:] if value.startswith("!") else "git " + value))
         elif value is None or _GIT_FILE_KEYS.fullmatch(key) or key.startswith("protocol."):

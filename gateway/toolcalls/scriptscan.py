@@ -121,6 +121,8 @@ _LANGS: dict[str, _Lang] = {
 }
 _LANGS["typescript"] = _LANGS["js"]
 _DEFAULT_SPACE_ARGS = frozenset({"applescript", "tcl", "elisp"})
+MAX_CALLS = 64               # more delete/write/spawn calls than this in one script: unparsed (ask)
+MAX_ARGS_TEXT = 8 * 1024     # one call's argument text is read this far at most
 
 
 def analyze_script(language: str, code: str) -> CodeFacts:
@@ -164,11 +166,15 @@ def _scan(language: str, code: str) -> CodeFacts:
             facts.spawns.append(text.replace(_HOME_MARK, "~"))
         code = re.sub(lang.inline, lambda m: " " * len(m.group()), code)
     names = _names(code, lang.concat)
+    calls = 0
     for key in ("deletes", "writes", "write_last", "moves", "links", "spawns"):
         pattern = getattr(lang, key)
         if not pattern:
             continue
         for match in re.finditer(pattern, code):
+            calls += 1
+            if calls > MAX_CALLS:        # each call scans its arguments: thousands of them ran for minutes
+                return unparsed(language)
             if language in _DEFAULT_SPACE_ARGS:
                 value = _first_literal(code, match.end(), language)
                 _record(facts, key, [value], [value or ""])
@@ -251,8 +257,8 @@ def _call_args(code: str, pos: int, spaces: bool) -> list[str]:
 
 
 def _matching(code: str, start: int) -> int:
-    depth, i = 0, start
-    while i < len(code):
+    depth, i, stop = 0, start, min(len(code), start + MAX_ARGS_TEXT)
+    while i < stop:
         c = code[i]
         if c in "'\"`":
             i = _string_end(code, i)
@@ -263,7 +269,7 @@ def _matching(code: str, start: int) -> int:
             if depth == 0:
                 return i
         i += 1
-    return len(code)
+    return stop
 
 
 def _string_end(code: str, start: int) -> int:

@@ -39,7 +39,10 @@ def describe_sql(query: str, dialect: str | None = None) -> dict:
         return {"parsed": False, "kinds": [], "unbounded": []}
     for read in ((dialect,) if dialect else ()) + _SQL_DIALECTS:
         try:
-            statements = [s for s in sqlglot.parse(query, read=read, error_level=ErrorLevel.RAISE) if s is not None]
+            # IMMEDIATE, never RAISE: with RAISE sqlglot parses on after an error and loops forever on a malformed
+            # COPY ("COPY #"), gathering error texts until the process is out of memory.
+            statements = [s for s in sqlglot.parse(query, read=read, error_level=ErrorLevel.IMMEDIATE)
+                          if s is not None]
             kinds = _sql_kinds(statements)
         except Exception:  # noqa: BLE001 - sqlglot raises several error types (and ValueError for dialects)
             continue

@@ -13,6 +13,7 @@ import posixpath
 import re
 import shlex
 from dataclasses import dataclass, field
+from typing import Callable
 
 from gateway.toolcalls.words import _split_words
 
@@ -174,10 +175,14 @@ def _spec_for(words: list[str]) -> tuple[_Spec | None, int, str]:
     return _T.get(name), 1, name
 
 
-def unwrap(argv: list[str]) -> Unwrapped:
-    """argv without leading wrappers and their options: `sudo -u x nice rm y` -> Unwrapped(["rm", "y"], ...)."""
+def unwrap(argv: list[str], program_of: Callable[[str], str | None] | None = None) -> Unwrapped:
+    """argv without leading wrappers and their options: `sudo -u x nice rm y` -> Unwrapped(["rm", "y"], ...).
+    `program_of(word)` names the program a renamed one is (a link or copy made earlier), at every layer."""
     out = Unwrapped(list(argv))
     for _ in range(16):
+        behind = program_of(out.argv[0]) if program_of is not None and out.argv else None
+        if behind is not None:
+            out.argv[0] = behind
         spec, start, name = _spec_for(out.argv)
         if spec is None:
             return out

@@ -2,7 +2,8 @@
 
 The cookie holds a short-lived sandgate JWT minted by the gateway's signer for the same role and name as the
 token that logged in, expiring at min(that token's exp, now + 12 h). Nothing is kept server-side except the
-ids of sessions that logged out (until they would have expired anyway), so a restart keeps people logged in.
+ids of sessions that logged out: revoked in the store like any token, so a logout holds on every replica and
+across restarts, while a restart keeps everyone else logged in.
 The JWT's `jti` is the per-login CSRF token.
 """
 from __future__ import annotations
@@ -13,6 +14,7 @@ from dataclasses import dataclass
 from aiohttp import web
 
 from gateway.auth import AuthError, Principal, TokenSigner, TokenVerifier
+from gateway.revocations import RevocationService
 from gateway.web.oidc import OidcError, OidcVerifier
 
 PAGE_ROLES = ("approver", "admin")
@@ -42,8 +44,10 @@ def session_ttl(token_exp: float | None, now: float) -> float:
 
 
 class PageSessions:
-    def __init__(self, tokens: TokenVerifier, signer: TokenSigner, oidc: OidcVerifier | None):
+    def __init__(self, tokens: TokenVerifier, signer: TokenSigner, oidc: OidcVerifier | None,
+                 revocations: RevocationService):
         self._tokens = tokens
+        self._revocations = revocations
         self._signer = signer
         self.oidc = oidc
         self._revoked: dict[str, float] = {}
@@ -90,10 +94,13 @@ class PageSessions:
             return None
         return PageUser(p, p.jti)
 
-    def logout(self, user: PageUser) -> None:
+    async def logout(self, user: PageUser) -> None:
+        """End this login here at once, then on every replica: the cookie's token id is revoked like any token
+        (stored, and notified to the other replicas and workers). Raises StoreError when it cannot be stored."""
         now = time.time()
         self._revoked = {j: e for j, e in self._revoked.items() if e > now}
         self._revoked[user.csrf] = float(user.principal.exp or now + MAX_SESSION_S)
+        await self._revocations.revoke(user.csrf, user.ident)
 
 
 def set_cookie(resp: web.StreamResponse, request: web.Request, value: str, max_age: float) -> None:

@@ -14,7 +14,7 @@ import jinja2
 from aiohttp import web
 
 from gateway.api.errors import STATUS_OF
-from gateway.api.state import APPROVALS, AUDIT, SESSIONS, SIGNER, TOKENS, PageSettings
+from gateway.api.state import APPROVALS, AUDIT, REVOCATIONS, SESSIONS, SIGNER, TOKENS, PageSettings
 from gateway.approval_rules import FINAL_STATES, KINDS
 from gateway.approvals import ApprovalError
 from gateway.session_spec import session_status
@@ -62,7 +62,7 @@ async def login_submit(request: web.Request, user: PageUser | None) -> web.Strea
 
 @page(post=True)
 async def logout(request: web.Request, user: PageUser) -> web.StreamResponse:
-    request.app[PAGE].sessions.logout(user)
+    await request.app[PAGE].sessions.logout(user)
     resp = redirect("/login")
     clear_cookie(resp, request)
     return resp
@@ -156,7 +156,7 @@ def setup_page(app: web.Application, settings: PageSettings) -> None:
                                autoescape=True, undefined=jinja2.StrictUndefined)
     env.filters["reveal"] = views.reveal
     oidc = OidcVerifier(settings.oidc) if settings.oidc else None
-    app[PAGE] = PageState(PageSessions(app[TOKENS], app[SIGNER], oidc))
+    app[PAGE] = PageState(PageSessions(app[TOKENS], app[SIGNER], oidc, app[REVOCATIONS]))
     app[HOLD_S] = settings.hold_timeout_s
     r = app.router
     r.add_get("/", queue_page)

@@ -406,8 +406,8 @@ def ratio(a, b) -> str:
     return f"{a / b:.2f}×"
 
 
-def table(rows: list[tuple]) -> str:
-    out = ["| figure | sandgate | baseline (bare mitmdump) | ratio |", "| --- | ---: | ---: | ---: |"]
+def table(rows: list[tuple], baseline: str = "baseline (bare mitmdump)") -> str:
+    out = [f"| figure | sandgate | {baseline} | ratio |", "| --- | ---: | ---: | ---: |"]
     for name, sg, base, digits in rows:
         out.append(f"| {name} | {fmt(sg, digits)} | {fmt(base, digits)} | {ratio(sg, base)} |")
     return "\n".join(out)
@@ -575,7 +575,7 @@ def workers_only(mode: Mode) -> int:
         finally:
             stop_process(upstream)
     print()
-    print(table([row]))
+    print(table([row], baseline="baseline (1 worker)"))
     return 0
 
 

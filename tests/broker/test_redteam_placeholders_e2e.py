@@ -15,7 +15,7 @@ import pytest
 
 from tests.conftest import LOOPBACK_CONFIG
 from tests.support.gateway import Sandgate
-from tests.support.tunnel import open_tunnel, read_response
+from tests.support.tunnel import read_response, read_until_closed
 from tests.support.upstream import Upstream
 
 REAL = "sk-bound-" + "Z" * 24
@@ -49,13 +49,14 @@ def body_forms(ph: str) -> dict[str, tuple[dict, bytes]]:
     }
 
 
-def plain_request(sg, token: str, raw: bytes) -> bytes:
-    """One raw plain-proxy request (absolute form) with the session's proxy credentials."""
+def plain_request(sg, token: str, raw: bytes, whole: bool = False) -> bytes:
+    """One raw plain-proxy request (absolute form) with the session's proxy credentials; `whole`: everything until
+    the proxy closes (the request must say Connection: close)."""
     import socket
 
     with socket.create_connection(("127.0.0.1", sg.proxy_port), timeout=10) as sock:
         sock.sendall(raw.replace(b"@AUTH@", ("Basic " + base64.b64encode(f"s:{token}".encode()).decode()).encode()))
-        return read_response(sock)
+        return read_until_closed(sock, 10)[0] if whole else read_response(sock)
 
 
 @pytest.mark.parametrize("form", ["multipart-b64", "json-unicode", "basic-in-json", "percent-twice"])
@@ -96,3 +97,25 @@ def test_placeholder_in_an_odd_request_framing_to_an_unbound_host_is_refused(env
         assert ph.encode() not in blob and ph[:half].encode() not in blob and ph[half:].encode() not in blob
     if trick in ("folded", "dup-header"):
         assert up.recorder.requests == [] and reply.startswith((b"HTTP/1.1 403", b"HTTP/1.1 400")), reply[:300]
+
+
+@pytest.mark.parametrize("framing", ["chunked", "large"])
+def test_a_streamed_upload_to_the_bound_host_carries_the_real_value_in_its_headers(env, framing):
+    """A body that streams (chunked, or larger than inspect_max_bytes) leaves with its headers before the body is
+    read: the header and query placeholders are swapped at that point, not after (git push, large uploads)."""
+    sg, up = env
+    sess = sg.session(allow=["bound.test"], secrets=["key"])
+    ph = sess["env"]["KEY"]
+    up.recorder.requests.clear()
+    head = (f"POST http://bound.test:{up.port}/echo?k={ph} HTTP/1.1\r\nHost: bound.test:{up.port}\r\n"
+            f"Proxy-Authorization: @AUTH@\r\nAuthorization: Bearer {ph}\r\nConnection: close\r\n")
+    if framing == "chunked":
+        raw = (head + "Transfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n").encode()
+    else:
+        body = b"x" * (3 * 1024 * 1024)
+        raw = (head + f"Content-Length: {len(body)}\r\n\r\n").encode() + body
+    reply = plain_request(sg, sess["token"], raw, whole=True)
+    assert reply.startswith(b"HTTP/1.1 200"), reply[:300]
+    seen = up.recorder.requests[-1]
+    assert seen.headers["authorization"] == f"Bearer {REAL}" and seen.path == f"/echo?k={REAL}"
+    assert REAL.encode() not in reply and ph.encode() in reply           # the echo is scrubbed back

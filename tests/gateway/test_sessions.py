@@ -100,6 +100,43 @@ async def test_counters_and_steps_reach_the_policy_view(pair):
     assert one.sessions.count_live() == 1
 
 
+async def test_counters_are_summed_over_replicas(pair):
+    """Each replica counts what it served; a sync adds that to the shared totals and reads them back, so a
+    policy's `session.stats` covers the whole session wherever its requests went."""
+    one, two = pair
+    row, _ = await one.session()
+    await two.sessions.live(row["id"])                 # two learns the session (as its proxy would)
+    one.sessions.count(row["id"], requests=3, denied=1, bytes_out=10)
+    two.sessions.count(row["id"], requests=2, toolcalls=1, bytes_out=5)
+    assert one.sessions.with_stats(row)["stats"]["requests"] == 3
+    await one.sessions.sync_stats()
+    await two.sessions.sync_stats()
+    await one.sessions.sync_stats()
+    want = {"requests": 5, "denied": 1, "asked": 0, "bytes_out": 15, "bytes_in": 0, "toolcalls": 1}
+    assert one.sessions.with_stats(row)["stats"] == want == two.sessions.with_stats(row)["stats"]
+    one.sessions.count(row["id"], requests=1)          # counted after the sync: visible here at once
+    assert one.sessions.with_stats(row)["stats"]["requests"] == 6
+    await one.sessions.sync_stats()
+    await one.sessions.sync_stats()                    # nothing new: the totals stay
+    assert one.sessions.with_stats(row)["stats"]["requests"] == 6
+
+
+def test_counts_in_flight_stay_visible_and_survive_a_failed_write():
+    from gateway.sessions import SessionCache
+
+    cache = SessionCache()
+    cache.count("s", requests=2)
+    sent = cache.take_counts()
+    assert sent == {"s": {"requests": 2, "denied": 0, "asked": 0, "bytes_out": 0, "bytes_in": 0, "toolcalls": 0}}
+    cache.count("s", requests=1)
+    assert cache.stats_of("s")["requests"] == 3        # in flight + pending
+    cache.settle({}, written=False)                    # the store refused: nothing is lost
+    assert cache.stats_of("s")["requests"] == 3
+    cache.take_counts()
+    cache.settle({"s": {"requests": 10}}, written=True)  # other replicas' counts arrive with ours
+    assert cache.stats_of("s")["requests"] == 10
+
+
 # -- source-address bindings (transparent capture) -------------------------------------------------------
 async def test_a_source_binding_names_the_session_until_it_ends(pair):
     one, two = pair

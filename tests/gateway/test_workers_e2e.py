@@ -18,16 +18,32 @@ from tests.support.pg import PG_URL, pg_available
 from tests.support.threads import background
 
 
-@pytest.mark.parametrize("store, message", [
-    ("", "--workers > 1 needs a PostgreSQL store"),
+TRANSPARENT = {"transparent_listen": "127.0.0.1:0", "dns_listen": "127.0.0.1:0"}
+
+
+@pytest.mark.parametrize("config, workers, message", [
+    ({}, "2", "--workers > 1 needs a PostgreSQL store"),
+    ({"store": {"url": "sqlite:////tmp/x.db"}}, "3", "--workers > 1 needs a PostgreSQL store"),
+    ({"store": {"url": PG_URL}, "proxy": TRANSPARENT}, "2", "--workers > 1 cannot run transparent capture"),
+    ({"store": {"url": PG_URL}}, "0", "--workers must be 1 or more"),
 ])
-def test_workers_refused_without_postgresql(tmp_path, store, message):
+def test_workers_refused_where_they_cannot_agree(tmp_path, config, workers, message):
     cfg = tmp_path / "sandgate.toml"
-    write_toml(cfg, {"store": {"url": store}} if store else {})
+    write_toml(cfg, config)
     out = subprocess.run([sys.executable, "-m", "gateway", "serve", "--config", str(cfg), "--data-dir",
-                          str(tmp_path / "data"), "--workers", "2"], capture_output=True, text=True, timeout=60)
+                          str(tmp_path / "data"), "--workers", workers], capture_output=True, text=True, timeout=60)
     assert out.returncode == 2
     assert out.stderr.startswith(f"sandgate: {message}") and "Traceback" not in out.stderr
+
+
+def test_workers_with_the_store_unreachable_exit_1_without_a_traceback(tmp_path):
+    cfg = tmp_path / "sandgate.toml"
+    write_toml(cfg, {"store": {"url": "postgresql+psycopg://sandgate:hunter2@127.0.0.1:1/nope"}})
+    out = subprocess.run([sys.executable, "-m", "gateway", "serve", "--config", str(cfg), "--data-dir",
+                          str(tmp_path / "data"), "--workers", "2"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 1
+    assert "sandgate failed to start: OperationalError" in out.stderr
+    assert "Traceback" not in out.stderr and "hunter2" not in out.stderr
 
 
 def owners(pids: list[int], port: int) -> set[int]:
@@ -102,6 +118,31 @@ def test_a_session_deleted_through_one_worker_is_refused_by_all(two_workers, ups
             assert time.monotonic() - deleted < 1.5, "a worker kept serving a deleted session"
         for c in conns:
             c.close()
+
+
+def allowed_egress(sg: Sandgate) -> float:
+    """sandgate_decisions_total{kind="egress",action="allow"} as one scrape (a fresh connection) reports it."""
+    text = requests.get(sg.api + "/metrics", timeout=10).text
+    for line in text.splitlines():
+        if line.startswith("sandgate_decisions_total{") and 'kind="egress"' in line and 'action="allow"' in line:
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
+def test_metrics_count_every_worker(two_workers, upstream):
+    sg = two_workers
+    sess = sg.session(allow=["allowed.test"])
+    before = allowed_egress(sg)
+    conns: list[requests.Session] = []
+    while len(conns) < 10 or owners(sg.pids, sg.proxy_port) != set(sg.pids):
+        assert len(conns) < 40, "every connection went to one worker"
+        conns.append(requests.Session())
+        assert conns[-1].get(f"http://allowed.test:{upstream.port}/m/{len(conns)}", proxies=sess["proxies"],
+                             timeout=10).status_code == 200
+    scrapes = {allowed_egress(sg) for _ in range(8)}      # fresh connections: both workers answer some
+    assert scrapes == {before + len(conns)}
+    for c in conns:
+        c.close()
 
 
 def test_a_worker_that_dies_is_started_again(two_workers, upstream):

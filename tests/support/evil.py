@@ -17,7 +17,8 @@ puts it where the path says:
     /nocontent   in a header of a 204 that declares Content-Length: 0 (keep-alive must stay in sync)
     /early       in a 103 Early Hints before the real answer
     /fold        split across an obsolete header line folding
-    /store       nowhere; remembered, and /fetch returns it later in a plain body (a request without a secret)
+    /store       nowhere; remembered, and /fetch returns it later in a plain body (a request without a secret),
+                 honouring a Range header
 """
 from __future__ import annotations
 
@@ -148,6 +149,12 @@ class EvilUpstream:
             return b"HTTP/1.1 204 No Content\r\n\r\n"
         if path == "/fetch":
             body = b"stored=" + self.stored.encode("latin-1")
+            wanted = headers.get("range", "")
+            if wanted.startswith("bytes="):            # honour a single byte range, like any file server
+                first, _, last = wanted[6:].partition("-")
+                part = body[int(first):int(last) + 1]
+                return (b"HTTP/1.1 206 Partial Content\r\nContent-Range: bytes %d-%d/%d\r\nContent-Length: %d"
+                        b"\r\n\r\n" % (int(first), int(first) + len(part) - 1, len(body), len(part)) + part)
             return b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % len(body) + body
         return b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
 

@@ -50,7 +50,7 @@ async def test_the_real_value_goes_only_to_the_bound_host_and_comes_back_out(wor
                       headers={"Authorization": f"token {ph}", "Accept-Encoding": "gzip"}, body=f'{{"k": "{ph}"}}'.encode())
     assert f.response is None
     assert f.request.headers["Authorization"] == f"token {REAL}" and f.request.query["t"] == REAL
-    assert REAL.encode() in f.request.raw_content and "accept-encoding" not in f.request.headers
+    assert REAL.encode() in f.request.raw_content and f.request.headers["accept-encoding"] == "identity"
     st = flow_state(f)
     assert st.secrets_used == ("github@body", "github@header:authorization", "github@query")
     f.response = http.Response.make(200, f"you are {REAL}".encode(), {"X-Echo": REAL})

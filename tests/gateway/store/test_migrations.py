@@ -2,11 +2,9 @@
 store matches the models exactly, two replicas upgrading at once do not race, and `sandgate db upgrade`."""
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 import threading
-import time
 import uuid
 
 import pytest

@@ -196,6 +196,20 @@ async def test_sequence_continues_from_events_written_before_the_counter(store):
     assert [e["seq"] for e in await store.list_events(session=sid)] == [1, 2, 3, 4]
 
 
+async def test_session_counters_add_up_across_writers(store):
+    other = Store(store.url)
+    await other.open()
+    try:
+        sid = "s_" + uuid.uuid4().hex[:12]
+        one = {sid: {"requests": 1, "bytes_out": 2 ** 33}}          # byte counters pass 32 bits
+        await asyncio.gather(*((store if i % 2 else other).sync_stats(one, []) for i in range(10)))
+        totals = await store.sync_stats({}, [sid, "s_unknown"])
+        assert totals == {sid: {"requests": 10, "denied": 0, "asked": 0, "bytes_out": 10 * 2 ** 33, "bytes_in": 0,
+                                "toolcalls": 0}}
+    finally:
+        other.close()
+
+
 async def test_a_failing_hot_read_is_a_store_error(tmp_path):
     """The driver-level reads raise StoreError like the others (callers answer 503, never 500 or allow)."""
     from gateway.store import StoreError
