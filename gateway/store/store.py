@@ -59,7 +59,7 @@ class Store:
         # mode: one writer, readers beside it; PostgreSQL: its own connections).
         self._read_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="sandgate-store-read")
         self._seq_known: set[str] = set()      # sessions whose audit_seqs row exists
-        self._decoded: dict[int, tuple] = {}         # event id -> its decoded (codes, detail)
+        self._decoded: dict[tuple, tuple] = {}       # (id, session, seq, request_id) -> (codes, detail)
 
     # -- plumbing -------------------------------------------------------------------------------
     async def run(self, fn: Callable[..., T], *args: Any) -> T:
@@ -397,12 +397,13 @@ class Store:
         for values in reversed(fetched):
             row = dict(zip(self._RECENT_COLS, values))
             # Stored events never change: their JSON is decoded once (each call re-reads the last ones).
-            decoded = self._decoded.get(row["id"])
+            key = (row["id"], row["session"], row["seq"], row["request_id"])
+            decoded = self._decoded.get(key)
             if decoded is None:
                 decoded = tuple(json.loads(v) if isinstance(v, str) else v for v in (row["codes"], row["detail"]))
                 if len(self._decoded) >= 16384:
                     self._decoded.clear()
-                self._decoded[row["id"]] = decoded
+                self._decoded[key] = decoded
             row["codes"], row["detail"] = decoded
             recent.append(row)
         # Of the newest `paths` rows, the last one for each path: all that history.paths_from_rows keeps of them

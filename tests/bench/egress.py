@@ -340,6 +340,7 @@ def start_pg_sandgate(tmp: Path, workers: int, logs: list) -> tuple[subprocess.P
         '[egress]\nprivate_allow = ["127.0.0.0/8"]\nresolve = {"allowed.test" = ["127.0.0.1"]}\n')
     log = open(tmp / f"sandgate-w{workers}.log", "wb")
     logs.append(log)
+    (data / "listen.json").unlink(missing_ok=True)           # the previous run's (every run starts one)
     proc = subprocess.Popen([sys.executable, "-m", "gateway", "serve", "--config", str(cfg), "--data-dir", str(data),
                              "--workers", str(workers)], stdout=log, stderr=subprocess.STDOUT, cwd=str(ROOT),
                             env={**os.environ, "PYTHONUNBUFFERED": "1"})
@@ -350,6 +351,7 @@ def start_pg_sandgate(tmp: Path, workers: int, logs: list) -> tuple[subprocess.P
             raise BenchError(f"sandgate --workers {workers} did not start:\n"
                              f"{(tmp / f'sandgate-w{workers}.log').read_text(errors='replace')[-1500:]}")
         time.sleep(0.1)
+    wait_port("127.0.0.1", api, proc, timeout=max(1.0, deadline - time.monotonic()))
     return proc, proxy, api, data
 
 
