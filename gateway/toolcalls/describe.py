@@ -151,7 +151,7 @@ class _Line:
                 self.ok = False
                 return
             if "assign" in cmd:
-                self.assign(cmd["assign"], braces=bool(cmd.get("loop")))
+                self.assign(cmd["assign"], braces=bool(cmd.get("loop")), literal=cmd.get("literal", ()))
                 continue
             if "function" in cmd:
                 self.functions[cmd["function"]] = cmd["body"]
@@ -160,9 +160,13 @@ class _Line:
             op = cmd["op"] or (";" if self.out else "")
             previous = self.command(cmd, depth, origin, op, piped)
 
-    def assign(self, values: dict[str, list[str]], braces: bool = False) -> None:
-        """Variables from `X=v` (substituted, not brace-expanded or split) or `for X in words` (expanded)."""
+    def assign(self, values: dict[str, list[str]], braces: bool = False, literal: Any = ()) -> None:
+        """Variables from `X=v` (substituted, not brace-expanded or split; kept as written when `v` was all
+        single-quoted) or `for X in words` (expanded)."""
         for name, raw in values.items():
+            if name in literal:
+                self.variables[name] = list(raw)[:16]
+                continue
             if any("$@" in v or "$*" in v for v in raw):
                 self.variables.pop(name, None)
                 continue

@@ -15,7 +15,8 @@ Each entry is::
      "env": {"NAME": "value"}, # only when leading assignments exist
      "quoting": ["none"|"single"|"double", ...]}  # per argv word, only when some word is quoted
 
-plus two kinds of records with an empty argv: `{"assign": {"X": ["v", ...]}}` for a bare assignment or a
+plus two kinds of records with an empty argv: `{"assign": {"X": ["v", ...]}}` (with `"literal": [names]` for values
+that were all single-quoted) for a bare assignment or a
 `for X in v ...` loop (`"loop": true`: its words are brace-expanded), and `{"function": "name", "body": "text"}` for a function definition (its body's
 commands also follow, flattened, as written).
 
@@ -100,6 +101,9 @@ def _ascii_shadow(text: str) -> bytes:
     """
     return _NON_ASCII.sub(lambda m: "a" * len(m.group().encode("utf-8")), text).encode("ascii")
 
+
+_EXPANDS = re.compile(r"[$`]")                 # what a shell would expand in a word's text
+_EXPANDS_UNQUOTED = re.compile(r"[$`~{]")      # ... and in an unquoted part (tilde, braces)
 
 class _Out:
     """The flat command list being built."""
@@ -242,14 +246,17 @@ class _Walker:
 
     def assignment(self, node: Node) -> None:
         values: dict[str, list[str]] = {}
+        literal: list[str] = []                 # names whose value is all single-quoted: never expanded
         for item in ([node] if node.type == "variable_assignment" else node.named_children):
             if item.type != "variable_assignment":
                 continue
             self.walk_inside(item)
             name, value = item.child_by_field_name("name"), item.child_by_field_name("value")
             values[self.raw(name) if name else ""] = [self.text(value) if value else ""]
+            if value is not None and self.quoting(value) == "single":
+                literal.append(self.raw(name) if name else "")
         if values:
-            self.out.emit([], {}, [], assign=values)
+            self.out.emit([], {}, [], assign=values, **({"literal": literal} if literal else {}))
 
     def loop_variable(self, node: Node) -> None:
         var = node.child_by_field_name("variable")
@@ -361,9 +368,18 @@ class _Walker:
         if kind in ("string", "translated_string"):
             return "double"
         if kind in ("concatenation", "command_name"):
-            parts = {self.quoting(child) for child in node.named_children}
+            quoted = [(child, self.quoting(child)) for child in node.named_children]
+            parts = {how for _child, how in quoted}
             if parts <= {"single"} and parts:
                 return "single"
+            if "single" in parts and any(how == "single" and _EXPANDS.search(self.raw(child))
+                                         for child, how in quoted):
+                # `'$(echo x)'"'"'...'`: a `$` or backquote inside single quotes stays literal, but expanding the
+                # joined word would run it. When no other part expands, the whole word is literal ("single");
+                # else the word would need expanding part by part, which the facts do not do: unparsed (asks).
+                if not any(how != "single" and _EXPANDS_UNQUOTED.search(self.raw(child)) for child, how in quoted):
+                    return "single"
+                self.out.ok = False
             return "double" if parts - {"none"} else "none"
         return "none"
 

@@ -79,7 +79,8 @@ def test_env_assignments_are_dropped_from_argv():
 def test_bare_assignment_runs_its_substitution_and_is_recorded():
     commands = parse_shell("X=$(rm -rf y) Y='a b'")["commands"]
     assert commands == [{"argv": ["rm", "-rf", "y"], "op": "", "redirects": []},
-                        {"argv": [], "op": ";", "redirects": [], "assign": {"X": ["$(rm -rf y)"], "Y": ["a b"]}}]
+                        {"argv": [], "op": ";", "redirects": [], "assign": {"X": ["$(rm -rf y)"], "Y": ["a b"]},
+                         "literal": ["Y"]}]
 
 
 def test_for_loop_variable_is_recorded():
