@@ -14,6 +14,7 @@ See policies/README.md for every fact.
 """
 from __future__ import annotations
 
+import json
 import posixpath
 import re
 import shlex
@@ -34,6 +35,9 @@ from gateway.toolcalls.urls import describe_url
 from gateway.toolcalls.wrappers import (ASSIGNMENT, SHELLS, find_exec_groups, parallel_script, shell_script,
                                         shell_script_file, unwrap)
 
+# package manager commands -> the package.json scripts they run
+_PACKAGE_LIFECYCLE = {k: ["preinstall", "install", "postinstall", "prepare"] for k in ("install", "i", "ci", "add")}
+_PACKAGE_LIFECYCLE.update({"t": ["pretest", "test", "posttest"], "tst": ["pretest", "test", "posttest"]})
 # git subcommands that run hooks (.git/hooks/pre-commit, post-checkout, pre-push, ...)
 _GIT_HOOK_RUNNERS = frozenset({"commit", "merge", "pull", "checkout", "switch", "rebase", "push", "am", "cherry-pick",
                                "revert", "gc", "worktree", "clone", "apply", "send-email", "reset", "restore"})
@@ -509,6 +513,8 @@ class _Command:
             self.runs((self.values.get("-f") or self.values.get("--file") or ["Makefile"])[-1], "make")
         if name == "git" and self.operands and self.operands[0] in _GIT_HOOK_RUNNERS:
             self.git_hooks()
+        if name in ("npm", "pnpm", "yarn", "bun") and self.operands:
+            self.package_scripts()
         if "/" in (eff[0] if eff else "") and name not in SHELLS:
             self.runs(eff[0], None)
         elif eff and "PATH" in line.variables and "/" not in eff[0]:
@@ -557,6 +563,27 @@ class _Command:
             self.runs(stdin.word, language)
         else:
             self.rec["stdin_script"] = self.rec["dynamic"] = True
+
+    def package_scripts(self) -> None:
+        """`npm test`, `npm run x`, `npm install`...: the package.json scripts they run, when the session wrote
+        that package.json (content seen: its scripts are nested; not seen: a written file run, ask)."""
+        written, content = self.line.content("package.json", self.here)
+        if not written:
+            return
+        if content is None:
+            self.runs("package.json", None)
+            return
+        try:
+            scripts = json.loads(content).get("scripts") or {}
+        except (ValueError, AttributeError):
+            self.rec["dynamic"] = True
+            return
+        first = self.operands[0]
+        target = self.operands[1] if first in ("run", "run-script", "exec") and len(self.operands) > 1 else first
+        names = _PACKAGE_LIFECYCLE.get(target, [f"pre{target}", target, f"post{target}"])
+        for key in names:
+            if isinstance(scripts, dict) and isinstance(scripts.get(key), str):
+                self.nested(scripts[key], f"{self.name} script {key}")
 
     def git_hooks(self) -> None:
         """Hooks written earlier in the line or the session (`.git/hooks/pre-commit`) run with this git command."""

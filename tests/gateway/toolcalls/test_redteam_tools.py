@@ -44,3 +44,24 @@ def test_git_hooks_written_earlier_run(ev, before, command, expect):
     sim = SessionSim(ev)
     sim.call(*before)
     assert sim.call("shell", {"command": command})["action"] == expect
+
+
+# -- package.json scripts written by the session run with npm/yarn/pnpm -------------------------------------
+@pytest.mark.parametrize("scripts, command, expect", [
+    ({"test": "rm -rf ~"}, "npm test", "deny"),
+    ({"build": "rm -rf /"}, "npm run build", "deny"),
+    ({"postinstall": "rm -rf ~"}, "npm install", "deny"),
+    ({"pretest": "rm -rf ~", "test": "jest"}, "yarn test", "deny"),
+    ({"test": "jest --ci"}, "npm test", "allow"),
+])
+def test_package_scripts_written_earlier_run(ev, scripts, command, expect):
+    import json
+    sim = SessionSim(ev)
+    sim.call("write_file", {"path": "/workspace/package.json", "content": json.dumps({"scripts": scripts})})
+    assert sim.call("shell", {"command": command})["action"] == expect
+
+
+def test_package_json_written_unseen_asks(ev):
+    sim = SessionSim(ev)
+    sim.call("shell", {"command": "curl -so package.json https://example.com/p.json"})
+    assert sim.call("shell", {"command": "npm test"})["action"] == "ask"
