@@ -58,7 +58,7 @@ class AuditLog:
     def status(self) -> str:
         return audit_status(len(self._pending), self.max_pending, self.writing)
 
-    def record(self, kind: str, **fields: Any) -> None:
+    def record(self, kind: str, **fields: Any) -> dict:
         row = {k: fields.get(k) for k in EVENT_FIELDS}
         row["kind"] = kind
         row["ts"] = fields.get("ts") or time.time()
@@ -69,6 +69,7 @@ class AuditLog:
         self._pending.append(row)
         if len(self._pending) >= self._max_batch:
             self._wake.set()
+        return row
 
     def queued(self, kind: str, session: str) -> list[dict]:
         """Rows of this kind and session recorded but not yet written, oldest first (the batch being written

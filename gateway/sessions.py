@@ -21,9 +21,11 @@ from gateway.approvals import ApprovalQueue
 from gateway.audit import AuditLog
 from gateway.auth import Principal
 from gateway.changes import Change, ChangeFeed, LocalChangeFeed
+from gateway.session_memory import SessionMemory
 from gateway.session_spec import STAT_KEYS, SessionSpec, new_session_id, session_status, sum_stats
 from gateway.store import Store
 from gateway.store.models import SessionRow
+from gateway.toolcalls.history import HISTORY_SIZE
 
 
 class SessionCache:
@@ -127,6 +129,10 @@ class SessionRegistry:
         self._audit = audit
         self._approvals = approvals
         self._sources = SourceBindings()
+        # A SQLite store has one writer (this process): its tool-call memory is kept here once loaded.
+        self._memory = SessionMemory(lambda sid: store.toolcall_memory(sid, HISTORY_SIZE),
+                                     lambda sid: audit.queued("toolcall", sid),
+                                     authoritative=not store.is_postgres, events=HISTORY_SIZE)
 
     # -- the one write sequence --------------------------------------------------------------------
     def _remember(self, row: Mapping[str, Any]) -> None:
@@ -134,6 +140,7 @@ class SessionRegistry:
         self._cache.put(row)
         placeholders = row.get("placeholders") or {}
         if row.get("deleted_at"):
+            self._memory.forget(row["id"])
             self._placeholders.remove(placeholders)
             self._sources.unbind(row["id"])
         else:
@@ -210,13 +217,19 @@ class SessionRegistry:
         """The links and scripts the session's earlier tool calls left (tool-call history)."""
         return await self._store.list_session_paths(sid)
 
-    async def toolcall_memory(self, sid: str, events: int) -> tuple[list[dict], list[dict]]:
-        """The session's recent tool-call events as stored, then its path rows: one store trip (the caller
-        adds the events still queued in the audit writer)."""
-        return await self._store.toolcall_memory(sid, events)
+    async def toolcall_memory(self, sid: str) -> tuple[list[dict], list[dict]]:
+        """The session's recent tool-call events (stored and still queued in the audit writer), oldest first,
+        then its path rows (gateway/session_memory.py: kept in memory when this process is the only writer)."""
+        return await self._memory.get(sid)
 
-    async def add_paths(self, rows: list[dict]) -> None:
-        await self._store.append_session_paths(rows)
+    def toolcall_recorded(self, sid: str, row: Mapping[str, Any]) -> None:
+        """A tool-call event of the session was recorded (queued for the audit writer)."""
+        self._memory.record_event(sid, row)
+
+    async def add_paths(self, sid: str, rows: list[dict]) -> None:
+        if rows:
+            await self._store.append_session_paths(rows)
+            self._memory.record_paths(sid, rows)
 
     # -- source addresses (transparent capture) ----------------------------------------------------
     def source_holder(self, addr: str) -> str | None:

@@ -16,7 +16,6 @@ from gateway.api.owned import owned_live_session
 from gateway.api.state import APPROVALS, AUDIT, ENGINE, FACTS, METRICS, SESSIONS, read_json
 from gateway.approval_rules import binding_hash, canonical_json
 from gateway.approvals import ApprovalRequest
-from gateway.audit import AuditLog
 from gateway.mcp.context import parse_mcp_context
 from gateway.sessions import SessionRegistry
 from gateway.store import StoreError
@@ -100,7 +99,7 @@ async def post_toolcall(request: web.Request) -> web.Response:
     sessions.count(sid, toolcalls=1)
     session = sessions.with_stats(live)
     now = time.time()
-    history, links, files = await _session_memory(audit, sessions, sid, now)
+    history, links, files = await _session_memory(sessions, sid, now)
     mcp_input = mcp.to_input() if mcp is not None else None
     base = toolcall_base(session=session, tool=tool, args=args, step=step, now=now, history=history, mcp=mcp_input)
     memo = request.app[FACTS]
@@ -134,7 +133,7 @@ async def post_toolcall(request: web.Request) -> web.Response:
         detail["mcp_server"] = mcp.server
     if decision.action != "deny":
         try:                                  # links and scripts this call leaves, for the session's later calls
-            await sessions.add_paths(path_rows(sid, effects, now))
+            await sessions.add_paths(sid, path_rows(sid, effects, now))
         except StoreError:
             log.warning("could not record the paths of tool call %s", tcid)
             raise ApiError(503, "store_unavailable", "the store is unavailable; try again") from None
@@ -150,20 +149,18 @@ async def post_toolcall(request: web.Request) -> web.Response:
             out.update(decision="allow", reasons=out["reasons"] + [f"approved by {ticket.row['decided_by']}"],
                        codes=out["codes"] + ["approval.approved"])
         detail["approval_id"] = out["approval_id"]
-    audit.record("toolcall", session=sid, step=step, action=out["decision"], reasons=out["reasons"],
-                    codes=out["codes"], request_id=tcid, policy_rev=decision.rev, detail=detail)
+    sessions.toolcall_recorded(sid, audit.record(
+        "toolcall", session=sid, step=step, action=out["decision"], reasons=out["reasons"], codes=out["codes"],
+        request_id=tcid, policy_rev=decision.rev, detail=detail))
     return web.json_response(out)
 
 
-async def _session_memory(audit: AuditLog, sessions: SessionRegistry, sid: str,
-                          now: float) -> tuple[list[dict], dict, dict]:
+async def _session_memory(sessions: SessionRegistry, sid: str, now: float) -> tuple[list[dict], dict, dict]:
     """The session's recent tool calls (stored and still queued audit rows) and the links and files its
     earlier calls left. A store that cannot answer is an error (503): deciding without them could allow what
     a sequence makes dangerous."""
-    queued = audit.queued("toolcall", sid)      # first: a flush during the read below moves rows to the store
     try:
-        stored, rows = await sessions.toolcall_memory(sid, HISTORY_SIZE)
-        events = stored + queued
+        events, rows = await sessions.toolcall_memory(sid)
     except StoreError:
         raise ApiError(503, "store_unavailable", "the store is unavailable; try again") from None
     links, files = paths_from_rows(rows)

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import json
 import logging
 import re
 import time
 from typing import Any
 
 from gateway.store import Store
-from gateway.store.decisions import DecisionStore
+from gateway.store.decisions import DecisionStore, RawJSON
 
 log = logging.getLogger("sandgate.policy")
 
@@ -89,6 +90,32 @@ def redact_input(value: Any) -> Any:
 
 _SCALARS = frozenset({int, float, bool})
 
+# Whether redact_input could change anything, read off the JSON text of the whole input (most inputs: nothing to
+# redact). json.dumps escapes every non-ASCII and control character, so with no backslash in the text every
+# key and string appears in it verbatim, in ASCII, between quotes. Each text pattern and each sensitive key
+# needs one of these words (case-insensitively: the text lowered), or "://" with an "@" after it; "secrets",
+# the one key that names secrets rather than holding one, is taken out first. A word found by chance (in
+# another string, across quotes) only means the slow path.
+_WORDS = ("bearer", "basic", "token", "authori", "cookie", "pass", "secret", "api-key", "api_key", "apikey",
+          "access-key", "access_key", "accesskey", "private", "credential", "session-key", "session_key",
+          "sessionkey")
+
+
+def _maybe_sensitive(text: str) -> bool:
+    if "\\" in text:
+        return True
+    low = text.replace('"secrets":', "").lower()
+    if any(word in low for word in _WORDS):
+        return True
+    scheme = low.find("://")
+    return scheme >= 0 and "@" in low[scheme:]
+
+
+def redacted_json(value: Any) -> str:
+    """json.dumps(redact_input(value)), without walking `value` in Python when nothing in it needs redacting."""
+    text = json.dumps(value)
+    return json.dumps(redact_input(value)) if _maybe_sensitive(text) else text
+
 
 class DecisionLog:
     def __init__(self, store: Store, flush_interval_s: float = 0.1, max_batch: int = 200,
@@ -132,7 +159,7 @@ class DecisionLog:
 
     def _write(self, decisions: list[tuple], divergences: list[dict]) -> None:
         """On the store's thread: redact, serialise, insert."""
-        rows = [{"id": did, "ts": ts, "kind": kind, "session": self._session_of(doc), "input": redact_input(doc),
+        rows = [{"id": did, "ts": ts, "kind": kind, "session": self._session_of(doc), "input": RawJSON(redacted_json(doc)),
                  "result": result, "policy_rev": rev, "engine": engine, "latency_us": int(latency)}
                 for did, ts, kind, doc, result, rev, engine, latency in decisions]
         self.store.append_decisions_sync(rows)

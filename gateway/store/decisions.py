@@ -46,6 +46,10 @@ class DivergenceRow(SQLModel, table=True):
     shadow_rev: str = ""
 
 
+class RawJSON(str):
+    """A value already serialised as JSON text (the decision log's redacted input)."""
+
+
 _DECISION_COLS = ("id", "ts", "kind", "session", "input", "result", "policy_rev", "engine", "latency_us")
 _DIVERGENCE_COLS = ("decision_id", "ts", "kind", "session", "input", "live", "shadow", "live_rev", "shadow_rev")
 _JSON_COLS = frozenset({"input", "result", "live", "shadow"})
@@ -60,7 +64,8 @@ class DecisionStore:
     def _insert(self, table: str, cols: tuple[str, ...], rows: list[dict]) -> None:
         mark = "?" if self.store.engine.dialect.paramstyle == "qmark" else "%s"
         sql = f"INSERT INTO {table} ({', '.join(cols)}) VALUES ({', '.join([mark] * len(cols))})"
-        values = [tuple(json.dumps(r.get(c)) if c in _JSON_COLS else r.get(c) for c in cols) for r in rows]
+        values = [tuple((v if v.__class__ is RawJSON else json.dumps(v)) if c in _JSON_COLS else v
+                        for c, v in zip(cols, map(r.get, cols))) for r in rows]
         with self.store.engine.begin() as conn:
             conn.exec_driver_sql(sql, values)
 

@@ -13,7 +13,7 @@ import requests
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gateway.policy.decisionlog import REDACTED, DecisionLog, redact_input
+from gateway.policy.decisionlog import REDACTED, DecisionLog, redact_input, redacted_json
 from gateway.policy.logcommands import parse_since, summarise_change
 from gateway.store import Store
 from gateway.store.decisions import DecisionStore
@@ -61,6 +61,44 @@ def test_redaction_is_idempotent_and_hides_credentials(value, secret):
            "cmd": f"curl -H 'Authorization: Bearer {secret}'", "u": f"https://me:{secret}@x.test/"}
     assert secret not in json.dumps(redact_input(doc)["password"])
     assert secret not in json.dumps({k: v for k, v in redact_input(doc).items() if k != "wrap"})
+
+
+# Words and shapes the redaction looks for, mixed into keys and strings: the fast path (redacted_json reads the
+# JSON text to skip the walk) must give exactly what the walk gives.
+_WORDS = ["Bearer ", "basic\t", "token ", "Authorization: ", "x-api-key=", "cookie:", "password=", "api_key=",
+          "--token ", "-password=", "https://u:", "@", "secrets", "Secrets", "pass", "passenger", "sk-123456789",
+          "\"", "\\", "é", "\n", " ", "=", ":", "'", "abcdefghij", "\ud800"]
+_PLAIN = [w for w in _WORDS if w.isascii() and w.isprintable() and '"' not in w and "\\" not in w]
+
+
+def _json_of(words: list[str]):
+    text = st.lists(st.sampled_from(words) | st.text(alphabet="abcxyz:=@ /-", max_size=6), max_size=6).map("".join)
+    return st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | text,
+                        lambda children: st.lists(children, max_size=4)
+                        | st.dictionaries(text, children, max_size=4), max_leaves=25)
+
+
+@settings(max_examples=1500, deadline=None)
+@given(_json_of(_PLAIN) | _json_of(_WORDS))        # plain: no escapes in the JSON text, so the fast path is tried
+def test_redacted_json_is_the_redacted_input(value):
+    assert json.loads(redacted_json(value)) == redact_input(value)
+
+
+@pytest.mark.parametrize("value", [
+    {"pass": "x"}, {"a": {"token ": "abc"}}, {"Secrets": ["n"]}, {"x": ["Bearer abcdefghij"]},
+    {"cmd": "curl https://u:p@h/"}, {"cmd": "psql --password=x"}, {"h": "Cookie: a=b"}, {"q": "api_key=abc"},
+    {"s": "tab\tBearer abcdefghi"}, {"s": "é token abcdefghij"}, {"k\"token": "v"}])
+def test_redacted_json_redacts_what_redact_input_does(value):
+    assert json.loads(redacted_json(value)) == redact_input(value) != value
+
+
+@pytest.mark.parametrize("value", [
+    {"session": {"secrets": ["github"]}, "cmd": "ls"}, {"history": [{"summary": "http_request GET https://api.x/"}]},
+    {"a": [1, 2.5, None, True]}])
+def test_redacted_json_takes_the_fast_path_when_nothing_is_sensitive(value, monkeypatch):
+    import gateway.policy.decisionlog as dl
+    monkeypatch.setattr(dl, "redact_input", lambda v: pytest.fail("walked"))
+    assert json.loads(redacted_json(value)) == value
 
 
 @pytest.mark.parametrize("text, now, expected", [
