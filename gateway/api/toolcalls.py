@@ -17,6 +17,7 @@ from gateway.api.state import APPROVALS, AUDIT, ENGINE, FACTS, METRICS, SESSIONS
 from gateway.approval_rules import binding_hash, canonical_json
 from gateway.approvals import ApprovalRequest
 from gateway.mcp.context import parse_mcp_context
+from gateway.policy.readset import Shared
 from gateway.sessions import SessionRegistry
 from gateway.store import StoreError
 from gateway.toolcalls.describe import Effects
@@ -108,14 +109,17 @@ async def post_toolcall(request: web.Request) -> web.Response:
         hit = memo.get(key)              # the same call with the same workspace, links and files: parsed before
         if hit is not None:
             facts, effects = hit
-        elif enrich_inline(tool, args_json, files, mcp):
-            facts, effects = toolcall_facts(base, links, files)
-            memo.put(key, facts, effects)
         else:
-            # Parsing (tree-sitter, sqlglot, ast) can take a while on long or hostile input: off the loop, bounded.
-            facts, effects = await asyncio.wait_for(asyncio.to_thread(toolcall_facts, base, links, files),
-                                                    ENRICH_TIMEOUT_S)
-            memo.put(key, facts, effects)
+            if enrich_inline(tool, args_json, files, mcp):
+                facts, effects = toolcall_facts(base, links, files)
+            else:
+                # Parsing (tree-sitter, sqlglot, ast) can take a while on long or hostile input: off the loop,
+                # bounded.
+                facts, effects = await asyncio.wait_for(asyncio.to_thread(toolcall_facts, base, links, files),
+                                                        ENRICH_TIMEOUT_S)
+            if key is not None:       # memoised facts are shared and never changed: the decision cache knows
+                facts = {k: Shared(v) if isinstance(v, dict) else v for k, v in facts.items()}
+                memo.put(key, facts, effects)
     except Exception:  # noqa: BLE001 - enrichment failure must not allow: the policy sees it unparsed
         log.warning("tool-call enrichment failed for session %s tool %s", sid, tool)
         facts = {"shell": {"parsed": False, "commands": []},

@@ -18,7 +18,7 @@ from typing import Any, Protocol
 
 from gateway.policy.decision import Decision, deny, parse_decision
 from gateway.policy.loader import PolicySource, policy_files
-from gateway.policy.readset import build_trie, compile_projection, scan_reads
+from gateway.policy.readset import LEN, WILD, Shared, build_trie, compile_projection, scan_reads
 from gateway.policy.rego import ENTRYPOINTS, PolicyError
 
 __all__ = ["CachingEngine", "DecisionCache", "DecisionSink", "EvaluationTimeout", "PolicyEngine", "PolicyError"]
@@ -79,22 +79,55 @@ class DecisionCache:
         self._project = compile_projection(self._trie)
         self.hits = self.misses = 0
         self._items: "OrderedDict[str, Decision]" = OrderedDict()
+        self._top: dict | None = None                # top-level key -> its projection (None: no shortcut)
+        self._frags: "OrderedDict[int, tuple]" = OrderedDict()    # id(Shared) -> (object, projection, JSON)
 
     def configure(self, source: PolicySource) -> None:
         texts = [t for _, t in source.modules]
         self.enabled = _IMPURE.search("\n".join(texts)) is None
-        self.reads = scan_reads(texts)
+        self.set_reads(scan_reads(texts))
+
+    def set_reads(self, reads: frozenset | None) -> None:
+        """Key on these paths of the input (None: the whole input); forget every cached decision."""
+        self.reads = reads
         self._trie = build_trie(self.reads) if self.reads is not None else {None: True}
         self._project = compile_projection(self._trie)
+        trie = self._trie
+        self._top = (None if trie.get(None) or WILD in trie else
+                     {k: compile_projection(v) for k, v in trie.items() if isinstance(k, str) and k != LEN})
         self._items.clear()
+        self._frags.clear()
 
     def key(self, kind: str, doc: dict) -> str | None:
         if not self.enabled:
             return None
         try:
-            return kind + json.dumps(self._project(doc), sort_keys=True, separators=(",", ":"))
+            shared = ([k for k, v in doc.items() if v.__class__ is Shared]
+                      if self._top is not None and isinstance(doc, dict) else None)
+            if not shared:
+                return kind + json.dumps(self._project(doc), sort_keys=True, separators=(",", ":"))
+            # Top-level values marked Shared: each one's projection is serialised once per object (it never
+            # changes), the rest of the input as usual; the key names which keys were shared (for `#len`).
+            rest = {k: v for k, v in doc.items() if v.__class__ is not Shared}
+            parts = [kind, json.dumps(self._project(rest), sort_keys=True, separators=(",", ":"))]
+            for k in shared:
+                parts.append(k)
+                proj = self._top.get(k)
+                if proj is not None:
+                    parts.append(self._fragment(doc[k], proj))
+            return "\x00".join(parts)
         except (TypeError, ValueError):
             return None
+
+    def _fragment(self, value: Shared, proj: Any) -> str:
+        hit = self._frags.get(id(value))
+        if hit is not None and hit[0] is value and hit[1] is proj:
+            return hit[2]
+        text = json.dumps(proj(value), sort_keys=True, separators=(",", ":"))
+        self._frags[id(value)] = (value, proj, text)      # the object is held: its id is not reused meanwhile
+        if len(self._frags) > self.size:
+            self._frags.popitem(last=False)
+        return text
 
     def get(self, key: str | None) -> "Decision | None":
         if key is None:

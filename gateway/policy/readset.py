@@ -21,6 +21,11 @@ from typing import Any, Callable, Iterable
 WILD = "*"
 LEN = "#len"
 
+
+class Shared(dict):
+    """A part of an input that is built once and shared, never changed afterwards (a tool call's parsed facts,
+    gateway/toolcalls/memo.py). The decision cache serialises its projection once per object."""
+
 _TOKEN = re.compile(r"""
     (?P<ws>\s+) | (?P<comment>\#[^\n]*) |
     (?P<string>"(?:[^"\\\n]|\\.)*") | (?P<raw>`[^`]*`) |

@@ -21,17 +21,39 @@ def history_entries(events: Iterable[Mapping[str, Any]], now: float) -> list[dic
     out: list[dict] = []
     seen: set = set()
     for event in events:
-        key = event.get("request_id") or id(event)
+        rid = event.get("request_id")
+        key = rid or id(event)
         if key in seen:
             continue
         seen.add(key)
-        detail = event.get("detail") or {}
-        out.append({"id": event.get("request_id") or "", "step": event.get("step"),
-                    "age_s": round(max(0.0, now - float(event.get("ts") or now)), 3),
-                    "tool": detail.get("tool", ""), "summary": detail.get("summary", ""),
-                    "decision": event.get("action", ""), "codes": list(event.get("codes") or []),
-                    "frozen": bool(detail.get("frozen", False)), "writes": list(detail.get("writes") or [])})
+        ts = float(event.get("ts") or now)
+        hit = _ENTRIES.get(id(event))
+        if hit is not None and hit[0] is event:
+            static = hit[1]
+        else:
+            # A recorded call never changes, and a session's rows are the same objects call after call
+            # (gateway/session_memory.py): each one's entry is built once. The row is held, so its id is not
+            # reused while it is here.
+            static = _entry(event)
+            if len(_ENTRIES) >= _ENTRIES_MAX:
+                _ENTRIES.clear()
+            _ENTRIES[id(event)] = (event, static)
+        entry = dict(static)
+        entry["age_s"] = round(max(0.0, now - ts), 3)
+        out.append(entry)
     return out[-HISTORY_SIZE:]
+
+
+_ENTRIES: dict[int, tuple] = {}
+_ENTRIES_MAX = 16384
+
+
+def _entry(event: Mapping[str, Any]) -> dict:
+    detail = event.get("detail") or {}
+    return {"id": event.get("request_id") or "", "step": event.get("step"), "age_s": 0.0,
+            "tool": detail.get("tool", ""), "summary": detail.get("summary", ""),
+            "decision": event.get("action", ""), "codes": list(event.get("codes") or []),
+            "frozen": bool(detail.get("frozen", False)), "writes": list(detail.get("writes") or [])}
 
 
 def audit_facts(doc: Mapping[str, Any]) -> dict:

@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 from gateway.policy.embedded import EmbeddedEngine
 from gateway.policy.evaluator import Evaluator
 from gateway.policy.loader import default_policy_dir, load_policy_dir
-from gateway.policy.readset import LEN, WILD, build_trie, compile_projection, project, scan_reads
+from gateway.policy.base import DecisionCache
+from gateway.policy.readset import LEN, WILD, Shared, build_trie, compile_projection, project, scan_reads
 from gateway.toolcalls.enrich import build_toolcall_input
 
 HEAD = "package sandgate.egress\nimport rego.v1\n"
@@ -203,3 +204,45 @@ _docs = st.recursive(st.one_of(st.none(), st.booleans(), st.integers(), st.text(
 def test_compiled_projection_is_project(paths, doc):
     trie = build_trie(paths)
     assert compile_projection(trie)(doc) == project(doc, trie)
+
+
+def _wrap(doc, mask):
+    return {k: Shared(v) if m and isinstance(v, dict) else v for (k, v), m in zip(doc.items(), mask)}
+
+
+@settings(max_examples=400, deadline=None)
+@given(_paths, st.dictionaries(st.sampled_from(["a", "b", "c", "d"]), _docs, max_size=4),
+       st.dictionaries(st.sampled_from(["a", "b", "c", "d"]), _docs, max_size=4),
+       st.lists(st.booleans(), min_size=4, max_size=4), st.lists(st.booleans(), min_size=4, max_size=4),
+       st.booleans())
+def test_shared_parts_key_like_the_whole_projection(paths, doc1, doc2, mask1, mask2, counted):
+    """Top-level values marked Shared are serialised once per object: two inputs with the same key still
+    project alike, and the same content keys the same whether its objects are new or seen before."""
+    paths = paths + [(LEN,)] if counted else paths          # count(input) reads how many keys there are
+    cache = DecisionCache()
+    cache.enabled = True
+    cache.set_reads(frozenset(paths))
+    trie = build_trie(paths)
+    one, two = _wrap(doc1, mask1), _wrap(doc2, mask2)
+    k1, k2 = cache.key("toolcall", one), cache.key("toolcall", two)
+    if k1 == k2:
+        assert project(doc1, trie) == project(doc2, trie)
+    again = _wrap(copy.deepcopy(doc1), mask1)
+    assert cache.key("toolcall", one) == k1 == cache.key("toolcall", again)
+    if project(doc1, trie) == project(doc2, trie) and [isinstance(v, Shared) for v in one.values()] == [
+            isinstance(v, Shared) for v in two.values()] and list(one) == list(two):
+        assert k1 == k2
+
+
+@pytest.mark.parametrize("one, two", [
+    ({"a": Shared({})}, {"b": Shared({})}),                              # same projection, other key
+    ({"a": Shared({"x": 1})}, {"a": Shared({"x": 2})}),
+    ({"a": Shared({}), "c": 1}, {"a": {}, "c": 1}),                     # a read field shared or not: same
+])
+def test_shared_parts_tell_keys_and_values_apart(one, two):
+    cache = DecisionCache()
+    cache.enabled = True
+    cache.set_reads(frozenset({("a",), ("b",), ("c",)}))
+    trie = build_trie({("a",), ("b",), ("c",)})
+    assert (cache.key("k", one) == cache.key("k", two)) == (project(one, trie) == project(two, trie)) or (
+        any(isinstance(v, Shared) for v in one.values()) != any(isinstance(v, Shared) for v in two.values()))
