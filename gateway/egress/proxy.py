@@ -9,6 +9,7 @@ from typing import Sequence
 from mitmproxy.options import Options
 from mitmproxy.tools.dump import DumpMaster
 
+from gateway.egress.dispatch import HookTable
 from gateway.egress.tls import write_upstream_bundle
 
 
@@ -44,6 +45,7 @@ def build_master(addons: Sequence[object], settings: MasterSettings) -> tuple[Du
     host, port = settings.listen
     opts = Options(listen_host=host, listen_port=port, confdir=str(settings.confdir))
     master = DumpMaster(opts, with_termlog=False, with_dumper=False)
+    HookTable.install(master.addons)        # the same hooks in the same order, looked up once (dispatch.py)
     bundle = write_upstream_bundle(settings.confdir, settings.upstream_ca)
     # sandgate decides every layer itself (layers.LayerGate): mitmproxy's heuristics, its raw-TCP fallback and
     # its SNI/Host-matching ignore_hosts are switched off, and its NextLayer addon is replaced.
