@@ -15,6 +15,7 @@ import re
 import time
 from typing import Any
 
+from gateway.policy.readset import Shared, Stamped
 from gateway.store import Store
 from gateway.store.decisions import DecisionStore, RawJSON
 
@@ -112,9 +113,86 @@ def _maybe_sensitive(text: str) -> bool:
 
 
 def redacted_json(value: Any) -> str:
-    """json.dumps(redact_input(value)), without walking `value` in Python when nothing in it needs redacting."""
+    """json.dumps(redact_input(value)), without walking `value` in Python when nothing in it needs redacting.
+    A top-level object's Shared and Stamped parts (a tool call's facts, history entries) are serialised and
+    checked once per object."""
+    if value.__class__ is dict:
+        parts, sensitive = [], False
+        for key, item in value.items():
+            if key.__class__ is not str:
+                return _redacted_json(value)
+            text, flagged = _fragment(item)
+            parts.append(_key_text(key) + text)
+            sensitive = sensitive or flagged or _sensitive_key_text(key)
+        text = "{" + ", ".join(parts) + "}"
+        return json.dumps(redact_input(value)) if sensitive else text
+    return _redacted_json(value)
+
+
+def _redacted_json(value: Any) -> str:
     text = json.dumps(value)
     return json.dumps(redact_input(value)) if _maybe_sensitive(text) else text
+
+
+@functools.lru_cache(maxsize=1024)
+def _key_text(key: str) -> str:
+    return json.dumps(key) + ": "
+
+
+@functools.lru_cache(maxsize=1024)
+def _sensitive_key_text(key: str) -> bool:
+    return _maybe_sensitive("{" + _key_text(key) + "0}")
+
+
+_FRAGMENTS: dict[int, tuple] = {}       # id(Shared) -> (object, JSON text or (before, after), sensitive)
+_FRAGMENTS_MAX = 16384
+
+
+def _fragment(item: Any) -> tuple[str, bool]:
+    """(JSON text, whether redaction might change it) of one value."""
+    cls = item.__class__
+    if cls is Shared:
+        return _shared(item, None)[0]
+    if cls is Stamped:
+        return _stamped(item)
+    if cls is list and item and item[0].__class__ is Stamped:
+        texts, sensitive = [], False
+        for entry in item:
+            text, flagged = _stamped(entry) if entry.__class__ is Stamped else _fragment(entry)
+            texts.append(text)
+            sensitive = sensitive or flagged
+        return "[" + ", ".join(texts) + "]", sensitive
+    text = json.dumps(item)
+    return text, _maybe_sensitive(text)
+
+
+def _stamped(item: Stamped) -> tuple[str, bool]:
+    value = item[item.field]
+    if value.__class__ not in (int, float) or item.base.__class__ is not Shared or len(item) != len(item.base):
+        text = json.dumps(item)
+        return text, _maybe_sensitive(text)
+    (before, after), sensitive = _shared(item.base, item.field)
+    return before + json.dumps(value) + after, sensitive
+
+
+def _shared(item: Shared, field: str | None) -> tuple:
+    """A Shared object's JSON text (field None), or its text before and after `field`'s value, once."""
+    hit = _FRAGMENTS.get(id(item))
+    if hit is not None and hit[0] is item and hit[1] == field:
+        return hit[2]
+    if field is None:
+        text = json.dumps(item)
+        out = ((text, _maybe_sensitive(text)),)
+    else:
+        pieces = [(k, json.dumps(v)) for k, v in item.items()]
+        at = [k for k, _ in pieces].index(field)
+        before = "{" + "".join(json.dumps(k) + ": " + t + ", " for k, t in pieces[:at]) + json.dumps(field) + ": "
+        after = "".join(", " + json.dumps(k) + ": " + t for k, t in pieces[at + 1:]) + "}"
+        out = ((before, after), _maybe_sensitive(before + "0" + after))
+    if len(_FRAGMENTS) >= _FRAGMENTS_MAX:
+        _FRAGMENTS.clear()
+    _FRAGMENTS[id(item)] = (item, field, out)     # the object is held: its id is not reused meanwhile
+    return out
 
 
 class DecisionLog:

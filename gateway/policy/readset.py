@@ -24,7 +24,19 @@ LEN = "#len"
 
 class Shared(dict):
     """A part of an input that is built once and shared, never changed afterwards (a tool call's parsed facts,
-    gateway/toolcalls/memo.py). The decision cache serialises its projection once per object."""
+    gateway/toolcalls/memo.py). The decision cache and the decision log serialise it once per object."""
+
+
+class Stamped(dict):
+    """A Shared dict with one number field set for this use (a history entry and its `age_s`): equal to
+    `{**base, field: value}`, key order kept. Never changed afterwards."""
+
+    __slots__ = ("base", "field")
+
+    def __init__(self, base: Shared, field: str, value: int | float):
+        super().__init__(base)
+        self[field] = value
+        self.base, self.field = base, field
 
 _TOKEN = re.compile(r"""
     (?P<ws>\s+) | (?P<comment>\#[^\n]*) |

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Mapping
 
+from gateway.policy.readset import Shared, Stamped
 from gateway.toolcalls.describe import Effects
 
 HISTORY_SIZE = 20
@@ -38,9 +39,7 @@ def history_entries(events: Iterable[Mapping[str, Any]], now: float) -> list[dic
             if len(_ENTRIES) >= _ENTRIES_MAX:
                 _ENTRIES.clear()
             _ENTRIES[id(event)] = (event, static)
-        entry = dict(static)
-        entry["age_s"] = round(max(0.0, now - ts), 3)
-        out.append(entry)
+        out.append(Stamped(static, "age_s", round(max(0.0, now - ts), 3)))
     return out[-HISTORY_SIZE:]
 
 
@@ -48,12 +47,12 @@ _ENTRIES: dict[int, tuple] = {}
 _ENTRIES_MAX = 16384
 
 
-def _entry(event: Mapping[str, Any]) -> dict:
+def _entry(event: Mapping[str, Any]) -> Shared:
     detail = event.get("detail") or {}
-    return {"id": event.get("request_id") or "", "step": event.get("step"), "age_s": 0.0,
-            "tool": detail.get("tool", ""), "summary": detail.get("summary", ""),
-            "decision": event.get("action", ""), "codes": list(event.get("codes") or []),
-            "frozen": bool(detail.get("frozen", False)), "writes": list(detail.get("writes") or [])}
+    return Shared({"id": event.get("request_id") or "", "step": event.get("step"), "age_s": 0.0,
+                   "tool": detail.get("tool", ""), "summary": detail.get("summary", ""),
+                   "decision": event.get("action", ""), "codes": list(event.get("codes") or []),
+                   "frozen": bool(detail.get("frozen", False)), "writes": list(detail.get("writes") or [])})
 
 
 def audit_facts(doc: Mapping[str, Any]) -> dict:

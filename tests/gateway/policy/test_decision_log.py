@@ -14,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gateway.policy.decisionlog import REDACTED, DecisionLog, redact_input, redacted_json
+from gateway.policy.readset import Shared, Stamped
 from gateway.policy.logcommands import parse_since, summarise_change
 from gateway.store import Store
 from gateway.store.decisions import DecisionStore
@@ -82,6 +83,24 @@ def _json_of(words: list[str]):
 @given(_json_of(_PLAIN) | _json_of(_WORDS))        # plain: no escapes in the JSON text, so the fast path is tried
 def test_redacted_json_is_the_redacted_input(value):
     assert json.loads(redacted_json(value)) == redact_input(value)
+
+
+def _with_parts(words):
+    """Top-level inputs whose values may be Shared, or lists of Stamped entries (as tool calls build them)."""
+    value = _json_of(words)
+    text = st.lists(st.sampled_from(words) | st.text(alphabet="abcxyz:=@ /-", max_size=6), max_size=4).map("".join)
+    shared = st.dictionaries(text, value, max_size=4).map(Shared)
+    entry = st.tuples(st.dictionaries(text, value, max_size=3), st.sampled_from(["age_s", "n"]),
+                      st.integers(-5, 5) | st.floats(allow_nan=False) | st.booleans() | text).map(
+        lambda t: Stamped(Shared({**t[0], t[1]: 0.0}), t[1], t[2]))
+    return st.dictionaries(text, value | shared | st.lists(entry, max_size=3), max_size=4)
+
+
+@settings(max_examples=1000, deadline=None)
+@given(_with_parts(_PLAIN) | _with_parts(_WORDS))
+def test_redacted_json_of_shared_parts_is_the_redacted_input(value):
+    for _ in range(2):                                  # the second time from the fragments kept
+        assert json.loads(redacted_json(value)) == redact_input(value)
 
 
 @pytest.mark.parametrize("value", [
