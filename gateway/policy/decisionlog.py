@@ -11,6 +11,7 @@ import asyncio
 import functools
 import json
 import logging
+import math
 import re
 import time
 from typing import Any
@@ -167,12 +168,22 @@ def _fragment(item: Any) -> tuple[str, bool]:
 
 
 def _stamped(item: Stamped) -> tuple[str, bool]:
-    value = item[item.field]
-    if value.__class__ not in (int, float) or item.base.__class__ is not Shared or len(item) != len(item.base):
+    value, base = item[item.field], item.base
+    if base.__class__ is not Shared or len(item) != len(base):
         text = json.dumps(item)
         return text, _maybe_sensitive(text)
-    (before, after), sensitive = _shared(item.base, item.field)
-    return before + json.dumps(value) + after, sensitive
+    if value.__class__ is float and math.isfinite(value):
+        number = float.__repr__(value)                    # what json.dumps writes for a finite float
+    elif value.__class__ is int:
+        number = int.__repr__(value)
+    else:
+        text = json.dumps(item)
+        return text, _maybe_sensitive(text)
+    hit = _FRAGMENTS.get(id(base))
+    if hit is None or hit[0] is not base or hit[1] != item.field:
+        hit = (base, item.field, _shared(base, item.field))
+    (before, after), sensitive = hit[2]
+    return before + number + after, sensitive
 
 
 def _shared(item: Shared, field: str | None) -> tuple:

@@ -34,7 +34,7 @@ class Stamped(dict):
     __slots__ = ("base", "field")
 
     def __init__(self, base: Shared, field: str, value: int | float):
-        super().__init__(base)
+        dict.__init__(self, base)
         self[field] = value
         self.base, self.field = base, field
 
@@ -325,7 +325,20 @@ def compile_projection(trie: dict) -> Callable[[Any], Any]:
     if wild is not None:
         merged = {k: compile_projection(_merge(wild, trie[k])) for k in keys + ints}
 
+    memo: dict[int, tuple] = {}
+
     def proj(value: Any) -> Any:
+        if value.__class__ is Stamped and wild_fn is None and value.field not in sub:
+            # Projected as its shared base (the stamped field is not read): once per base object.
+            base = value.base
+            hit = memo.get(id(base))
+            if hit is not None and hit[0] is base:
+                return hit[1]
+            if len(memo) >= 4096:
+                memo.clear()
+            out = proj(base)
+            memo[id(base)] = (base, out)               # the base is held: its id is not reused meanwhile
+            return out
         out: list = [_type(value)]
         if has_len and isinstance(value, (dict, list, str)):
             out.append(["#len", len(value)])

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 from gateway.policy.inputs import build_session_input
+from gateway.policy.readset import Stamped
 from gateway.toolcalls.describe import Effects, describe_line, describe_shell
 from gateway.toolcalls.options import parse_options
 from gateway.toolcalls.paths import clean_dir, describe_path
@@ -60,7 +61,8 @@ def toolcall_base(*, session: Mapping[str, Any], tool: str, args: Mapping[str, A
     args = dict(args) if isinstance(args, Mapping) else {}
     name = tool if isinstance(tool, str) else ""
     doc: dict[str, Any] = {"kind": "toolcall", "session": build_session_input(session, now),
-                           "tool": {"name": name, "args": args}, "step": step, "history": [dict(h) for h in history]}
+                           "tool": {"name": name, "args": args}, "step": step,
+                           "history": [h if h.__class__ is Stamped else dict(h) for h in history]}
     if mcp is not None:
         doc["mcp"] = dict(mcp)
     return doc

@@ -246,3 +246,22 @@ def test_shared_parts_tell_keys_and_values_apart(one, two):
     trie = build_trie({("a",), ("b",), ("c",)})
     assert (cache.key("k", one) == cache.key("k", two)) == (project(one, trie) == project(two, trie)) or (
         any(isinstance(v, Shared) for v in one.values()) != any(isinstance(v, Shared) for v in two.values()))
+
+
+_stamped_docs = st.lists(st.tuples(st.dictionaries(st.sampled_from(["a", "b", "c"]), _docs, max_size=3),
+                                   st.sampled_from(["a", "b", "c", "d"]), st.integers(0, 3)), max_size=4)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_paths, _stamped_docs)
+def test_projection_of_stamped_entries_is_the_projection_of_plain_ones(paths, entries):
+    """History entries are Stamped (a shared base, one field set per call): projecting them (once per base when
+    the field is not read) gives what projecting the plain dicts gives, call after call."""
+    from gateway.policy.readset import Stamped
+    trie = build_trie([("h",) + p for p in paths])
+    proj = compile_projection(trie)
+    bases = [Shared({**d, f: 0}) for d, f, _ in entries]
+    for shift in range(2):
+        stamped = {"h": [Stamped(b, f, v + shift) for b, (_, f, v) in zip(bases, entries)]}
+        plain = {"h": [dict(s) for s in stamped["h"]]}
+        assert proj(stamped) == project(plain, trie)
