@@ -7,8 +7,9 @@ finding nothing to call. That was about 0.9 ms of CPU per request, more than san
 
 `HookTable` keeps, per hook name, what `trigger_event` would call: for each top-level addon of the chain that has
 a handler (itself or a sub-addon), its handlers in traversal order. Dispatch then runs exactly those, in the same
-order, with the same guards: one `safecall` per top-level addon (an exception is logged and stops that addon's
-remaining sub-addons, as in `invoke_addon`), `AddonHalt` stops the event, awaitables are awaited. Handlers are
+order, with the same guards: per top-level addon, an exception is logged by mitmproxy's `safecall` and stops that
+addon's remaining sub-addons (as in `invoke_addon`), `AddonHalt` stops the event, `OptionsError` propagates,
+awaitables are awaited. Handlers are
 looked up (getattr) on every call, so a rebound attribute is seen. The table is dropped whenever the chain can
 change: `register` (scripts load through it), `remove`, `clear`, and every `configure` event (an option change:
 mitmproxy's ScriptLoader reorders its scripts there without registering anything). A hook attribute that mitmproxy would refuse (neither callable nor a
@@ -121,15 +122,25 @@ class HookTable(AddonManager):
         args = event.args()
         for _top, owners in entries:
             try:
-                with safecall():
-                    for owner in owners:
-                        func = getattr(owner, name, None)
-                        if not func or isinstance(func, types.ModuleType):
-                            continue
-                        if not callable(func):
-                            raise exceptions.AddonManagerError(f"Addon handler {name} ({owner}) not callable")
-                        res = func(*args)
-                        if res is not None and inspect.isawaitable(res):
-                            await res
+                for owner in owners:
+                    func = getattr(owner, name, None)
+                    if not func or isinstance(func, types.ModuleType):
+                        continue
+                    if not callable(func):
+                        raise exceptions.AddonManagerError(f"Addon handler {name} ({owner}) not callable")
+                    res = func(*args)
+                    if res is not None and inspect.isawaitable(res):
+                        await res
             except exceptions.AddonHalt:
                 return
+            except exceptions.OptionsError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - what mitmproxy's safecall() does: log it, go on
+                _log_addon_error(exc)
+
+
+def _log_addon_error(exc: Exception) -> None:
+    """mitmproxy's own report of an addon's exception (safecall logs it; the context manager only runs when
+    something was raised: on the usual path a try block costs nothing)."""
+    with safecall():
+        raise exc

@@ -30,6 +30,32 @@ def mode_specs(settings: MasterSettings) -> list[str]:
     return modes
 
 
+# mitmproxy addons that act only when an option sandgate never sets is set (addon -> that option). They stay out of
+# the master: their request and response hooks would run on every request for nothing (MapLocal alone builds the
+# request's URL each time), and a gateway has no use for mapping, replaying or rewriting traffic after its
+# decision. build_master refuses to start if one of these options is ever set.
+INERT_ADDONS: dict[str, str] = {
+    "blocklist": "block_list", "anticache": "anticache", "anticomp": "anticomp", "serverplayback": "server_replay",
+    "mapremote": "map_remote", "maplocal": "map_local", "modifybody": "modify_body",
+    "modifyheaders": "modify_headers", "stickyauth": "stickyauth", "stickycookie": "stickycookie",
+    "save": "save_stream_file", "savehar": "hardump", "upstreamauth": "upstream_auth", "proxyauth": "proxyauth",
+    "onboarding": "onboarding",
+}
+# UpdateAltSvc rewrites Alt-Svc in reverse-proxy mode only; sandgate runs regular and transparent listeners.
+INERT_UNLESS_REVERSE = "updatealtsvc"
+
+
+def drop_inert_addons(master: DumpMaster) -> None:
+    """Remove INERT_ADDONS (and UpdateAltSvc), after checking that none of them could act."""
+    for name, option in INERT_ADDONS.items():
+        if getattr(master.options, option):
+            raise RuntimeError(f"mitmproxy option {option} is set, but sandgate runs without its addon {name}")
+        master.addons.remove(master.addons.get(name))
+    if any(spec.startswith("reverse") for spec in master.options.mode):
+        raise RuntimeError("sandgate runs no reverse-proxy listener")
+    master.addons.remove(master.addons.get(INERT_UNLESS_REVERSE))
+
+
 class Ready:
     """A tiny addon that signals when mitmproxy's servers are up."""
 
@@ -61,6 +87,7 @@ def build_master(addons: Sequence[object], settings: MasterSettings) -> tuple[Du
         tcp_hosts=[],
     )
     master.addons.remove(master.addons.get("nextlayer"))
+    drop_inert_addons(master)
     ready = Ready()
     master.addons.add(ready, *addons)
     return master, ready

@@ -233,3 +233,27 @@ async def test_sandgates_master_finds_the_handlers_mitmproxy_would(tmp_path: Pat
                    for a in owners)
     finally:
         master._legacy_log_events.uninstall()
+
+
+async def test_sandgates_master_runs_without_the_addons_that_could_not_act(tmp_path: Path):
+    from gateway.egress.proxy import INERT_ADDONS, INERT_UNLESS_REVERSE, drop_inert_addons
+    master, _ready = build_master([], MasterSettings(listen=("127.0.0.1", 0), confdir=tmp_path,
+                                                     transparent=("127.0.0.2", 0)))
+    try:
+        for name, option in INERT_ADDONS.items():
+            assert master.addons.get(name) is None and not getattr(master.options, option)
+        assert master.addons.get(INERT_UNLESS_REVERSE) is None
+        assert not any(spec.startswith("reverse") for spec in master.options.mode)
+        for kept in ("disableh2c", "tlsconfig", "proxyserver", "dnsresolver", "core", "block", "errorcheck",
+                     "stripdnshttpsrecords"):
+            assert master.addons.get(kept) is not None, kept
+    finally:
+        master._legacy_log_events.uninstall()
+    from mitmproxy.tools.dump import DumpMaster
+    fresh = DumpMaster(Options(), with_termlog=False, with_dumper=False)
+    try:
+        fresh.options.update(map_local=["|~q|/tmp"])
+        with pytest.raises(RuntimeError, match="map_local"):
+            drop_inert_addons(fresh)
+    finally:
+        fresh._legacy_log_events.uninstall()
