@@ -6,6 +6,7 @@ over the canonical entry text (`str(AllowEntry)`); tests check the two agree.
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import re
 import unicodedata
@@ -17,6 +18,9 @@ from gateway.net.addresses import parse_ip_literal, to_address
 _LABEL = re.compile(r"[a-z0-9_](?:[a-z0-9_-]{0,61}[a-z0-9_])?\Z")
 _UNICODE_DOTS = str.maketrans({"\u3002": ".", "\uff0e": ".", "\uff61": "."})
 _PORT = re.compile(r"[0-9]{1,5}\Z")
+# The proxy normalises the same few names on every request: results (never errors) are kept per exact string.
+# An entry is at most a few hundred bytes (a valid name), so the cache stays under a few MB.
+_CACHED = 4096
 
 
 def normalise_host(host: str) -> str:
@@ -24,6 +28,15 @@ def normalise_host(host: str) -> str:
     dot, or the canonical text of an IP literal (no brackets, no zone, ::ffff:
     unmapped). ValueError if `host` is not a valid host name or IP literal.
     """
+    return _normalise_cached(host) if type(host) is str else _normalise(host)
+
+
+@functools.lru_cache(maxsize=_CACHED)
+def _normalise_cached(host: str) -> str:
+    return _normalise(host)
+
+
+def _normalise(host: str) -> str:
     if not isinstance(host, str) or not host:
         raise ValueError("host is empty")
     for char in host:
@@ -152,6 +165,15 @@ def parse_authority(text: str) -> tuple[str, int | None]:
 
     ValueError for anything else: user info, a bare IPv6 address, a bad port, an invalid host.
     """
+    return _parse_authority_cached(text) if type(text) is str else _parse_authority(text)
+
+
+@functools.lru_cache(maxsize=_CACHED)
+def _parse_authority_cached(text: str) -> tuple[str, int | None]:
+    return _parse_authority(text)
+
+
+def _parse_authority(text: str) -> tuple[str, int | None]:
     if not isinstance(text, str) or not text or "@" in text or "/" in text:
         raise ValueError(f"authority {text!r} is not host[:port]")
     try:

@@ -244,3 +244,44 @@ def test_rego_allowlisted_agrees_with_python(rego_bundle, entry_list, host, port
     got = rego_query(rego_bundle, "probe/listed", {"entries": [str(e) for e in entry_list], "host": host,
                                                     "port": port})
     assert got is expected, ([str(e) for e in entry_list], host, port)
+
+
+def _outcome(fn, text):
+    try:
+        return ("ok", fn(text))
+    except ValueError as exc:
+        return ("error", str(exc))
+
+
+_HOSTY = st.one_of(
+    st.text(max_size=40),
+    st.text(alphabet="aAbB0123456789.-_:[]@/%xX\u3002\uff0e\u00fc\u0661 ", max_size=30),
+    st.sampled_from(["allowed.test", "allowed.test:8080", "[::1]:443", "127.0.0.1", "0x7f.1", "EXAMPLE.com.",
+                     "bücher.de:80", "a..b", "", "::1", "[::ffff:10.0.0.1]", "host:0", "host:65536"]),
+)
+
+
+@settings(max_examples=400)
+@given(texts=st.lists(_HOSTY, min_size=1, max_size=6))
+def test_the_cached_normalisers_answer_as_the_uncached_ones(texts):
+    """normalise_host and parse_authority keep results per exact string: the same answer (and the same error)
+    as computing it, the first time and every time after, whatever came in between."""
+    from gateway.net import hosts
+    for text in texts + texts:
+        assert _outcome(normalise_host, text) == _outcome(hosts._normalise, text)
+        assert _outcome(hosts.parse_authority, text) == _outcome(hosts._parse_authority, text)
+
+
+def test_the_normaliser_cache_is_bounded_and_skips_non_strings():
+    from gateway.net import hosts
+    assert hosts._normalise_cached.cache_info().maxsize == hosts._CACHED
+    assert hosts._parse_authority_cached.cache_info().maxsize == hosts._CACHED
+    with pytest.raises(ValueError):
+        normalise_host(b"example.com")          # type: ignore[arg-type]
+    with pytest.raises(ValueError):
+        hosts.parse_authority(["example.com"])  # type: ignore[arg-type]
+
+    class Sneaky(str):
+        def lower(self):                        # a str subclass is never served from the cache
+            return "other.test"
+    assert normalise_host(Sneaky("example.com")) == hosts._normalise(Sneaky("example.com"))
