@@ -22,7 +22,7 @@ from gateway.audit import AuditLog
 from gateway.auth import AuthError, Principal, TokenVerifier
 from gateway.config import EgressSettings
 from gateway.net.addresses import AddressVerdict, parse_ip_literal, vet_addresses
-from gateway.egress.credentials import parse_proxy_authorization
+from gateway.egress.credentials import parse_proxy_authorization, take_proxy_authorization
 from gateway.egress.flows import ConnState, FlowState, attach, flow_state
 from gateway.egress.guard import fail_closed
 from gateway.net.hosts import normalise_host
@@ -72,11 +72,21 @@ class EgressAddon:
         CONNECT's) Proxy-Authorization; inside a tunnel no header can change it. Expiry and revocation are
         checked on every request, also for the connection's cached principal."""
         tokens = self.deps.tokens
-        values = flow.request.headers.get_all("Proxy-Authorization")
+        headers = flow.request.headers
+        kept, values = take_proxy_authorization(headers.fields)
         if values:
-            del flow.request.headers["Proxy-Authorization"]
+            headers.fields = kept           # never forwarded
         state = self.conns.get(flow.client_conn)
         in_tunnel = state is not None and state.tunnel is not None
+        if values and not in_tunnel and state is not None and values[0] == state.credential:
+            # The very credentials this connection's principal was verified from (a keep-alive client sends them
+            # on every request): the same token, so the same principal TokenVerifier.verify would return from
+            # its cache. Expiry and revocation are checked as verify checks them.
+            try:
+                tokens.check(state.principal)
+            except AuthError as exc:
+                return None, f"session token refused: {exc}"
+            return state.principal, ""
         token = parse_proxy_authorization(values[0]) if values and not in_tunnel else None
         if token is None:
             if state is None:
@@ -94,9 +104,11 @@ class EgressAddon:
         if principal.role != "session":
             return None, "not a session token"
         if state is None or state.principal.session_id != principal.session_id:
-            self.conns[flow.client_conn] = ConnState(principal)     # another session: nothing carried over
+            # another session: nothing carried over
+            self.conns[flow.client_conn] = ConnState(principal, credential=values[0])
         else:
             state.principal = principal         # the same session (a fresh token): keep what was vetted
+            state.credential = values[0]
         return principal, ""
 
     def adopt(self, client: connection.Client, principal: Principal) -> None:
@@ -209,7 +221,7 @@ class EgressAddon:
             session=deps.sessions.with_stats(session), now=time.time(), method=req.method,
             scheme=req.scheme if not is_connect else "", host=host, port=req.port,
             path="" if is_connect else req.path.split("?", 1)[0],
-            query="" if is_connect else req.url.partition("?")[2], headers=req.headers.items(multi=True),
+            query="" if is_connect else url_query(req), headers=req.headers.items(multi=True),
             ip=ip, ip_class=ip_class, secrets=[name for owner, name in found if owner == sid],
             markers=[own[n] for o, n in found if o == sid and n in own])
         decision = await deps.engine.decide("egress", doc)
@@ -366,6 +378,16 @@ def is_websocket_switch(request: http.Request, response: http.Response) -> bool:
     mitmproxy's own, so nothing else ever becomes a raw pipe."""
     return (response.status_code == 101 and response.headers.get("upgrade", "").lower() == "websocket"
             and request.headers.get("sec-websocket-version", "").encode() == WEBSOCKET_VERSION)
+
+
+def url_query(request: http.Request) -> str:
+    """`request.url.partition("?")[2]` (the text after the URL's first "?") without building the URL: the URL is
+    scheme://host[:port] + path (the path "*" left out), so when neither scheme nor host holds a "?" the first
+    one is the path's. Not for CONNECT (authority form)."""
+    if "?" in request.scheme or "?" in request.host:
+        return request.url.partition("?")[2]
+    path = request.path
+    return "" if path == "*" else path.partition("?")[2]
 
 
 def unsized_body(request: http.Request) -> bool:

@@ -19,6 +19,7 @@ class ConnState:
     """One client connection: who it is (set by its first request's proxy credentials) and what was vetted."""
 
     principal: Principal
+    credential: str | None = None                  # the Proxy-Authorization value `principal` was verified from
     vetted: dict[tuple[str, int], tuple[AddressVerdict, float]] = field(default_factory=dict)  # -> (verdict, until)
     tunnel: tuple[str, int] | None = None          # the CONNECT target, once a tunnel is open on this connection
 

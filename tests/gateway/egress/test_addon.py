@@ -194,3 +194,111 @@ async def test_a_gateway_that_cannot_record_does_not_decide(tmp_path):
             f = make_flow("http://allowed.test/", token=token)
             await addons.egress.requestheaders(f)
         assert answer(f)[0] == 503 and answer(f)[1]["code"] == "audit.unavailable"
+
+
+def on(conn_flow: http.HTTPFlow, flow: http.HTTPFlow) -> http.HTTPFlow:
+    flow.client_conn = conn_flow.client_conn
+    return flow
+
+
+async def test_the_same_credentials_again_are_checked_for_revocation_every_time(world):
+    """A keep-alive client sends the same Proxy-Authorization on every request: its token is checked again each
+    time (revoked after the first request: the next one is 407)."""
+    svc, addons = world
+    _, token = await svc.session(allow=["allowed.test"])
+    with taddons.context(addons.egress):
+        first = make_flow("http://allowed.test/", token=token)
+        await addons.egress.requestheaders(first)
+        second = on(first, make_flow("http://allowed.test/", token=token))
+        await addons.egress.requestheaders(second)
+        assert first.response is None and second.response is None
+        assert "Proxy-Authorization" not in second.request.headers
+        svc.tokens.revocations.add(svc.tokens.verify(token).jti)
+        third = on(first, make_flow("http://allowed.test/", token=token))
+        await addons.egress.requestheaders(third)
+    status, body = answer(third)
+    assert status == 407 and "revoked" in body["reason"] and "Proxy-Authorization" not in third.request.headers
+
+
+async def test_the_same_credentials_again_are_checked_for_expiry_every_time(world, monkeypatch):
+    svc, addons = world
+    _, token = await svc.session(allow=["allowed.test"])
+    exp = svc.tokens.verify(token).exp
+    with taddons.context(addons.egress):
+        first = make_flow("http://allowed.test/", token=token)
+        await addons.egress.requestheaders(first)
+        assert first.response is None
+        import gateway.auth
+        monkeypatch.setattr(gateway.auth.time, "time", lambda: exp + 1)
+        later = on(first, make_flow("http://allowed.test/", token=token))
+        await addons.egress.requestheaders(later)
+    status, body = answer(later)
+    assert status == 407 and "expired" in body["reason"]
+
+
+async def test_each_request_is_the_session_its_credentials_name(world):
+    """Credentials switching on one connection (A, B, A; a fresh token of A, then A's old one again): every
+    request is the session, and the token, its own header names; a revoked one is refused even when it was the
+    connection's first."""
+    svc, addons = world
+    a, token_a = await svc.session(allow=["allowed.test"])
+    b, token_b = await svc.session(allow=["allowed.test"])
+    fresh_a = svc.signer.mint("session", a["id"], 3600, session_id=a["id"], workload=a["workload"])
+    seen = []
+    with taddons.context(addons.egress):
+        conn = make_flow("http://allowed.test/", token=token_a)
+        await addons.egress.requestheaders(conn)
+        seen.append(flow_state(conn).session["id"])
+        for token in (token_b, token_a, fresh_a, token_a, fresh_a):
+            f = on(conn, make_flow("http://allowed.test/", token=token))
+            await addons.egress.requestheaders(f)
+            assert f.response is None
+            seen.append(flow_state(f).session["id"])
+            assert addons.egress.conns[conn.client_conn].principal == svc.tokens.verify(token)
+        svc.tokens.revocations.add(svc.tokens.verify(token_a).jti)
+        refused = on(conn, make_flow("http://allowed.test/", token=token_a))
+        await addons.egress.requestheaders(refused)
+        still = on(conn, make_flow("http://allowed.test/", token=fresh_a))
+        await addons.egress.requestheaders(still)
+    assert seen == [a["id"], b["id"], a["id"], a["id"], a["id"], a["id"]]
+    assert answer(refused)[0] == 407 and still.response is None and flow_state(still).session["id"] == a["id"]
+
+
+async def test_every_proxy_authorization_field_is_removed_and_the_first_counts(world):
+    svc, addons = world
+    a, token_a = await svc.session(allow=["allowed.test"])
+    _, token_b = await svc.session(allow=["allowed.test"])
+    with taddons.context(addons.egress):
+        for _ in range(2):                          # the second time, the connection knows the first field
+            f = tflow.tflow(req=http.Request.make("GET", "http://allowed.test/", b"", [
+                (b"proxy-AUTHORIZATION", proxy_auth(token_a).encode()), (b"X-Other", b"1"),
+                (b"Proxy-Authorization", proxy_auth(token_b).encode())]))
+            f.client_conn.sni = None
+            if _:
+                f.client_conn = first.client_conn
+            else:
+                first = f
+            await addons.egress.requestheaders(f)
+            assert f.response is None and flow_state(f).session["id"] == a["id"]
+            assert [k for k, _ in f.request.headers.fields if k.lower().startswith(b"proxy")] == []
+            assert f.request.headers["X-Other"] == "1"
+
+
+async def test_credentials_inside_a_tunnel_change_nothing(world):
+    """Inside a tunnel no header can change the connection's identity (the CONNECT's credentials count)."""
+    svc, addons = world
+    a, token_a = await svc.session(allow=["allowed.test"])
+    _, token_b = await svc.session(allow=["allowed.test"])
+    with taddons.context(addons.egress):
+        connect = make_flow("http://allowed.test:443/", token=token_a)
+        connect.request.method, connect.request.authority = "CONNECT", "allowed.test:443"
+        await addons.egress.http_connect(connect)
+        for token in (token_b, token_a, "not-a-token"):
+            inside = on(connect, make_flow("https://allowed.test:443/", token=token))
+            await addons.egress.requestheaders(inside)
+            assert inside.response is None and flow_state(inside).session["id"] == a["id"]
+            assert "Proxy-Authorization" not in inside.request.headers
+        svc.tokens.revocations.add(svc.tokens.verify(token_a).jti)
+        late = on(connect, make_flow("https://allowed.test:443/", token=token_a))
+        await addons.egress.requestheaders(late)
+    assert answer(late)[0] == 407

@@ -59,3 +59,32 @@ def test_unsized_body(version, method, headers, expected):
         req.headers.pop("content-length", None)
     req.http_version = version
     assert unsized_body(req) is expected
+
+
+_NAMES = st.sampled_from([b"Proxy-Authorization", b"proxy-authorization", b"PROXY-AUTHORIZATION", b"Proxy-Authorizatio",
+                          b"X-Proxy-Authorization", b"Host", b"Authorization", b"proxy-authorization ",
+                          "Proxy-Authorizaţion".encode()])
+
+
+@given(st.lists(st.tuples(st.one_of(_NAMES, st.binary(max_size=8)), st.binary(max_size=12)), max_size=8))
+def test_take_proxy_authorization_is_get_all_then_del(fields):
+    """The one-pass split gives what mitmproxy's Headers.get_all and del give (the old code)."""
+    from gateway.egress.credentials import take_proxy_authorization
+    headers = http.Headers(fields)
+    expected_values = headers.get_all("Proxy-Authorization")
+    if expected_values:
+        del headers["Proxy-Authorization"]
+    kept, values = take_proxy_authorization(tuple(fields))
+    assert values == expected_values and kept == headers.fields
+
+
+@given(scheme=st.sampled_from(["http", "https", "ht?p", "HTTP"]),
+       host=st.sampled_from(["allowed.test", "127.0.0.1", "::1", "a?b", "xn--bcher-kva.de", ""]),
+       port=st.integers(1, 65535),
+       path=st.one_of(st.just("*"), st.just(""), st.text(alphabet="/?&=#a%*", max_size=12)),
+       method=st.sampled_from(["GET", "POST", "OPTIONS"]))
+def test_url_query_is_the_urls_query(scheme, host, port, path, method):
+    from gateway.egress.addon import url_query
+    req = http.Request(host, port, method.encode(), scheme.encode(), b"", path.encode(), b"HTTP/1.1", http.Headers(),
+                       b"", None, 0.0, None)
+    assert url_query(req) == req.url.partition("?")[2]
