@@ -18,7 +18,7 @@ from typing import Any, Protocol
 
 from gateway.policy.decision import Decision, deny, parse_decision
 from gateway.policy.loader import PolicySource, policy_files
-from gateway.policy.readset import LEN, WILD, Shared, build_trie, compile_projection, scan_reads
+from gateway.policy.readset import LEN, WILD, Shared, Stamped, build_trie, compile_projection, scan_reads
 from gateway.policy.rego import ENTRYPOINTS, PolicyError
 
 __all__ = ["CachingEngine", "DecisionCache", "DecisionSink", "EvaluationTimeout", "PolicyEngine", "PolicyError"]
@@ -95,6 +95,9 @@ class DecisionCache:
         trie = self._trie
         self._top = (None if trie.get(None) or WILD in trie else
                      {k: compile_projection(v) for k, v in trie.items() if isinstance(k, str) and k != LEN})
+        # Per top-level key read as a list: the keys read of its elements (None: an element is read whole).
+        self._elements = {k: _element_keys(v) for k, v in trie.items() if isinstance(k, str) and k != LEN
+                          and isinstance(v, dict)}
         self._items.clear()
         self._frags.clear()
 
@@ -102,13 +105,13 @@ class DecisionCache:
         if not self.enabled:
             return None
         try:
-            shared = ([k for k, v in doc.items() if v.__class__ is Shared]
+            shared = ([k for k, v in doc.items() if v.__class__ is Shared or self._stamped_list(k, v)]
                       if self._top is not None and isinstance(doc, dict) else None)
             if not shared:
                 return kind + json.dumps(self._project(doc), sort_keys=True, separators=(",", ":"))
             # Top-level values marked Shared: each one's projection is serialised once per object (it never
             # changes), the rest of the input as usual; the key names which keys were shared (for `#len`).
-            rest = {k: v for k, v in doc.items() if v.__class__ is not Shared}
+            rest = {k: v for k, v in doc.items() if k not in shared}
             parts = [kind, json.dumps(self._project(rest), sort_keys=True, separators=(",", ":"))]
             for k in shared:
                 parts.append(k)
@@ -119,7 +122,28 @@ class DecisionCache:
         except (TypeError, ValueError):
             return None
 
-    def _fragment(self, value: Shared, proj: Any) -> str:
+    def _stamped_list(self, key: str, value: Any) -> bool:
+        """A list of Stamped entries (history) whose stamped field no rule reads of its elements: it projects as
+        the list of their shared bases."""
+        if value.__class__ is not list or not value or value[0].__class__ is not Stamped:
+            return False
+        read = self._elements.get(key, ())
+        if read is None:
+            return False
+        return all(e.__class__ is Stamped and e.field not in read for e in value)
+
+    def _fragment(self, value: Any, proj: Any) -> str:
+        if value.__class__ is list:                     # Stamped entries (_stamped_list): once per run of bases
+            bases = tuple(e.base for e in value)
+            memo = ("list", tuple(map(id, bases)))
+            hit = self._frags.get(memo)
+            if hit is not None and hit[1] is proj and all(a is b for a, b in zip(hit[0], bases)):
+                return hit[2]
+            text = json.dumps(proj(list(bases)), sort_keys=True, separators=(",", ":"))
+            self._frags[memo] = (bases, proj, text)       # the bases are held: their ids are not reused meanwhile
+            if len(self._frags) > self.size:
+                self._frags.popitem(last=False)
+            return text
         hit = self._frags.get(id(value))
         if hit is not None and hit[0] is value and hit[1] is proj:
             return hit[2]
@@ -146,6 +170,19 @@ class DecisionCache:
         self._items[key] = decision
         if len(self._items) > self.size:
             self._items.popitem(last=False)
+
+
+def _element_keys(node: dict) -> frozenset | None:
+    """The keys read of a list's elements under this trie node (None: some element is read whole)."""
+    if node.get(None):
+        return None
+    keys: set = set()
+    for k, sub in node.items():
+        if k == WILD or (isinstance(k, int) and not isinstance(k, bool)):
+            if not isinstance(sub, dict) or sub.get(None) or WILD in sub:       # whole, or every key
+                return None
+            keys.update(x for x in sub if isinstance(x, str))
+    return frozenset(keys)
 
 
 class EvaluationTimeout(Exception):

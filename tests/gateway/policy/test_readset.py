@@ -265,3 +265,24 @@ def test_projection_of_stamped_entries_is_the_projection_of_plain_ones(paths, en
         stamped = {"h": [Stamped(b, f, v + shift) for b, (_, f, v) in zip(bases, entries)]}
         plain = {"h": [dict(s) for s in stamped["h"]]}
         assert proj(stamped) == project(plain, trie)
+
+
+@settings(max_examples=400, deadline=None)
+@given(_paths, _stamped_docs, st.lists(st.integers(0, 3), min_size=4, max_size=4), st.booleans())
+def test_stamped_lists_key_like_their_projection(paths, entries, other_values, counted):
+    """A top-level list of Stamped entries is keyed once per run of shared bases when no rule reads the stamped
+    field of its elements: keys still tell apart exactly what the projection tells apart."""
+    from gateway.policy.readset import Stamped
+    paths = [("h",) + p for p in paths] + ([(LEN,)] if counted else [])
+    cache = DecisionCache()
+    cache.enabled = True
+    cache.set_reads(frozenset(paths))
+    trie = build_trie(paths)
+    bases = [Shared({**d, f: 0}) for d, f, _ in entries]
+    one = {"h": [Stamped(b, f, v) for b, (_, f, v) in zip(bases, entries)], "x": 1}
+    two = {"h": [Stamped(b, f, w) for b, (_, f, _), w in zip(bases, entries, other_values)], "x": 1}
+    plain = [{"h": [dict(e) for e in d["h"]], "x": 1} for d in (one, two)]
+    same_projection = project(plain[0], trie) == project(plain[1], trie)
+    k1, k2 = cache.key("k", one), cache.key("k", two)
+    assert (k1 == k2) == same_projection
+    assert cache.key("k", one) == k1                 # from the kept fragment
