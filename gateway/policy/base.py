@@ -95,9 +95,11 @@ class DecisionCache:
         trie = self._trie
         self._top = (None if trie.get(None) or WILD in trie else
                      {k: compile_projection(v) for k, v in trie.items() if isinstance(k, str) and k != LEN})
-        # Per top-level key read as a list: the keys read of its elements (None: an element is read whole).
-        self._elements = {k: _element_keys(v) for k, v in trie.items() if isinstance(k, str) and k != LEN
-                          and isinstance(v, dict)}
+        # Per top-level key read as a list of like elements (`input.k[_]...` only): the keys read of an element
+        # and the element's projection.
+        self._elements = {k: (keys, compile_projection(v[WILD])) for k, v in trie.items()
+                          if isinstance(k, str) and k != LEN and isinstance(v, dict)
+                          and (keys := _element_keys(v)) is not None}
         self._items.clear()
         self._frags.clear()
 
@@ -117,7 +119,7 @@ class DecisionCache:
                 parts.append(k)
                 proj = self._top.get(k)
                 if proj is not None:
-                    parts.append(self._fragment(doc[k], proj))
+                    parts.append(self._fragment(k, doc[k], proj))
             return "\x00".join(parts)
         except (TypeError, ValueError):
             return None
@@ -127,23 +129,26 @@ class DecisionCache:
         the list of their shared bases."""
         if value.__class__ is not list or not value or value[0].__class__ is not Stamped:
             return False
-        read = self._elements.get(key, ())
-        if read is None:
+        elements = self._elements.get(key)
+        if elements is None:
             return False
+        read = elements[0]
         return all(e.__class__ is Stamped and e.field not in read for e in value)
 
-    def _fragment(self, value: Any, proj: Any) -> str:
-        if value.__class__ is list:                     # Stamped entries (_stamped_list): once per run of bases
-            bases = tuple(e.base for e in value)
-            memo = ("list", tuple(map(id, bases)))
-            hit = self._frags.get(memo)
-            if hit is not None and hit[1] is proj and all(a is b for a, b in zip(hit[0], bases)):
-                return hit[2]
-            text = json.dumps(proj(list(bases)), sort_keys=True, separators=(",", ":"))
-            self._frags[memo] = (bases, proj, text)       # the bases are held: their ids are not reused meanwhile
-            if len(self._frags) > self.size:
-                self._frags.popitem(last=False)
-            return text
+    def _fragment(self, key: str, value: Any, proj: Any) -> str:
+        if value.__class__ is list:      # Stamped entries (_stamped_list): each projected as its base, once
+            element = self._elements[key][1]
+            texts = []
+            for entry in value:
+                base = entry.base
+                hit = self._frags.get(id(base))
+                if hit is None or hit[0] is not base or hit[1] is not element:
+                    hit = (base, element, json.dumps(element(base), sort_keys=True, separators=(",", ":")))
+                    self._frags[id(base)] = hit            # the base is held: its id is not reused meanwhile
+                    if len(self._frags) > 4 * self.size:
+                        self._frags.popitem(last=False)
+                texts.append(hit[2])
+            return "[" + ",".join(texts) + "]"         # a JSON array of the elements' projections, in order
         hit = self._frags.get(id(value))
         if hit is not None and hit[0] is value and hit[1] is proj:
             return hit[2]
@@ -173,16 +178,16 @@ class DecisionCache:
 
 
 def _element_keys(node: dict) -> frozenset | None:
-    """The keys read of a list's elements under this trie node (None: some element is read whole)."""
-    if node.get(None):
+    """The keys read of a list's elements under this trie node when every element is read alike (`k[_].a`,
+    `count(k)`); None when some element is read whole, by index, or in every key."""
+    if node.get(None) or WILD not in node:
         return None
-    keys: set = set()
-    for k, sub in node.items():
-        if k == WILD or (isinstance(k, int) and not isinstance(k, bool)):
-            if not isinstance(sub, dict) or sub.get(None) or WILD in sub:       # whole, or every key
-                return None
-            keys.update(x for x in sub if isinstance(x, str))
-    return frozenset(keys)
+    if any(k != WILD and k != LEN for k in node):
+        return None
+    sub = node[WILD]
+    if not isinstance(sub, dict) or sub.get(None) or WILD in sub:
+        return None
+    return frozenset(x for x in sub if isinstance(x, str))
 
 
 class EvaluationTimeout(Exception):
