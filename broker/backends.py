@@ -11,6 +11,7 @@ error type in `broker.sources`; their public names are re-exported here.
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import time
 from collections.abc import Callable, Mapping
@@ -43,6 +44,12 @@ class EnvBackend:
 
 
 # ---------------------------------------------------------------- cache
+
+@functools.lru_cache(maxsize=1024)
+def _source_key(text: str) -> str:
+    """The cache key of a source's text (its parsed form, as text); ValueError, never cached, for a bad one."""
+    return str(parse_source(text))
+
 
 class CachedResolver:
     """Reads sources through their backends with an in-memory TTL cache.
@@ -87,6 +94,13 @@ class CachedResolver:
                 self._cache[key] = (self._clock() + self.ttl_s, value)
             self._known[key] = value
             return value
+
+    def fresh(self, source: str | Source) -> str | None:
+        """The value `get` would answer from the cache right now (its TTL not run out), or None when `get` would
+        have to ask the backend. Never waits, never reads a backend."""
+        if type(source) is str:
+            return self._fresh(_source_key(source))
+        return self._fresh(str(source if isinstance(source, Source) else parse_source(source)))
 
     def last_read(self, source: str | Source) -> str | None:
         """The last value read from `source` (also after its TTL ran out), or None: only ever for scrubbing, a

@@ -163,6 +163,34 @@ class Broker:
     async def bindings(self, placeholders: Mapping[str, str]) -> list[Binding]:
         return list(await asyncio.gather(*(self.binding(n, p) for n, p in placeholders.items())))
 
+    def fresh_bindings(self, placeholders: Mapping[str, str]) -> list[Binding] | None:
+        """What `bindings` answers when every value is fresh in the resolver's cache (so that it would not wait for
+        a backend), computed without awaiting; None otherwise (an unknown secret, a value not cached or equal to its
+        placeholder included: `bindings` then gives the answer, or the error)."""
+        out = []
+        for name, placeholder in placeholders.items():
+            spec = self.specs.get(name)
+            value = self.resolver.fresh(spec.source) if spec is not None else None
+            if value is None or value == placeholder:
+                return None
+            out.append(Binding(name=name, placeholder=placeholder, value=value, hosts=frozenset(spec.hosts),
+                               inject_in=spec.inject_in))
+        return out
+
+    def fresh_scrub_replacements(self, placeholders: Mapping[str, str]) -> dict[bytes, bytes] | None:
+        """What `scrub_replacements` answers when every value it needs is fresh in the resolver's cache, computed
+        without awaiting; None otherwise."""
+        pairs = []
+        for name in placeholders:
+            spec = self.specs.get(name)
+            if spec is None:
+                continue
+            value = self.resolver.fresh(spec.source)
+            if value is None:
+                return None
+            pairs.append((name, value))
+        return {v.encode("utf-8"): placeholders[n].encode("utf-8") for n, v in pairs if v != placeholders[n]}
+
     async def scrub_replacements(self, placeholders: Mapping[str, str]) -> dict[bytes, bytes]:
         """{real value: placeholder} for scrubbing a session's responses, for every secret it holds that is still
         defined. A value the backend cannot give now is the last one read (scrubbing a stale value is safe);

@@ -199,6 +199,14 @@ class Scrubber:
                 regions.append((start, end))
         return regions
 
+    def could_match(self, data: bytes) -> bool:
+        """False only when nothing in `data` can start a match: then `sub` leaves `data`, and every part of it,
+        unchanged (every match begins with a trigger or holds a literal, and either would be found in `data`)."""
+        if self.regex is None:
+            return False
+        return any(trigger.search(data) for trigger in self._triggers) or any(
+            literal in data for literal in self._literals)
+
     def finditer(self, data: bytes) -> Iterator[re.Match[bytes]]:
         """The matches `regex.sub` would replace, in order."""
         if self.regex is None:

@@ -119,8 +119,14 @@ class InjectionAddon:
         mine = {name: own[name] for _owner, name in found if name in own}
         timeout = self._broker.lookup_timeout_s + 1
         try:
-            bindings = await asyncio.wait_for(self._broker.bindings(mine), timeout) if mine else []
-            scrub = await asyncio.wait_for(self._broker.scrub_replacements(own), timeout)
+            # Values still fresh in the broker's cache are taken without awaiting (what the lookups would answer);
+            # anything else goes to the backends, with the timeout.
+            bindings = self._broker.fresh_bindings(mine) if mine else []
+            if bindings is None:
+                bindings = await asyncio.wait_for(self._broker.bindings(mine), timeout)
+            scrub = self._broker.fresh_scrub_replacements(own)
+            if scrub is None:
+                scrub = await asyncio.wait_for(self._broker.scrub_replacements(own), timeout)
         except (SecretUnavailable, asyncio.TimeoutError) as exc:
             code = exc.code if isinstance(exc, SecretUnavailable) else "secret.backend_unavailable"
             log.warning("secret lookup failed for session %s: %s", st.session["id"], code)
@@ -170,8 +176,11 @@ class InjectionAddon:
             # An obsolete line folding splits a value where a client joins it again: no scrubber sees it whole.
             return self.withhold(flow, st)
         scrubber = scrubber_for(st.scrub)
-        scrub_head(flow.response, scrubber)
-        if case_variant_in_head(flow.response, st.scrub):
+        head = head_bytes(flow.response)
+        if scrubber.could_match(head):              # else scrubbing would change no part of it
+            scrub_head(flow.response, scrubber)
+            head = head_bytes(flow.response)
+        if case_variant_in(head, st.scrub):
             return self.withhold(flow, st)          # e.g. a header name, lowercased by HTTP/2
         if flow.response.status_code == 101:
             return
@@ -243,11 +252,21 @@ def has_body(flow: http.HTTPFlow) -> bool:
     return flow.request.method != "HEAD" and not (100 <= status < 200 or status in (204, 304))
 
 
+def head_bytes(response: http.Response) -> bytes:
+    """The response's reason phrase and header fields ("name: value"), one per line."""
+    return b"\n".join([response.data.reason] + [b"%s: %s" % field for field in response.headers.fields])
+
+
+def case_variant_in(head: bytes, scrub: dict[bytes, bytes]) -> bool:
+    """Whether a real value is in `head` in any letter case."""
+    lowered = head.lower()
+    return any(real.lower() in lowered for real in scrub)
+
+
 def case_variant_in_head(response: http.Response, scrub: dict[bytes, bytes]) -> bool:
     """Whether a real value is still in the (scrubbed) head in another letter case (the scrubber matches exact
     case only; HTTP/2 lowercases header names, servers may fold case)."""
-    head = b"\n".join([response.data.reason] + [b"%s: %s" % field for field in response.headers.fields]).lower()
-    return any(real.lower() in head for real in scrub)
+    return case_variant_in(head_bytes(response), scrub)
 
 
 def _scrub_fields(fields: tuple[tuple[bytes, bytes], ...], scrubber: Scrubber,

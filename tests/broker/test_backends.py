@@ -416,3 +416,115 @@ def test_broker_refuses_vault_specs_without_vault(tmp_path):
         Broker.from_config({"g": {"source": "vault:secret/g#t", "hosts": ["a.io"]}}, vault={"url": ""},
                            data_dir=tmp_path, environ={}, normalise_host=normalise_host)
     assert parse_format("") is None
+
+
+class CountingBackend:
+    """An env-like backend that counts its reads and can go down."""
+
+    def __init__(self, values: dict[str, str]):
+        self.values = dict(values)
+        self.reads = 0
+        self.down = False
+
+    async def get(self, ref: str) -> str:
+        self.reads += 1
+        if self.down:
+            raise SecretUnavailable(UNAVAILABLE, "down")
+        if ref not in self.values:
+            raise SecretUnavailable(NOT_FOUND, ref)
+        return self.values[ref]
+
+
+def counted_broker(values: dict[str, str], clock: ManualClock, ttl_s: float = 30.0) -> tuple[Broker, CountingBackend]:
+    backend = CountingBackend(values)
+    specs = _parse_secret_specs({
+        "github": {"source": "env:GH", "hosts": ["api.github.com"], "inject_in": ["header", "query"]},
+        "npm": {"source": "env:NPM", "hosts": ["registry.npmjs.org"]},
+        "gone": {"source": "env:GONE", "hosts": ["x.io"]},
+    }, normalise_host)
+    return Broker(specs, CachedResolver({"env": backend}, ttl_s=ttl_s, clock=clock),
+                  normalise_host=normalise_host), backend
+
+
+async def test_fresh_lookups_answer_as_the_lookups_do_while_the_cache_holds_the_values():
+    """fresh_bindings / fresh_scrub_replacements (no await) equal bindings / scrub_replacements whenever every
+    value is fresh in the cache, and give way (None) in every other case: not read yet, TTL run out, an unknown
+    secret, a value equal to its placeholder. They never read a backend."""
+    clock = ManualClock()
+    broker, backend = counted_broker({"GH": "ghp_real_value_0123456789", "NPM": "npm_real_value_0123456789"},
+                                     clock)
+    phs = {"github": "ghp_placeholder_000000000", "npm": "npm_placeholder_000000000"}
+    assert broker.fresh_bindings(phs) is None and broker.fresh_scrub_replacements(phs) is None   # not read yet
+    assert backend.reads == 0
+    expected_bindings = await broker.bindings(phs)
+    expected_scrub = await broker.scrub_replacements({**phs, "undefined": "x"})
+    reads = backend.reads
+    assert broker.fresh_bindings(phs) == expected_bindings
+    assert broker.fresh_scrub_replacements({**phs, "undefined": "x"}) == expected_scrub
+    assert broker.fresh_bindings({"github": phs["github"]}) == await broker.bindings({"github": phs["github"]})
+    assert broker.fresh_bindings({}) == [] and broker.fresh_scrub_replacements({}) == {}
+    assert broker.fresh_bindings({**phs, "undefined": "x"}) is None          # bindings raises for it
+    assert broker.fresh_bindings({"github": "ghp_real_value_0123456789"}) is None   # bindings raises for it
+    same = {"github": "ghp_real_value_0123456789"}
+    assert broker.fresh_scrub_replacements(same) == await broker.scrub_replacements(same) == {}
+    assert backend.reads == reads
+    clock.now += 29.0
+    assert broker.fresh_bindings(phs) == expected_bindings
+    clock.now += 1.0                                                         # the TTL ran out
+    assert broker.fresh_bindings(phs) is None and broker.fresh_scrub_replacements(phs) is None
+    assert backend.reads == reads
+
+
+async def test_injection_reads_the_backend_again_once_the_ttl_ran_out(tmp_path, monkeypatch):
+    """The request path takes fresh values without awaiting, but a value past its TTL is read again: rotation is
+    seen, and a backend that is down then refuses injection (503) while scrubbing keeps the last value."""
+    from contextlib import AsyncExitStack
+
+    from mitmproxy import http
+    from mitmproxy.test import taddons, tflow
+
+    from gateway.config import EgressSettings
+    from gateway.egress.flows import flow_state
+    from gateway.net.addresses import parse_networks
+    from tests.support.services import egress_addons, open_services
+    import base64
+
+    clock = ManualClock()
+    async with AsyncExitStack() as stack:
+        svc = await open_services(stack, tmp_path, secrets={
+            "github": {"source": "env:GH", "hosts": ["api.github.test"], "inject_in": ["header"]}},
+            environ={"GH": "ghp_" + "A" * 36})
+        backend = CountingBackend({"GH": "ghp_" + "A" * 36})
+        svc.broker.resolver = CachedResolver({"env": backend}, ttl_s=30.0, clock=clock)
+        addons = await egress_addons(stack, svc, EgressSettings(private_allow=parse_networks(["127.0.0.0/8"])),
+                                     {"api.github.test": ["127.0.0.1"]})
+        session, token = await svc.session(allow=["api.github.test"], secrets=["github"])
+        ph = session["placeholders"]["github"]
+        auth = "Basic " + base64.b64encode(f"x:{token}".encode()).decode()
+
+        async def send() -> http.HTTPFlow:
+            f = tflow.tflow(req=http.Request.make("GET", "https://api.github.test/user", b"",
+                                                  {"Proxy-Authorization": auth, "Authorization": f"token {ph}"}))
+            f.client_conn.sni = None
+            with taddons.context(*addons.chain()):
+                await addons.egress.requestheaders(f)
+                await addons.injection.requestheaders(f)
+                await addons.egress.request(f)
+                await addons.injection.request(f)
+            return f
+
+        first = await send()
+        assert first.response is None and first.request.headers["Authorization"] == "token ghp_" + "A" * 36
+        reads = backend.reads
+        second = await send()
+        assert second.request.headers["Authorization"] == "token ghp_" + "A" * 36 and backend.reads == reads
+        backend.values["GH"] = "ghp_" + "B" * 36                              # rotated
+        clock.now += 30.0
+        third = await send()
+        assert third.request.headers["Authorization"] == "token ghp_" + "B" * 36 and backend.reads > reads
+        assert flow_state(third).scrub == {("ghp_" + "B" * 36).encode(): ph.encode()}
+        backend.down = True
+        clock.now += 30.0
+        fourth = await send()
+        assert fourth.response is not None and fourth.response.status_code == 503
+        assert b"secret.backend_unavailable" in fourth.response.content

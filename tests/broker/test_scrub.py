@@ -157,3 +157,23 @@ def test_raw_value_never_survives(case):
     replacements, data, _ = case
     (value,) = replacements
     assert value not in scrub_bytes(data, replacements)
+
+
+@settings(max_examples=400)
+@given(stream_case(), st.lists(st.tuples(st.integers(0, 200), st.integers(0, 200)), max_size=6))
+def test_could_match_false_means_nothing_in_it_changes(case, slices):
+    """could_match(data) is False only when scrubbing changes neither `data` nor any part of it (the response
+    head is checked as one blob, then its fields are left as they are)."""
+    replacements, data, cuts = case
+    scrubber = Scrubber(replacements)
+    bounds = [0, *cuts, len(data)]
+    parts = [data[a:b] for a, b in zip(bounds, bounds[1:])] + [data[a:b] for a, b in slices]
+    for blob in [data, *parts]:
+        if not scrubber.could_match(blob):
+            assert scrubber.sub(blob) == blob
+            for part in parts:
+                if part in blob:
+                    assert scrubber.sub(part) == part
+    if scrubber.sub(data) != data:
+        assert scrubber.could_match(data)
+    assert not Scrubber({}).could_match(data)
