@@ -64,3 +64,33 @@ def _texts(value):
     elif isinstance(value, list):
         for v in value:
             yield from _texts(v)
+
+
+def _walked(raw: bytes, max_depth: int):
+    """parse_body as it was before the shortcut: always the walk (check_value)."""
+    from gateway.api.jsonbody import check_value
+    try:
+        value = json.loads(raw.decode("utf-8"), parse_constant=lambda n: (_ for _ in ()).throw(ValueError(n)))
+        check_value(value, max_depth)
+        return value
+    except (ValueError, RecursionError):
+        return ValueError
+
+
+_pieces = st.lists(st.sampled_from(['[', ']', '{', '}', '"a"', ':', ',', '1', '"\\u0000"', '"\\ud800"', '"\\n"',
+                                    '"x\\\\y"', '"é"', 'null', ' ', '"\x00"']), max_size=30).map("".join)
+
+
+@settings(max_examples=1500, deadline=None)
+@given(_pieces | st.recursive(st.none() | st.text(max_size=4), lambda k: st.lists(k, max_size=3)
+                               | st.dictionaries(st.text(max_size=3), k, max_size=3), max_leaves=30).map(json.dumps),
+       st.integers(1, 6))
+def test_the_walk_is_skipped_only_when_it_could_not_refuse(text, max_depth):
+    """parse_body skips check_value for bodies with no backslash and few brackets: it accepts and refuses
+    exactly what the walk does."""
+    raw = text.encode("utf-8", "surrogatepass")
+    try:
+        got = parse_body(raw, max_depth)
+    except ValueError:
+        got = ValueError
+    assert got == _walked(raw, max_depth) or (got is ValueError and _walked(raw, max_depth) is ValueError)
