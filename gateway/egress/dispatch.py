@@ -9,13 +9,13 @@ finding nothing to call. That was about 0.9 ms of CPU per request, more than san
 a handler (itself or a sub-addon), its handlers in traversal order. Dispatch then runs exactly those, in the same
 order, with the same guards: per top-level addon, an exception is logged by mitmproxy's `safecall` and stops that
 addon's remaining sub-addons (as in `invoke_addon`), `AddonHalt` stops the event, `OptionsError` propagates,
-awaitables are awaited. Handlers are
-looked up (getattr) on every call, so a rebound attribute is seen. The table is dropped whenever the chain can
-change: `register` (scripts load through it), `remove`, `clear`, and every `configure` event (an option change:
-mitmproxy's ScriptLoader reorders its scripts there without registering anything). A hook attribute that mitmproxy would refuse (neither callable nor a
-module) leaves that hook on mitmproxy's own dispatch, which logs the error as before. One difference: an addon
-added by a handler while an event is being dispatched gets the next event, not the current one (sandgate's
-addons never add addons).
+awaitables are awaited. Handlers are looked up (getattr) on every call, so a rebound attribute is seen.
+
+The table is dropped whenever the chain can change: `register` (scripts load through it), `remove`, `clear`, and
+every `configure` event (an option change: mitmproxy's ScriptLoader reorders its scripts there without registering
+anything). A hook attribute that mitmproxy would refuse (neither callable nor a module) leaves that hook on
+mitmproxy's own dispatch, which logs the error as before. One difference: an addon added by a handler while an
+event is being dispatched gets the next event, not the current one (sandgate's addons never add addons).
 """
 from __future__ import annotations
 
