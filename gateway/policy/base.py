@@ -8,11 +8,10 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import re
 import time
-import uuid
 from collections import OrderedDict
-from dataclasses import replace
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -25,7 +24,7 @@ __all__ = ["CachingEngine", "DecisionCache", "DecisionSink", "EvaluationTimeout"
 
 
 def new_decision_id() -> str:
-    return uuid.uuid4().hex
+    return os.urandom(16).hex()             # 32 hex digits, as uuid4().hex (without building a UUID)
 
 
 class DecisionSink(Protocol):
@@ -248,7 +247,7 @@ class CachingEngine:
         started = time.perf_counter()
         decision = await self.decide_quietly(kind, input_doc)
         if self.decision_log is not None:
-            decision = replace(decision, decision_id=new_decision_id())
+            decision = decision.with_id(new_decision_id())
             self.decision_log.record(kind, input_doc, decision.to_json(), decision.rev, self.engine_name,
                                      int((time.perf_counter() - started) * 1e6), decision.decision_id)
         return decision

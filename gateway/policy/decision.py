@@ -27,6 +27,13 @@ class Decision:
     def code(self) -> str:
         return self.codes[0] if self.codes else f"policy.{self.action}"
 
+    def with_id(self, decision_id: str) -> "Decision":
+        """This decision under another id (dataclasses.replace without re-running __init__: every request)."""
+        new = object.__new__(Decision)
+        new.__dict__.update(self.__dict__)
+        object.__setattr__(new, "decision_id", decision_id)
+        return new
+
     def to_json(self) -> dict:
         out: dict = {"action": self.action, "reasons": list(self.reasons), "codes": list(self.codes)}
         if self.approval_ttl_s is not None:
