@@ -8,6 +8,7 @@ Only `cli.py` imports this module.
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import logging
 import signal
@@ -251,6 +252,14 @@ async def open_gateway(cfg: Config, stack: AsyncExitStack, worker: bool = False,
     return Listening(proxy_addr, api_addr, transparent_addr, dns_addr)
 
 
+def _settle_heap() -> None:
+    """Move everything alive after start-up (modules, mitmproxy, the engines, the caches' first entries) out of
+    the collector's sight. A full collection otherwise walks all of it: 100-130 ms with every request of the
+    proxy and the API stalled behind it (measured with tool calls at 1,200/s: it was their p99)."""
+    gc.collect()
+    gc.freeze()
+
+
 async def run_gateway(cfg: Config, worker: bool = False) -> int:
     """`sandgate serve`: run until SIGINT or SIGTERM, then stop cleanly (pending audit flushed)."""
     stop = asyncio.Event()
@@ -268,6 +277,7 @@ async def run_gateway(cfg: Config, worker: bool = False) -> int:
                  if listening.transparent is not None and listening.dns is not None else "")
         print(f"sandgate: proxy {listening.proxy[0]}:{listening.proxy[1]}  api {listening.api[0]}:"
               f"{listening.api[1]}{extra}  data {cfg.data_dir}", flush=True)
+        _settle_heap()
         await stop.wait()
         log.info("sandgate stopping")
     return 0

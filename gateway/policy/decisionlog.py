@@ -246,21 +246,27 @@ class DecisionLog:
         sid = session.get("id") if isinstance(session, dict) else None
         return sid if isinstance(sid, str) else None
 
-    def _write(self, decisions: list[tuple], divergences: list[dict]) -> None:
-        """On the store's thread: redact, serialise, insert."""
-        rows = [{"id": did, "ts": ts, "kind": kind, "session": self._session_of(doc), "input": RawJSON(redacted_json(doc)),
-                 "result": result, "policy_rev": rev, "engine": engine, "latency_us": int(latency)}
+    def _rows(self, decisions: list[tuple], divergences: list[dict]) -> tuple[list[dict], list[dict]]:
+        """Off the loop, before the store's writer thread: redact and serialise."""
+        rows = [{"id": did, "ts": ts, "kind": kind, "session": self._session_of(doc),
+                 "input": RawJSON(redacted_json(doc)), "result": result, "policy_rev": rev, "engine": engine,
+                 "latency_us": int(latency)}
                 for did, ts, kind, doc, result, rev, engine, latency in decisions]
+        return rows, [{**d, "session": self._session_of(d["input"]), "input": redact_input(d["input"])}
+                      for d in divergences]
+
+    def _insert(self, rows: list[dict], divergences: list[dict]) -> None:
+        """On the store's writer thread: only the inserts (an approval or audit write waits behind no more)."""
         self.store.append_decisions_sync(rows)
-        self.store.append_divergences_sync([{**d, "session": self._session_of(d["input"]),
-                                             "input": redact_input(d["input"])} for d in divergences])
+        self.store.append_divergences_sync(divergences)
 
     async def flush(self) -> None:
         while self._decisions or self._divergences:
             decisions, self._decisions = self._decisions[: self._max_batch], self._decisions[self._max_batch:]
             divergences, self._divergences = self._divergences, []
             try:
-                await self.store.store.run(self._write, decisions, divergences)
+                rows = await asyncio.to_thread(self._rows, decisions, divergences)
+                await self.store.store.run(self._insert, *rows)
             except Exception as exc:  # noqa: BLE001 - keep the rows and retry later; never raise into decide()
                 log.error("decision log write failed (%d rows kept): %s", len(decisions), exc)
                 self._decisions[:0] = decisions
