@@ -29,7 +29,7 @@ def audit_status(pending: int, max_pending: int, writing: bool) -> str:
 
 
 class AuditLog:
-    def __init__(self, store: Store, flush_interval_s: float = 0.1, max_batch: int = 500,
+    def __init__(self, store: Store, flush_interval_s: float = 0.1, max_batch: int = 100,
                  max_pending: int = 100_000):
         self._store = store
         self._interval = flush_interval_s

@@ -18,6 +18,8 @@ import asyncio
 from collections import OrderedDict, deque
 from typing import Any, Awaitable, Callable, Iterable, Mapping
 
+from gateway.toolcalls.history import EventRow
+
 Loader = Callable[[str], Awaitable[tuple[list[dict], list[dict]]]]
 Queued = Callable[[str], list[dict]]
 
@@ -39,7 +41,7 @@ class _Memory:
             if len(self.events) == self.events.maxlen and self.events[0].get("request_id"):
                 self.ids.discard(self.events[0]["request_id"])
             self.ids.add(rid)
-        self.events.append(row)
+        self.events.append(row if row.__class__ is EventRow else EventRow(row))
 
     def add_paths(self, rows: Iterable[Mapping[str, Any]], limit: int) -> None:
         for row in rows:

@@ -79,7 +79,6 @@ class DecisionCache:
         self.hits = self.misses = 0
         self._items: "OrderedDict[str, Decision]" = OrderedDict()
         self._top: dict | None = None                # top-level key -> its projection (None: no shortcut)
-        self._frags: "OrderedDict[int, tuple]" = OrderedDict()    # id(Shared) -> (object, projection, JSON)
 
     def configure(self, source: PolicySource) -> None:
         texts = [t for _, t in source.modules]
@@ -100,7 +99,6 @@ class DecisionCache:
                           if isinstance(k, str) and k != LEN and isinstance(v, dict)
                           and (keys := _element_keys(v)) is not None}
         self._items.clear()
-        self._frags.clear()
 
     def key(self, kind: str, doc: dict) -> str | None:
         if not self.enabled:
@@ -139,23 +137,9 @@ class DecisionCache:
             element = self._elements[key][1]
             texts = []
             for entry in value:
-                base = entry.base
-                hit = self._frags.get(id(base))
-                if hit is None or hit[0] is not base or hit[1] is not element:
-                    hit = (base, element, json.dumps(element(base), sort_keys=True, separators=(",", ":")))
-                    self._frags[id(base)] = hit            # the base is held: its id is not reused meanwhile
-                    if len(self._frags) > 4 * self.size:
-                        self._frags.popitem(last=False)
-                texts.append(hit[2])
+                texts.append(_key_text(entry.base, element))
             return "[" + ",".join(texts) + "]"         # a JSON array of the elements' projections, in order
-        hit = self._frags.get(id(value))
-        if hit is not None and hit[0] is value and hit[1] is proj:
-            return hit[2]
-        text = json.dumps(proj(value), sort_keys=True, separators=(",", ":"))
-        self._frags[id(value)] = (value, proj, text)      # the object is held: its id is not reused meanwhile
-        if len(self._frags) > self.size:
-            self._frags.popitem(last=False)
-        return text
+        return _key_text(value, proj)
 
     def get(self, key: str | None) -> "Decision | None":
         if key is None:
@@ -174,6 +158,19 @@ class DecisionCache:
         self._items[key] = decision
         if len(self._items) > self.size:
             self._items.popitem(last=False)
+
+
+def _key_text(value: Any, proj: Any) -> str:
+    """The JSON of `proj(value)`, kept on a Shared value (it never changes; a new revision's projection
+    replaces it)."""
+    if value.__class__ is Shared:
+        hit = getattr(value, "key_memo", None)
+        if hit is not None and hit[0] is proj:
+            return hit[1]
+        text = json.dumps(proj(value), sort_keys=True, separators=(",", ":"))
+        value.key_memo = (proj, text)
+        return text
+    return json.dumps(proj(value), sort_keys=True, separators=(",", ":"))
 
 
 def _element_keys(node: dict) -> frozenset | None:

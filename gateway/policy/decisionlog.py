@@ -145,10 +145,6 @@ def _sensitive_key_text(key: str) -> bool:
     return _maybe_sensitive("{" + _key_text(key) + "0}")
 
 
-_FRAGMENTS: dict[int, tuple] = {}       # id(Shared) -> (object, JSON text or (before, after), sensitive)
-_FRAGMENTS_MAX = 16384
-
-
 def _fragment(item: Any) -> tuple[str, bool]:
     """(JSON text, whether redaction might change it) of one value."""
     cls = item.__class__
@@ -179,18 +175,20 @@ def _stamped(item: Stamped) -> tuple[str, bool]:
     else:
         text = json.dumps(item)
         return text, _maybe_sensitive(text)
-    hit = _FRAGMENTS.get(id(base))
-    if hit is None or hit[0] is not base or hit[1] != item.field:
-        hit = (base, item.field, _shared(base, item.field))
-    (before, after), sensitive = hit[2]
+    hit = getattr(base, "log_memo", None)
+    if hit is None or hit[0] != item.field:
+        _shared(base, item.field)
+        hit = base.log_memo
+    (before, after), sensitive = hit[1]
     return before + number + after, sensitive
 
 
 def _shared(item: Shared, field: str | None) -> tuple:
-    """A Shared object's JSON text (field None), or its text before and after `field`'s value, once."""
-    hit = _FRAGMENTS.get(id(item))
-    if hit is not None and hit[0] is item and hit[1] == field:
-        return hit[2]
+    """A Shared object's JSON text (field None), or its text before and after `field`'s value, once: kept on
+    the object (`log_memo`)."""
+    hit = getattr(item, "log_memo", None)
+    if hit is not None and hit[0] == field:
+        return hit[1]
     if field is None:
         text = json.dumps(item)
         out = ((text, _maybe_sensitive(text)),)
@@ -200,14 +198,12 @@ def _shared(item: Shared, field: str | None) -> tuple:
         before = "{" + "".join(json.dumps(k) + ": " + t + ", " for k, t in pieces[:at]) + json.dumps(field) + ": "
         after = "".join(", " + json.dumps(k) + ": " + t for k, t in pieces[at + 1:]) + "}"
         out = ((before, after), _maybe_sensitive(before + "0" + after))
-    if len(_FRAGMENTS) >= _FRAGMENTS_MAX:
-        _FRAGMENTS.clear()
-    _FRAGMENTS[id(item)] = (item, field, out)     # the object is held: its id is not reused meanwhile
+    item.log_memo = (field, out)
     return out
 
 
 class DecisionLog:
-    def __init__(self, store: Store, flush_interval_s: float = 0.1, max_batch: int = 200,
+    def __init__(self, store: Store, flush_interval_s: float = 0.1, max_batch: int = 32,
                  max_pending: int = 100_000):
         self.store = DecisionStore(store)
         self._interval = flush_interval_s
@@ -266,7 +262,7 @@ class DecisionLog:
             divergences, self._divergences = self._divergences, []
             try:
                 rows = await asyncio.to_thread(self._rows, decisions, divergences)
-                await self.store.store.run(self._insert, *rows)
+                await self.store.store.run_bulk(self._insert, *rows)
             except Exception as exc:  # noqa: BLE001 - keep the rows and retry later; never raise into decide()
                 log.error("decision log write failed (%d rows kept): %s", len(decisions), exc)
                 self._decisions[:0] = decisions

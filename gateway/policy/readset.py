@@ -24,7 +24,14 @@ LEN = "#len"
 
 class Shared(dict):
     """A part of an input that is built once and shared, never changed afterwards (a tool call's parsed facts,
-    gateway/toolcalls/memo.py). The decision cache and the decision log serialise it once per object."""
+    gateway/toolcalls/memo.py). The decision cache and the decision log serialise it once per object, and keep
+    what they made on the object itself (so it goes when the object goes: no cache to bound or collect)."""
+
+    __slots__ = ("proj_memo", "key_memo", "log_memo")
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        dict.__init__(self, *args, **kwargs)
+        self.proj_memo = self.key_memo = self.log_memo = None
 
 
 class Stamped(dict):
@@ -325,20 +332,18 @@ def compile_projection(trie: dict) -> Callable[[Any], Any]:
     if wild is not None:
         merged = {k: compile_projection(_merge(wild, trie[k])) for k in keys + ints}
 
-    memo: dict[int, tuple] = {}
-
     def proj(value: Any) -> Any:
         if value.__class__ is Stamped and wild_fn is None and value.field not in sub:
             # Projected as its shared base (the stamped field is not read): once per base object.
             base = value.base
-            hit = memo.get(id(base))
-            if hit is not None and hit[0] is base:
-                return hit[1]
-            if len(memo) >= 4096:
-                memo.clear()
-            out = proj(base)
-            memo[id(base)] = (base, out)               # the base is held: its id is not reused meanwhile
-            return out
+            if base.__class__ is Shared:
+                hit = getattr(base, "proj_memo", None)
+                if hit is not None and hit[0] is proj:
+                    return hit[1]
+                out = proj(base)
+                base.proj_memo = (proj, out)
+                return out
+            return proj(base)
         out: list = [_type(value)]
         if has_len and isinstance(value, (dict, list, str)):
             out.append(["#len", len(value)])

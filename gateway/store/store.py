@@ -10,7 +10,7 @@ import functools
 import json
 import time
 from collections import Counter
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Executor, ThreadPoolExecutor
 from typing import Any, Callable, Optional, TypeVar
 
 from sqlalchemy import column, event, insert, select, table, text, update
@@ -20,6 +20,7 @@ from sqlalchemy.engine import Engine
 from sqlmodel import Session, create_engine
 
 from gateway.store import migrate
+from gateway.store.writer import PriorityWriter
 
 from gateway.session_spec import STAT_KEYS
 from gateway.store.models import (ApprovalRow, EventRow, RevocationRow, SessionPathRow, SessionRow, SessionStatsRow,
@@ -53,8 +54,14 @@ class Store:
     def __init__(self, url: str):
         self.url = url
         self.engine = _make_engine(url)
-        workers = 1 if url.startswith("sqlite") else 4
-        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="sandgate-store")
+        if url.startswith("sqlite"):
+            # One writer thread; interactive writes go before queued batches of audit and decision-log rows.
+            self._writer: PriorityWriter | None = PriorityWriter()
+            self._pool: Executor = self._writer.interactive
+            self._bulk_pool: Executor = self._writer.bulk
+        else:
+            self._writer = None
+            self._pool = self._bulk_pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="sandgate-store")
         # Hot reads on their own threads, so that they never queue behind a batch of writes (SQLite in WAL
         # mode: one writer, readers beside it; PostgreSQL: its own connections).
         self._read_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="sandgate-store-read")
@@ -65,11 +72,15 @@ class Store:
     async def run(self, fn: Callable[..., T], *args: Any) -> T:
         return await self._on(self._pool, fn, *args)
 
+    async def run_bulk(self, fn: Callable[..., T], *args: Any) -> T:
+        """`run` for a batch nobody waits on (audit and decision-log rows): after the interactive writes."""
+        return await self._on(self._bulk_pool, fn, *args)
+
     async def read(self, fn: Callable[..., T], *args: Any) -> T:
         """`run` for a read-only call on the readers' threads."""
         return await self._on(self._read_pool, fn, *args)
 
-    async def _on(self, pool: ThreadPoolExecutor, fn: Callable[..., T], *args: Any) -> T:
+    async def _on(self, pool: Executor, fn: Callable[..., T], *args: Any) -> T:
         loop = asyncio.get_running_loop()
         try:
             return await loop.run_in_executor(pool, functools.partial(fn, *args))
@@ -107,7 +118,10 @@ class Store:
 
     def close(self) -> None:
         self._read_pool.shutdown(wait=True)
-        self._pool.shutdown(wait=True)
+        if self._writer is not None:
+            self._writer.shutdown(wait=True)
+        else:
+            self._pool.shutdown(wait=True)
         self.engine.dispose()
 
     # -- sessions -------------------------------------------------------------------------------
@@ -312,7 +326,7 @@ class Store:
 
     async def append_events(self, rows: list[dict]) -> None:
         if rows:
-            await self.run(self._append_events, rows)
+            await self.run_bulk(self._append_events, rows)
 
     _EVENT_READ_COLS = ("id",) + _EVENT_COLS
 

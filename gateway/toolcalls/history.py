@@ -28,23 +28,21 @@ def history_entries(events: Iterable[Mapping[str, Any]], now: float) -> list[dic
             continue
         seen.add(key)
         ts = float(event.get("ts") or now)
-        hit = _ENTRIES.get(id(event))
-        if hit is not None and hit[0] is event:
-            static = hit[1]
+        if event.__class__ is EventRow:          # kept by gateway/session_memory.py: its entry is built once
+            static = getattr(event, "entry", None)
+            if static is None:
+                static = event.entry = _entry(event)
         else:
-            # A recorded call never changes, and a session's rows are the same objects call after call
-            # (gateway/session_memory.py): each one's entry is built once. The row is held, so its id is not
-            # reused while it is here.
             static = _entry(event)
-            if len(_ENTRIES) >= _ENTRIES_MAX:
-                _ENTRIES.clear()
-            _ENTRIES[id(event)] = (event, static)
         out.append(Stamped(static, "age_s", round(max(0.0, now - ts), 3)))
     return out[-HISTORY_SIZE:]
 
 
-_ENTRIES: dict[int, tuple] = {}
-_ENTRIES_MAX = 16384
+class EventRow(dict):
+    """A recorded tool-call event as a session's memory keeps it (gateway/session_memory.py). A recorded call
+    never changes, so its history entry is built once and kept on it (and goes when the row goes)."""
+
+    __slots__ = ("entry",)
 
 
 def _entry(event: Mapping[str, Any]) -> Shared:

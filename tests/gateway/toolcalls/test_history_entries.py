@@ -1,4 +1,4 @@
-"""history_entries: the session's last tool calls as `input.history`, each row's entry built once per row object
+"""history_entries: the session's last tool calls as `input.history`, each kept row's entry built once (EventRow)
 (gateway/session_memory.py hands the same rows call after call); ages follow `now`."""
 from __future__ import annotations
 
@@ -32,3 +32,12 @@ def test_another_row_with_the_same_id_is_read_afresh():
 def test_only_the_last_calls():
     rows = [row(f"r{i}", float(i)) for i in range(HISTORY_SIZE + 5)]
     assert [e["id"] for e in history_entries(rows, 100.0)] == [f"r{i}" for i in range(5, HISTORY_SIZE + 5)]
+
+
+def test_a_kept_row_builds_its_entry_once_and_keeps_it():
+    from gateway.toolcalls.history import EventRow
+    kept = EventRow(row("a", 1.0))
+    one, two = history_entries([kept], 2.0)[0], history_entries([kept], 3.0)[0]
+    assert one.base is two.base is kept.entry and (one["age_s"], two["age_s"]) == (1.0, 2.0)
+    plain = row("a", 1.0)
+    assert history_entries([plain], 2.0)[0].base is not history_entries([plain], 2.0)[0].base
