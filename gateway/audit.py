@@ -47,16 +47,18 @@ class AuditLog:
 
     @property
     def pending(self) -> int:
-        return len(self._pending)
+        """Rows not yet stored: waiting, and the batch being written (it counts until it is stored: while a
+        write to an unreachable store hangs, its rows are still in memory only)."""
+        return len(self._pending) + len(self._inflight)
 
     @property
     def accepting(self) -> bool:
         """Whether new decisions may be taken (they could be recorded)."""
-        return len(self._pending) < self.max_pending
+        return self.pending < self.max_pending
 
     @property
     def status(self) -> str:
-        return audit_status(len(self._pending), self.max_pending, self.writing)
+        return audit_status(self.pending, self.max_pending, self.writing)
 
     def record(self, kind: str, **fields: Any) -> dict:
         row = {k: fields.get(k) for k in EVENT_FIELDS}
