@@ -19,7 +19,8 @@ from gateway.config import Config, load_config
 from gateway.mcp.command import cmd_mcp
 from gateway.policy import commands as policy_commands
 from gateway.run import cmd_run
-from gateway.workers import ReusePortLoop, run_workers, workers_refusal
+from gateway.eventloop import loop_factory
+from gateway.workers import run_workers, workers_refusal
 
 Handler = Callable[[Config, argparse.Namespace], int]
 
@@ -40,8 +41,8 @@ def cmd_serve(cfg: Config, args: argparse.Namespace) -> int:
     from gateway.app import run_gateway
 
     if args.worker_index is not None:        # one of `serve --workers N`: listeners shared by SO_REUSEPORT
-        return asyncio.run(run_gateway(cfg, worker=True), loop_factory=ReusePortLoop)
-    return asyncio.run(run_gateway(cfg))
+        return asyncio.run(run_gateway(cfg, worker=True), loop_factory=loop_factory(reuse_port=True))
+    return asyncio.run(run_gateway(cfg), loop_factory=loop_factory())
 
 
 # -- db -----------------------------------------------------------------------------------------------------

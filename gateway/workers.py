@@ -11,7 +11,6 @@ A worker that dies is started again; SIGTERM/SIGINT stop every worker cleanly (e
 """
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import os
@@ -32,16 +31,6 @@ MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"      # gateway/metrics.py reads it (i
 log = logging.getLogger("sandgate.workers")
 READY_TIMEOUT_S = 60.0
 READY_PREFIX = "sandgate: proxy "
-
-
-class ReusePortLoop(asyncio.SelectorEventLoop):
-    """An event loop whose TCP servers all set SO_REUSEPORT (the proxy's, created inside mitmproxy, and the
-    API's): every worker binds the same ports and the kernel balances accepted connections between them."""
-
-    async def create_server(self, *args, **kwargs):  # type: ignore[override]
-        if kwargs.get("reuse_port") is None and kwargs.get("sock") is None:
-            kwargs["reuse_port"] = True
-        return await super().create_server(*args, **kwargs)
 
 
 def workers_refusal(cfg: Config, workers: int) -> str | None:

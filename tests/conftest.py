@@ -1,12 +1,14 @@
 """Shared fixtures: a recording upstream and a real sandgate process, both on loopback."""
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 
 import pytest
 from hypothesis import settings
 
+from gateway.eventloop import ServeLoop
 from tests.support.gateway import Sandgate
 from tests.support.upstream import Upstream, make_cert
 
@@ -18,6 +20,18 @@ IN_CI = os.environ.get("CI") == "true"
 settings.register_profile("sandgate", deadline=None)
 settings.register_profile("ci", deadline=None, derandomize=True, database=None)
 settings.load_profile("ci" if IN_CI else "sandgate")
+
+
+class _ServeLoopPolicy(asyncio.DefaultEventLoopPolicy):
+    def new_event_loop(self) -> asyncio.AbstractEventLoop:
+        return ServeLoop()
+
+
+@pytest.fixture(scope="session")
+def event_loop_policy() -> asyncio.AbstractEventLoopPolicy:
+    """Async tests run on the loop `sandgate serve` runs on (gateway/eventloop.py: uvloop), so that what they
+    show of the proxy, the API and the page holds for the loop users get."""
+    return _ServeLoopPolicy()
 
 
 def need(condition: bool, what: str) -> None:

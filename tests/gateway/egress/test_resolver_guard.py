@@ -1,4 +1,7 @@
-"""The resolver guard on a real event loop: only vetted addresses are ever dialled (DNS rebinding)."""
+"""The resolver guard on a real event loop: only vetted addresses are ever dialled (DNS rebinding).
+
+Every test runs on both loops `serve` may use: asyncio's own and gateway/eventloop.ServeLoop (uvloop, which
+resolves inside libuv unless ServeLoop routes names through the guarded `getaddrinfo`)."""
 from __future__ import annotations
 
 import asyncio
@@ -8,6 +11,7 @@ import pytest
 
 from gateway.net.addresses import parse_networks, vet_addresses
 from gateway.egress.resolver import UPSTREAM_DIAL, AddressRefused, DialGuard, install_guard
+from gateway.eventloop import ReusePortLoop, ServeLoop
 
 
 class FlippingResolver:
@@ -38,7 +42,7 @@ def _guard(resolver, private_allow=()):
     return DialGuard(vet=vet, resolver=resolver)
 
 
-async def test_rebinding_to_loopback_is_refused_and_never_dialled():
+async def _test_rebinding_to_loopback_is_refused_and_never_dialled():
     loop = asyncio.get_running_loop()
     original = install_guard(loop)
     try:
@@ -55,7 +59,7 @@ async def test_rebinding_to_loopback_is_refused_and_never_dialled():
         loop.getaddrinfo = original
 
 
-async def test_vetted_address_is_dialled():
+async def _test_vetted_address_is_dialled():
     loop = asyncio.get_running_loop()
     original = install_guard(loop)
     try:
@@ -70,7 +74,7 @@ async def test_vetted_address_is_dialled():
         loop.getaddrinfo = original
 
 
-async def test_guard_only_applies_to_marked_dials():
+async def _test_guard_only_applies_to_marked_dials():
     loop = asyncio.get_running_loop()
     original = install_guard(loop)
     try:
@@ -80,7 +84,7 @@ async def test_guard_only_applies_to_marked_dials():
         loop.getaddrinfo = original
 
 
-async def test_mixed_answers_are_refused():
+async def _test_mixed_answers_are_refused():
     loop = asyncio.get_running_loop()
     original = install_guard(loop)
     try:
@@ -92,3 +96,27 @@ async def test_mixed_answers_are_refused():
             await loop.getaddrinfo("mixed.test", 80)
     finally:
         loop.getaddrinfo = original
+
+
+LOOPS = pytest.mark.parametrize("loop_class", [asyncio.SelectorEventLoop, ServeLoop, ReusePortLoop],
+                                ids=["asyncio", "serve", "serve-reuseport"])
+
+
+@LOOPS
+def test_rebinding_to_loopback_is_refused_and_never_dialled(loop_class):
+    asyncio.run(_test_rebinding_to_loopback_is_refused_and_never_dialled(), loop_factory=loop_class)
+
+
+@LOOPS
+def test_vetted_address_is_dialled(loop_class):
+    asyncio.run(_test_vetted_address_is_dialled(), loop_factory=loop_class)
+
+
+@LOOPS
+def test_guard_only_applies_to_marked_dials(loop_class):
+    asyncio.run(_test_guard_only_applies_to_marked_dials(), loop_factory=loop_class)
+
+
+@LOOPS
+def test_mixed_answers_are_refused(loop_class):
+    asyncio.run(_test_mixed_answers_are_refused(), loop_factory=loop_class)
