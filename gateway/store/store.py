@@ -20,6 +20,7 @@ from sqlalchemy.engine import Engine
 from sqlmodel import Session, create_engine
 
 from gateway.store import migrate
+from gateway.store.groupcommit import GroupCommit
 from gateway.store.writer import PriorityWriter
 
 from gateway.session_spec import STAT_KEYS
@@ -66,6 +67,7 @@ class Store:
         # mode: one writer, readers beside it; PostgreSQL: its own connections).
         self._read_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="sandgate-store-read")
         self._seq_known: set[str] = set()      # sessions whose audit_seqs row exists
+        self._paths_commit = GroupCommit(self._write_paths)
         self._decoded: dict[tuple, tuple] = {}       # (id, session, seq, request_id) -> (codes, detail)
 
     # -- plumbing -------------------------------------------------------------------------------
@@ -215,7 +217,7 @@ class Store:
     async def list_approvals(self, status: Optional[str] = None, session: Optional[str] = None,
                              kind: Optional[str] = None, binding: Optional[str] = None,
                              limit: int = 1000) -> list[dict]:
-        return await self.run(self._list_approvals, status, session, kind, binding, limit)
+        return await self.read(self._list_approvals, status, session, kind, binding, limit)
 
     def _cas_approval(self, aid: str, expect_status: str, expect_version: Optional[int], values: dict) -> bool:
         q = update(ApprovalRow).where(ApprovalRow.id == aid, ApprovalRow.status == expect_status)
@@ -368,12 +370,19 @@ class Store:
 
     # -- session paths (links and files left by tool calls) -----------------------------------------
     def _append_session_paths(self, rows: list[dict]) -> None:
-        with self.engine.begin() as conn:
-            conn.execute(insert(_PATHS), [{c: row.get(c) for c in _PATH_COLS} for row in rows])
+        mark = "?" if self.engine.dialect.paramstyle == "qmark" else "%s"
+        self._driver_write(f"INSERT INTO session_paths ({', '.join(_PATH_COLS)}) "
+                           f"VALUES ({', '.join([mark] * len(_PATH_COLS))})",
+                           [tuple(row.get(c) for c in _PATH_COLS) for row in rows])
 
     async def append_session_paths(self, rows: list[dict]) -> None:
+        """Returns once the rows are committed. Concurrent callers' rows share one transaction
+        (groupcommit.py): one writer, and every tool call that writes a file leaves a row."""
         if rows:
-            await self.run(self._append_session_paths, rows)
+            await self._paths_commit.add(rows)
+
+    async def _write_paths(self, rows: list[dict]) -> None:
+        await self.run(self._append_session_paths, rows)
 
     def _list_session_paths(self, session: str, limit: int) -> list[dict]:
         mark = "?" if self.engine.dialect.paramstyle == "qmark" else "%s"
@@ -397,6 +406,25 @@ class Store:
                     return cur.fetchall()
                 finally:
                     cur.close()
+            finally:
+                conn.close()
+        except self.engine.dialect.dbapi.Error as exc:       # the driver's own errors: the store is unavailable
+            raise StoreError(f"store unavailable: {exc.__class__.__name__}") from exc
+
+    def _driver_write(self, sql: str, params: list[tuple]) -> None:
+        """An INSERT of many rows in one transaction on a pooled DBAPI connection (hot writes only)."""
+        try:
+            conn = self.engine.raw_connection()
+            try:
+                cur = conn.cursor()
+                try:
+                    cur.executemany(sql, params)
+                finally:
+                    cur.close()
+                conn.commit()
+            except BaseException:
+                conn.rollback()
+                raise
             finally:
                 conn.close()
         except self.engine.dialect.dbapi.Error as exc:       # the driver's own errors: the store is unavailable

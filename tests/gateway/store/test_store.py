@@ -225,3 +225,48 @@ async def test_a_failing_hot_read_is_a_store_error(tmp_path):
             await s.toolcall_memory("s_x", 20)
     finally:
         s.close()
+
+
+async def test_a_failing_hot_write_is_a_store_error(tmp_path):
+    """The driver-level path insert raises StoreError too, and a later write still works."""
+    from gateway.store import StoreError
+
+    s = Store(f"sqlite:///{tmp_path / 'broken.db'}")
+    await s.open()
+    row = {"session": "s_x", "path": "/w/a", "kind": "file", "target": None, "content": None, "ts": 1.0}
+    try:
+        def rename(a, b):
+            with s.engine.begin() as conn:
+                conn.exec_driver_sql(f"ALTER TABLE {a} RENAME TO {b}")
+        await s.run(rename, "session_paths", "gone")
+        with pytest.raises(StoreError):
+            await s.append_session_paths([row])
+        await s.run(rename, "gone", "session_paths")
+        await s.append_session_paths([row])
+        assert [r["path"] for r in await s.list_session_paths("s_x")] == ["/w/a"]
+    finally:
+        s.close()
+
+
+async def test_concurrent_path_writes_share_transactions_and_all_land(store):
+    """Many tool calls writing paths at once (group commit): every row is stored, each caller returns only
+    after its own rows can be read back, and the writes took fewer transactions than callers."""
+    sids = ["s_" + uuid.uuid4().hex[:12] for _ in range(40)]
+    jobs = []
+    original = store._append_session_paths
+
+    def counted(rows):
+        jobs.append(len(rows))
+        return original(rows)
+    store._append_session_paths = counted
+
+    async def one(i, sid):
+        rows = [{"session": sid, "path": f"/w/{i}/{j}", "kind": "file", "target": None, "content": f"c{j}",
+                 "ts": 1.0} for j in range(1 + i % 3)]
+        await store.append_session_paths(rows)
+        stored = await store.list_session_paths(sid)          # durable when the call returns
+        assert [r["path"] for r in stored] == [r["path"] for r in rows]
+
+    await asyncio.gather(*(one(i, sid) for i, sid in enumerate(sids)))
+    assert sum(jobs) == sum(1 + i % 3 for i in range(40))
+    assert len(jobs) < len(sids)
