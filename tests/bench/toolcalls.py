@@ -26,6 +26,7 @@ import asyncio
 import json
 import os
 import platform
+import shlex
 import statistics
 import subprocess
 import sys
@@ -92,6 +93,7 @@ class Result:
     cpu: dict = field(default_factory=dict)          # process label -> CPU seconds in the window
     actions: dict = field(default_factory=dict)
     stored: int = 0                                  # audit rows read back afterwards (2 sessions)
+    by_call: dict = field(default_factory=dict)      # call of the mix -> its latencies (--by-call)
 
     @property
     def rate(self) -> float:
@@ -195,6 +197,7 @@ async def load(sg: Sandgate, sessions: list[str], mode: Mode) -> Result:
                 if state["measuring"]:
                     result.count += 1
                     result.latencies.append(dt)
+                    result.by_call.setdefault(_label(tool, args), []).append(dt)
                     action = json.loads(resp.body)["decision"]
                     result.actions[action] = result.actions.get(action, 0) + 1
         finally:
@@ -228,6 +231,10 @@ async def _sleep_unless_done(tasks: list[asyncio.Task], seconds: float) -> None:
             raise t.exception()
 
 
+def _label(tool: str, args: dict) -> str:
+    return f"{tool} {args.get('command') or args.get('path') or args.get('url') or args.get('query') or ''}"[:48]
+
+
 def spread(values: list[float]) -> str:
     if len(values) < 2:
         return f"{values[0]:,.0f}"
@@ -246,7 +253,8 @@ def one_run(tree: Path | None, extra: str, mode: Mode, profile: str = "", profil
             if profile:           # py-spy (pip install py-spy) on sandgate's main process, collapsed stacks
                 spy = subprocess.Popen([str(Path(sys.executable).parent / "py-spy"), "record", "-f", "raw",
                                         "-r", "200", "-d", str(int(mode.warmup_s + mode.window_s)),
-                                        "-p", str(sg.proc.pid), "-o", profile] + (profile_opts or []),
+                                        "-p", str(sg.proc.pid), "-o", profile]
+                                       + [o for opt in profile_opts or [] for o in shlex.split(opt)],
                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             res = asyncio.run(load(sg, sessions, mode))
             if spy is not None:
@@ -269,8 +277,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--runs", type=int, help="number of runs (default 3, --quick 1)")
     ap.add_argument("--isolation", choices=("process", "thread"), help="policy.isolation (default: sandgate's)")
     ap.add_argument("--baseline-ref", default="", help="also run sandgate at this git revision, side by side")
+    ap.add_argument("--by-call", action="store_true", help="also print p50/p99 of each call of the mix")
     ap.add_argument("--profile", default="", help="run sandgate under py-spy, collapsed stacks to this file")
-    ap.add_argument("--profile-opts", nargs="*", default=[], help="extra py-spy options (--gil, --native ...)")
+    ap.add_argument("--profile-opts", nargs="*", default=[], help="extra py-spy options, e.g. --profile-opts='--gil' or '--idle --native'")
     args = ap.parse_args(argv)
     mode = QUICK if args.quick else FULL
     runs = args.runs or mode.runs
@@ -318,6 +327,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"| CPU per call, {name} (µs) | {secs * 1e6 / max(mid.count, 1):.0f} |")
     print(f"| decisions (allow/ask/deny) | {mid.actions.get('allow', 0)}/{mid.actions.get('ask', 0)}/"
           f"{mid.actions.get('deny', 0)} |")
+    if args.by_call:
+        print("\nLatency of each call of the mix (the median run):\n")
+        print("| call | p50 (ms) | p99 (ms) |")
+        print("| --- | ---: | ---: |")
+        for label, lat in sorted(mid.by_call.items(), key=lambda kv: -percentile(kv[1], 50)):
+            print(f"| `{label}` | {percentile(lat, 50) * 1e3:.2f} | {percentile(lat, 99) * 1e3:.2f} |")
     print("\nSummary (the README's table):\n")
     print(f"| figure | goal | ours | baseline | ratio | spread ({len(rates)} run{'s' if len(rates) > 1 else ''}) |")
     print("| --- | --- | ---: | ---: | ---: | --- |")
