@@ -14,8 +14,6 @@ from concurrent.futures import Executor, ThreadPoolExecutor
 from typing import Any, Callable, Optional, TypeVar
 
 from sqlalchemy import column, event, insert, select, table, text, update
-from sqlalchemy.dialects.postgresql import insert as pg_insert
-from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import Engine
 from sqlmodel import Session, create_engine
 
@@ -24,8 +22,7 @@ from gateway.store.groupcommit import GroupCommit
 from gateway.store.writer import PriorityWriter
 
 from gateway.session_spec import STAT_KEYS
-from gateway.store.models import (ApprovalRow, EventRow, RevocationRow, SessionPathRow, SessionRow, SessionStatsRow,
-                                  row_dict)
+from gateway.store.models import ApprovalRow, EventRow, RevocationRow, SessionPathRow, SessionRow, row_dict
 
 T = TypeVar("T")
 
@@ -164,18 +161,37 @@ class Store:
     # -- session counters summed over replicas ------------------------------------------------------
     def _sync_stats(self, deltas: dict[str, dict[str, int]], read: list[str]) -> dict[str, dict[str, int]]:
         """Add this replica's counts (sessions in sorted order: no lock cycles between replicas), then read
-        the totals of the sessions in `read`."""
-        t = SessionStatsRow.__table__
-        dialect_insert = pg_insert if self.engine.dialect.name == "postgresql" else sqlite_insert
+        the totals of the sessions in `read`. Driver-level: it runs every second with every live session."""
+        mark = "?" if self.engine.dialect.paramstyle == "qmark" else "%s"
+        cols = ", ".join(STAT_KEYS)
+        upsert = (f"INSERT INTO session_stats (session, {cols}) VALUES ({', '.join([mark] * (1 + len(STAT_KEYS)))}) "
+                  f"ON CONFLICT (session) DO UPDATE SET "
+                  + ", ".join(f"{k} = session_stats.{k} + excluded.{k}" for k in STAT_KEYS))
+        params = [(sid, *(int(deltas[sid].get(k, 0)) for k in STAT_KEYS)) for sid in sorted(deltas)]
         totals: dict[str, dict[str, int]] = {}
-        with self.engine.begin() as conn:
-            for sid in sorted(deltas):
-                ins = dialect_insert(t).values(session=sid, **{k: int(deltas[sid].get(k, 0)) for k in STAT_KEYS})
-                conn.execute(ins.on_conflict_do_update(index_elements=[t.c.session],
-                                                       set_={k: t.c[k] + ins.excluded[k] for k in STAT_KEYS}))
-            for i in range(0, len(read), 500):
-                for row in conn.execute(select(t).where(t.c.session.in_(read[i:i + 500]))):
-                    totals[row.session] = {k: int(getattr(row, k)) for k in STAT_KEYS}
+        try:
+            conn = self.engine.raw_connection()
+            try:
+                cur = conn.cursor()
+                try:
+                    if params:
+                        cur.executemany(upsert, params)
+                    for i in range(0, len(read), 500):
+                        chunk = read[i:i + 500]
+                        cur.execute(f"SELECT session, {cols} FROM session_stats WHERE session IN "
+                                    f"({', '.join([mark] * len(chunk))})", tuple(chunk))
+                        for row in cur.fetchall():
+                            totals[row[0]] = {k: int(v) for k, v in zip(STAT_KEYS, row[1:])}
+                finally:
+                    cur.close()
+                conn.commit()
+            except BaseException:
+                conn.rollback()
+                raise
+            finally:
+                conn.close()
+        except self.engine.dialect.dbapi.Error as exc:       # the driver's own errors: the store is unavailable
+            raise StoreError(f"store unavailable: {exc.__class__.__name__}") from exc
         return totals
 
     async def sync_stats(self, deltas: dict[str, dict[str, int]], read: list[str]) -> dict[str, dict[str, int]]:

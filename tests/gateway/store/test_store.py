@@ -270,3 +270,30 @@ async def test_concurrent_path_writes_share_transactions_and_all_land(store):
     await asyncio.gather(*(one(i, sid) for i, sid in enumerate(sids)))
     assert sum(jobs) == sum(1 + i % 3 for i in range(40))
     assert len(jobs) < len(sids)
+
+
+async def test_session_counters_for_many_sessions(store):
+    """Every session's delta is added and every asked total read back (reads go in chunks of 500)."""
+    sids = ["s_" + uuid.uuid4().hex[:12] for _ in range(1201)]
+    deltas = {sid: {"requests": i, "toolcalls": 1} for i, sid in enumerate(sids)}
+    assert await store.sync_stats(deltas, []) == {}
+    totals = await store.sync_stats({sids[0]: {"denied": 3}}, sids + ["s_unknown"])
+    assert len(totals) == len(sids)
+    assert totals[sids[7]] == {"requests": 7, "denied": 0, "asked": 0, "bytes_out": 0, "bytes_in": 0, "toolcalls": 1}
+    assert totals[sids[0]]["denied"] == 3
+
+
+async def test_a_failing_counter_sync_is_a_store_error(tmp_path):
+    from gateway.store import StoreError
+
+    s = Store(f"sqlite:///{tmp_path / 'broken.db'}")
+    await s.open()
+    try:
+        def drop():
+            with s.engine.begin() as conn:
+                conn.exec_driver_sql("DROP TABLE session_stats")
+        await s.run(drop)
+        with pytest.raises(StoreError):
+            await s.sync_stats({"s_x": {"requests": 1}}, ["s_x"])
+    finally:
+        s.close()
