@@ -13,7 +13,7 @@ from collections import Counter
 from concurrent.futures import Executor, ThreadPoolExecutor
 from typing import Any, Callable, Optional, TypeVar
 
-from sqlalchemy import column, event, insert, select, table, text, update
+from sqlalchemy import event, select, text, update
 from sqlalchemy.engine import Engine
 from sqlmodel import Session, create_engine
 
@@ -297,8 +297,6 @@ class Store:
     _EVENT_COLS = ("seq", "ts", "session", "step", "kind", "action", "reasons", "codes", "request_id", "method",
                    "host", "path", "http_status", "bytes_in", "bytes_out", "policy_rev", "detail")
     _JSON_COLS = frozenset({"reasons", "codes", "detail"})
-    # Untyped columns: rows arrive with their JSON already serialised, and go to the driver as they are.
-    _EVENTS = table("events", *(column(c) for c in _EVENT_COLS))
     _SEQ_INIT = text("INSERT INTO audit_seqs (session, last) SELECT CAST(:key AS VARCHAR), COALESCE(MAX(seq), 0) "
                      "FROM events WHERE session = :key ON CONFLICT (session) DO NOTHING")
     _SEQ_INIT_NONE = text("INSERT INTO audit_seqs (session, last) SELECT '', COALESCE(MAX(seq), 0) FROM events "
@@ -311,11 +309,6 @@ class Store:
         values = ", ".join(f"(:k{i}, :n{i})" for i in range(count))
         return text(f"INSERT INTO audit_seqs (session, last) VALUES {values} ON CONFLICT (session) DO UPDATE "
                     "SET last = audit_seqs.last + excluded.last RETURNING session, last")
-
-    @classmethod
-    def event_values(cls, row: dict) -> dict:
-        """One event as the INSERT takes it (JSON columns serialised; `seq` is given at write time)."""
-        return {c: json.dumps(row.get(c)) if c in cls._JSON_COLS else row.get(c) for c in cls._EVENT_COLS}
 
     def _append_events(self, rows: list[dict]) -> None:
         """One transaction per batch: take every session's next sequence numbers from `audit_seqs` in one upsert
@@ -333,13 +326,14 @@ class Store:
             last = {key: int(n) for key, n in conn.execute(self._seq_take(len(order)), params)}
             nxt = {sid: last[sid or ""] - counts[sid] for sid in order}
             values = []
+            cols, json_cols = self._EVENT_COLS[1:], self._JSON_COLS        # _EVENT_COLS[0] is "seq"
             for r in rows:
                 sid = r.get("session")
                 nxt[sid] += 1
-                v = self.event_values(r)
-                v["seq"] = nxt[sid]
-                values.append(v)
-            conn.execute(insert(self._EVENTS), values)
+                values.append((nxt[sid], *(json.dumps(r.get(c)) if c in json_cols else r.get(c) for c in cols)))
+            mark = "?" if self.engine.dialect.paramstyle == "qmark" else "%s"
+            conn.exec_driver_sql(f"INSERT INTO events ({', '.join(self._EVENT_COLS)}) "
+                                 f"VALUES ({', '.join([mark] * len(self._EVENT_COLS))})", values)
         self._seq_known.update(s or "" for s in counts)
 
     async def append_events(self, rows: list[dict]) -> None:
