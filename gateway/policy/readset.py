@@ -45,6 +45,19 @@ class Stamped(dict):
         self[field] = value
         self.base, self.field = base, field
 
+
+_dict_new, _dict_update = dict.__new__, dict.update
+
+
+def stamp(base: Shared, field: str, value: int | float) -> Stamped:
+    """`Stamped(base, field, value)` without a Python-level __init__ (half the cost; 20 per tool call)."""
+    entry = _dict_new(Stamped)
+    _dict_update(entry, base)
+    entry[field] = value
+    entry.base = base
+    entry.field = field
+    return entry
+
 _TOKEN = re.compile(r"""
     (?P<ws>\s+) | (?P<comment>\#[^\n]*) |
     (?P<string>"(?:[^"\\\n]|\\.)*") | (?P<raw>`[^`]*`) |

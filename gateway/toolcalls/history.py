@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Mapping
 
-from gateway.policy.readset import Shared, Stamped
+from gateway.policy.readset import Shared, stamp
 from gateway.toolcalls.describe import Effects
 
 HISTORY_SIZE = 20
@@ -19,23 +19,25 @@ MAX_WRITES = 20
 
 def history_entries(events: Iterable[Mapping[str, Any]], now: float) -> list[dict]:
     """The last HISTORY_SIZE tool calls of a session, oldest first (duplicates by id dropped)."""
-    out: list[dict] = []
+    kept: list[tuple[Shared, Any]] = []
     seen: set = set()
     for event in events:
-        rid = event.get("request_id")
-        key = rid or id(event)
+        if event.__class__ is EventRow:          # kept by gateway/session_memory.py: its entry is built once
+            known = getattr(event, "entry", None)
+            if known is None:
+                known = event.entry = (_entry(event), event.get("request_id") or id(event), event.get("ts"))
+            static, key, ts = known
+        else:
+            static, key, ts = _entry(event), event.get("request_id") or id(event), event.get("ts")
         if key in seen:
             continue
         seen.add(key)
-        ts = float(event.get("ts") or now)
-        if event.__class__ is EventRow:          # kept by gateway/session_memory.py: its entry is built once
-            static = getattr(event, "entry", None)
-            if static is None:
-                static = event.entry = _entry(event)
-        else:
-            static = _entry(event)
-        out.append(Stamped(static, "age_s", round(max(0.0, now - ts), 3)))
-    return out[-HISTORY_SIZE:]
+        kept.append((static, ts))
+    out = []
+    for static, ts in kept[-HISTORY_SIZE:]:
+        age = now - float(ts) if ts else 0.0
+        out.append(stamp(static, "age_s", round(age, 3) if age > 0.0 else 0.0))
+    return out
 
 
 class EventRow(dict):

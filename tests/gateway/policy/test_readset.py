@@ -13,7 +13,7 @@ from gateway.policy.embedded import EmbeddedEngine
 from gateway.policy.evaluator import Evaluator
 from gateway.policy.loader import default_policy_dir, load_policy_dir
 from gateway.policy.base import DecisionCache
-from gateway.policy.readset import LEN, WILD, Shared, build_trie, compile_projection, project, scan_reads
+from gateway.policy.readset import LEN, WILD, Shared, Stamped, build_trie, compile_projection, project, scan_reads
 from gateway.toolcalls.enrich import build_toolcall_input
 
 HEAD = "package sandgate.egress\nimport rego.v1\n"
@@ -292,3 +292,15 @@ def test_stamped_lists_key_like_their_projection(paths, entries, other_values, c
     k1, k2 = cache.key("k", one), cache.key("k", two)
     assert (k1 == k2) == same_projection
     assert cache.key("k", one) == k1                 # from the kept fragment
+
+
+@given(st.dictionaries(st.text(max_size=5), st.integers() | st.text(max_size=5), max_size=8),
+       st.text(max_size=5), st.floats(allow_nan=False))
+def test_stamp_is_stamped(base, field, value):
+    """The hot path's constructor gives what the class gives: the same dict, base and field."""
+    from gateway.policy.readset import stamp
+    shared = Shared(base)
+    fast, slow = stamp(shared, field, value), Stamped(shared, field, value)
+    assert type(fast) is type(slow) is Stamped
+    assert fast == slow == {**base, field: value} and list(fast) == list(slow)
+    assert fast.base is slow.base is shared and fast.field == slow.field == field

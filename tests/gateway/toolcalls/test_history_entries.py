@@ -38,6 +38,6 @@ def test_a_kept_row_builds_its_entry_once_and_keeps_it():
     from gateway.toolcalls.history import EventRow
     kept = EventRow(row("a", 1.0))
     one, two = history_entries([kept], 2.0)[0], history_entries([kept], 3.0)[0]
-    assert one.base is two.base is kept.entry and (one["age_s"], two["age_s"]) == (1.0, 2.0)
+    assert one.base is two.base is kept.entry[0] and (one["age_s"], two["age_s"]) == (1.0, 2.0)
     plain = row("a", 1.0)
     assert history_entries([plain], 2.0)[0].base is not history_entries([plain], 2.0)[0].base
