@@ -17,10 +17,13 @@ Write = Callable[[list[Any]], Awaitable[None]]
 
 
 class GroupCommit:
-    def __init__(self, write: Write, max_rows: int = 500):
+    def __init__(self, write: Write, max_rows: int = 500,
+                 stopped: Callable[[], Exception] = lambda: RuntimeError("the store is shutting down")):
         self._write = write
+        self._stopped = stopped             # what callers get when the job is cancelled (shutdown)
         self._max_rows = max_rows
         self._waiting: list[tuple[list[Any], asyncio.Future]] = []
+        self._inflight: list[tuple[list[Any], asyncio.Future]] = []      # the batch being written
         self._task: asyncio.Task | None = None
 
     async def add(self, rows: list[Any]) -> None:
@@ -37,9 +40,10 @@ class GroupCommit:
         try:
             await self._drain_all()
         except BaseException as exc:      # cancelled (shutdown): nobody is left waiting forever
-            for _, future in self._waiting:
-                _settle(future, exc if isinstance(exc, Exception) else RuntimeError("the store is shutting down"))
-            self._waiting.clear()
+            error = exc if isinstance(exc, Exception) else self._stopped()
+            for _, future in self._inflight + self._waiting:
+                _settle(future, error)
+            self._inflight, self._waiting = [], []
             raise
 
     async def _drain_all(self) -> None:
@@ -49,22 +53,24 @@ class GroupCommit:
                 rows, future = self._waiting.pop(0)
                 batch.append((rows, future))
                 count += len(rows)
+            self._inflight = batch
             try:
                 await self._write([row for rows, _ in batch for row in rows])
             except Exception as exc:  # noqa: BLE001 - handed to the callers
                 if len(batch) == 1:
                     _settle(batch[0][1], exc)
-                    continue
-                for rows, future in batch:          # one caller at a time: only the bad rows' caller fails
-                    try:
-                        await self._write(rows)
-                    except Exception as one:  # noqa: BLE001
-                        _settle(future, one)
-                    else:
-                        _settle(future, None)
+                else:
+                    for rows, future in batch:          # one caller at a time: only the bad rows' caller fails
+                        try:
+                            await self._write(rows)
+                        except Exception as one:  # noqa: BLE001
+                            _settle(future, one)
+                        else:
+                            _settle(future, None)
             else:
                 for _, future in batch:
                     _settle(future, None)
+            self._inflight = []
 
 
 def _settle(future: asyncio.Future, exc: BaseException | None) -> None:

@@ -64,7 +64,8 @@ class Store:
         # mode: one writer, readers beside it; PostgreSQL: its own connections).
         self._read_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="sandgate-store-read")
         self._seq_known: set[str] = set()      # sessions whose audit_seqs row exists
-        self._paths_commit = GroupCommit(self._write_paths)
+        self._paths_commit = GroupCommit(self._write_paths,
+                                         stopped=lambda: StoreError("store unavailable: shutting down"))
         self._decoded: dict[tuple, tuple] = {}       # (id, session, seq, request_id) -> (codes, detail)
 
     # -- plumbing -------------------------------------------------------------------------------

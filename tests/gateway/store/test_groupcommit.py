@@ -99,3 +99,22 @@ def test_every_good_caller_lands_and_every_bad_one_fails(batches):
             assert result is None
             expected_rows += rows
     assert sorted(table.rows) == sorted(expected_rows)
+
+
+async def test_callers_waiting_when_the_job_is_cancelled_get_the_stopped_error():
+    """At shutdown the job is cancelled: everyone still waiting gets the store's error (a 503), not a hang."""
+    class Stopped(Exception):
+        pass
+    started = asyncio.Event()
+
+    async def slow(rows):
+        started.set()
+        await asyncio.sleep(10)
+    gc = GroupCommit(slow, stopped=lambda: Stopped("down"))
+    first = asyncio.ensure_future(gc.add(["a"]))
+    await started.wait()
+    second = asyncio.ensure_future(gc.add(["b"]))
+    await asyncio.sleep(0)
+    gc._task.cancel()
+    results = await asyncio.gather(first, second, return_exceptions=True)
+    assert [type(r) for r in results] == [Stopped, Stopped]      # the batch being written and the next one
