@@ -1,7 +1,7 @@
 """The event loop `sandgate serve` runs on: uvloop (libuv) where it is installed, asyncio's own otherwise.
 
-Proxy, API and page share this one loop, so its per-callback cost is paid by every request: uvloop takes
-about a fifth off the CPU of a tool call (README, Performance).
+Proxy, API and page share this one loop, so its per-callback cost is paid by every request (README,
+Performance, has the measurements).
 
 One difference matters for security. asyncio's `create_connection` resolves a host name through
 `loop.getaddrinfo`, the method the upstream-dial guard wraps (gateway/egress/resolver.install_guard: only

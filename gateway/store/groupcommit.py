@@ -1,9 +1,9 @@
 """Group commit: rows that concurrent callers write together go to the store in one transaction.
 
 The store has one writer (SQLite), and under load each small write waited for the ones queued before it:
-tool calls that left a path row (a file written, a link made) took 70-80 ms at p50 with 16 clients, while
-the writer spent most of its time starting and committing one-row transactions. Here at most one write job
-runs at a time; rows that arrive while it runs wait and go together in the next job. Each caller returns
+tool calls that left a path row (a file written, a link made) took 70-80 ms at p50 with 16 clients, with one
+transaction (and its hand-offs between the loop, the writer thread and the GIL) per call. Here at most one
+write job runs at a time; rows that arrive while it runs wait and go together in the next job. Each caller returns
 once its own rows are committed, or raises what the write raised: nothing is acknowledged before it is
 stored. A failed job of several callers is retried one caller at a time, so one caller's bad rows fail only
 that caller.

@@ -170,29 +170,17 @@ class Store:
                   + ", ".join(f"{k} = session_stats.{k} + excluded.{k}" for k in STAT_KEYS))
         params = [(sid, *(int(deltas[sid].get(k, 0)) for k in STAT_KEYS)) for sid in sorted(deltas)]
         totals: dict[str, dict[str, int]] = {}
-        try:
-            conn = self.engine.raw_connection()
-            try:
-                cur = conn.cursor()
-                try:
-                    if params:
-                        cur.executemany(upsert, params)
-                    for i in range(0, len(read), 500):
-                        chunk = read[i:i + 500]
-                        cur.execute(f"SELECT session, {cols} FROM session_stats WHERE session IN "
-                                    f"({', '.join([mark] * len(chunk))})", tuple(chunk))
-                        for row in cur.fetchall():
-                            totals[row[0]] = {k: int(v) for k, v in zip(STAT_KEYS, row[1:])}
-                finally:
-                    cur.close()
-                conn.commit()
-            except BaseException:
-                conn.rollback()
-                raise
-            finally:
-                conn.close()
-        except self.engine.dialect.dbapi.Error as exc:       # the driver's own errors: the store is unavailable
-            raise StoreError(f"store unavailable: {exc.__class__.__name__}") from exc
+
+        def work(cur: Any) -> None:
+            if params:
+                cur.executemany(upsert, params)
+            for i in range(0, len(read), 500):
+                chunk = read[i:i + 500]
+                cur.execute(f"SELECT session, {cols} FROM session_stats WHERE session IN "
+                            f"({', '.join([mark] * len(chunk))})", tuple(chunk))
+                for row in cur.fetchall():
+                    totals[row[0]] = {k: int(v) for k, v in zip(STAT_KEYS, row[1:])}
+        self._driver(work, commit=True)
         return totals
 
     async def sync_stats(self, deltas: dict[str, dict[str, int]], read: list[str]) -> dict[str, dict[str, int]]:
@@ -406,40 +394,39 @@ class Store:
 
     _RECENT_COLS = ("id", "seq", "ts", "session", "step", "kind", "action", "codes", "request_id", "detail")
 
-    def _driver_rows(self, sql: str, params: tuple) -> list[tuple]:
-        """A SELECT on a pooled DBAPI connection: nothing between the driver and the rows (hot reads only)."""
+    def _driver(self, work: Callable[[Any], T], commit: bool) -> T:
+        """`work(cursor)` on a pooled DBAPI connection, nothing between it and the driver (hot paths only);
+        with `commit`, in one transaction (rolled back on any error). The driver's errors are StoreErrors."""
         try:
             conn = self.engine.raw_connection()
             try:
                 cur = conn.cursor()
                 try:
-                    cur.execute(sql, params)
-                    return cur.fetchall()
+                    result = work(cur)
                 finally:
                     cur.close()
-            finally:
-                conn.close()
-        except self.engine.dialect.dbapi.Error as exc:       # the driver's own errors: the store is unavailable
-            raise StoreError(f"store unavailable: {exc.__class__.__name__}") from exc
-
-    def _driver_write(self, sql: str, params: list[tuple]) -> None:
-        """An INSERT of many rows in one transaction on a pooled DBAPI connection (hot writes only)."""
-        try:
-            conn = self.engine.raw_connection()
-            try:
-                cur = conn.cursor()
-                try:
-                    cur.executemany(sql, params)
-                finally:
-                    cur.close()
-                conn.commit()
+                if commit:
+                    conn.commit()
+                return result
             except BaseException:
-                conn.rollback()
+                if commit:
+                    conn.rollback()
                 raise
             finally:
                 conn.close()
         except self.engine.dialect.dbapi.Error as exc:       # the driver's own errors: the store is unavailable
             raise StoreError(f"store unavailable: {exc.__class__.__name__}") from exc
+
+    def _driver_rows(self, sql: str, params: tuple) -> list[tuple]:
+        """A SELECT: the rows as the driver gives them."""
+        def work(cur: Any) -> list[tuple]:
+            cur.execute(sql, params)
+            return cur.fetchall()
+        return self._driver(work, commit=False)
+
+    def _driver_write(self, sql: str, params: list[tuple]) -> None:
+        """An INSERT of many rows in one transaction."""
+        self._driver(lambda cur: cur.executemany(sql, params), commit=True)
 
     def _toolcall_memory(self, session: str, events: int, paths: int) -> tuple[list[dict], list[dict]]:
         mark = "?" if self.engine.dialect.paramstyle == "qmark" else "%s"
