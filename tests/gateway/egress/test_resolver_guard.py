@@ -14,6 +14,22 @@ from gateway.egress.resolver import UPSTREAM_DIAL, AddressRefused, DialGuard, in
 from gateway.eventloop import ReusePortLoop, ServeLoop
 
 
+class _Policy(asyncio.DefaultEventLoopPolicy):
+    def __init__(self, loop_class):
+        super().__init__()
+        self.loop_class = loop_class
+
+    def new_event_loop(self):
+        return self.loop_class()
+
+
+@pytest.fixture(params=[asyncio.SelectorEventLoop, ServeLoop, ReusePortLoop],
+                ids=["asyncio", "serve", "serve-reuseport"])
+def event_loop_policy(request):
+    """Every test of this module on each loop (pytest-asyncio's loop policy fixture)."""
+    return _Policy(request.param)
+
+
 class FlippingResolver:
     """Answers a public-looking address first, then loopback: a rebinding DNS server."""
 
@@ -42,7 +58,7 @@ def _guard(resolver, private_allow=()):
     return DialGuard(vet=vet, resolver=resolver)
 
 
-async def _test_rebinding_to_loopback_is_refused_and_never_dialled():
+async def test_rebinding_to_loopback_is_refused_and_never_dialled():
     loop = asyncio.get_running_loop()
     original = install_guard(loop)
     try:
@@ -59,7 +75,7 @@ async def _test_rebinding_to_loopback_is_refused_and_never_dialled():
         loop.getaddrinfo = original
 
 
-async def _test_vetted_address_is_dialled():
+async def test_vetted_address_is_dialled():
     loop = asyncio.get_running_loop()
     original = install_guard(loop)
     try:
@@ -74,7 +90,7 @@ async def _test_vetted_address_is_dialled():
         loop.getaddrinfo = original
 
 
-async def _test_guard_only_applies_to_marked_dials():
+async def test_guard_only_applies_to_marked_dials():
     loop = asyncio.get_running_loop()
     original = install_guard(loop)
     try:
@@ -84,7 +100,7 @@ async def _test_guard_only_applies_to_marked_dials():
         loop.getaddrinfo = original
 
 
-async def _test_mixed_answers_are_refused():
+async def test_mixed_answers_are_refused():
     loop = asyncio.get_running_loop()
     original = install_guard(loop)
     try:
@@ -96,27 +112,3 @@ async def _test_mixed_answers_are_refused():
             await loop.getaddrinfo("mixed.test", 80)
     finally:
         loop.getaddrinfo = original
-
-
-LOOPS = pytest.mark.parametrize("loop_class", [asyncio.SelectorEventLoop, ServeLoop, ReusePortLoop],
-                                ids=["asyncio", "serve", "serve-reuseport"])
-
-
-@LOOPS
-def test_rebinding_to_loopback_is_refused_and_never_dialled(loop_class):
-    asyncio.run(_test_rebinding_to_loopback_is_refused_and_never_dialled(), loop_factory=loop_class)
-
-
-@LOOPS
-def test_vetted_address_is_dialled(loop_class):
-    asyncio.run(_test_vetted_address_is_dialled(), loop_factory=loop_class)
-
-
-@LOOPS
-def test_guard_only_applies_to_marked_dials(loop_class):
-    asyncio.run(_test_guard_only_applies_to_marked_dials(), loop_factory=loop_class)
-
-
-@LOOPS
-def test_mixed_answers_are_refused(loop_class):
-    asyncio.run(_test_mixed_answers_are_refused(), loop_factory=loop_class)

@@ -210,8 +210,13 @@ async def test_session_counters_add_up_across_writers(store):
         other.close()
 
 
-async def test_a_failing_hot_read_is_a_store_error(tmp_path):
-    """The driver-level reads raise StoreError like the others (callers answer 503, never 500 or allow)."""
+@pytest.mark.parametrize("table,call", [
+    ("session_paths", lambda s: s.toolcall_memory("s_x", 20)),
+    ("session_stats", lambda s: s.sync_stats({"s_x": {"requests": 1}}, ["s_x"])),
+], ids=["toolcall-memory", "counter-sync"])
+async def test_a_failing_driver_level_call_is_a_store_error(tmp_path, table, call):
+    """The driver-level reads and the counter sync raise StoreError like the others (callers answer 503, never
+    500 or allow)."""
     from gateway.store import StoreError
 
     s = Store(f"sqlite:///{tmp_path / 'broken.db'}")
@@ -219,10 +224,10 @@ async def test_a_failing_hot_read_is_a_store_error(tmp_path):
     try:
         def drop():
             with s.engine.begin() as conn:
-                conn.exec_driver_sql("DROP TABLE session_paths")
+                conn.exec_driver_sql(f"DROP TABLE {table}")
         await s.run(drop)
         with pytest.raises(StoreError):
-            await s.toolcall_memory("s_x", 20)
+            await call(s)
     finally:
         s.close()
 
@@ -281,19 +286,3 @@ async def test_session_counters_for_many_sessions(store):
     assert len(totals) == len(sids)
     assert totals[sids[7]] == {"requests": 7, "denied": 0, "asked": 0, "bytes_out": 0, "bytes_in": 0, "toolcalls": 1}
     assert totals[sids[0]]["denied"] == 3
-
-
-async def test_a_failing_counter_sync_is_a_store_error(tmp_path):
-    from gateway.store import StoreError
-
-    s = Store(f"sqlite:///{tmp_path / 'broken.db'}")
-    await s.open()
-    try:
-        def drop():
-            with s.engine.begin() as conn:
-                conn.exec_driver_sql("DROP TABLE session_stats")
-        await s.run(drop)
-        with pytest.raises(StoreError):
-            await s.sync_stats({"s_x": {"requests": 1}}, ["s_x"])
-    finally:
-        s.close()
