@@ -107,8 +107,9 @@ def _maybe_sensitive(text: str) -> bool:
     if "\\" in text:
         return True
     low = text.replace('"secrets":', "").lower()
-    if any(word in low for word in _WORDS):
-        return True
+    for word in _WORDS:
+        if word in low:
+            return True
     scheme = low.find("://")
     return scheme >= 0 and "@" in low[scheme:]
 
@@ -116,15 +117,23 @@ def _maybe_sensitive(text: str) -> bool:
 def redacted_json(value: Any) -> str:
     """json.dumps(redact_input(value)), without walking `value` in Python when nothing in it needs redacting.
     A top-level object's Shared and Stamped parts (a tool call's facts, history entries) are serialised and
-    checked once per object."""
+    checked once per object; its other values are checked together, in one search."""
     if value.__class__ is dict:
-        parts, sensitive = [], False
+        parts, plain, sensitive = [], [], False
         for key, item in value.items():
             if key.__class__ is not str:
                 return _redacted_json(value)
-            text, flagged = _fragment(item)
+            cls = item.__class__
+            if cls is Shared or cls is Stamped or (cls is list and item and item[0].__class__ is Stamped):
+                text, flagged = _fragment(item)
+                sensitive = sensitive or flagged
+            else:
+                text = json.dumps(item)
+                plain.append(text)
             parts.append(_key_text(key) + text)
-            sensitive = sensitive or flagged or _sensitive_key_text(key)
+            sensitive = sensitive or _sensitive_key_text(key)
+        if not sensitive and plain:
+            sensitive = _maybe_sensitive(" ".join(plain))   # a match across two values only means the slow path
         text = "{" + ", ".join(parts) + "}"
         return json.dumps(redact_input(value)) if sensitive else text
     return _redacted_json(value)
@@ -155,7 +164,19 @@ def _fragment(item: Any) -> tuple[str, bool]:
     if cls is list and item and item[0].__class__ is Stamped:
         texts, sensitive = [], False
         for entry in item:
-            text, flagged = _stamped(entry) if entry.__class__ is Stamped else _fragment(entry)
+            if entry.__class__ is Stamped:          # the common case inline: a finite float on a kept memo
+                base, field = entry.base, entry.field
+                memo = getattr(base, "log_memo", None)
+                number = entry[field]
+                if (memo is not None and memo[0] == field and number.__class__ is float and math.isfinite(number)
+                        and base.__class__ is Shared and len(entry) == len(base)):
+                    (before, after), flagged = memo[1]
+                    texts.append(before + float.__repr__(number) + after)
+                    sensitive = sensitive or flagged
+                    continue
+                text, flagged = _stamped(entry)
+            else:
+                text, flagged = _fragment(entry)
             texts.append(text)
             sensitive = sensitive or flagged
         return "[" + ", ".join(texts) + "]", sensitive
