@@ -13,7 +13,7 @@ from collections import Counter
 from concurrent.futures import Executor, ThreadPoolExecutor
 from typing import Any, Callable, Optional, TypeVar
 
-from sqlalchemy import event, select, text, update
+from sqlalchemy import JSON, event, select, text, update
 from sqlalchemy.engine import Engine
 from sqlmodel import Session, create_engine
 
@@ -205,19 +205,31 @@ class Store:
     async def get_approval(self, aid: str) -> Optional[dict]:
         return await self.run(self._get_approval, aid)
 
+    _APPROVAL_COLS = tuple(c.name for c in _APPROVALS.columns)
+    _APPROVAL_JSON = frozenset(c.name for c in _APPROVALS.columns if isinstance(c.type, JSON))
+
     def _list_approvals(self, status: Optional[str], session: Optional[str], kind: Optional[str],
                         binding: Optional[str], limit: int) -> list[dict]:
-        t = _APPROVALS
-        q = select(t)
-        if status:
-            q = q.where(t.c.status == status)
-        if session:
-            q = q.where(t.c.session == session)
-        if kind:
-            q = q.where(t.c.kind == kind)
-        if binding:
-            q = q.where(t.c.binding == binding)
-        return self._core_all(q.order_by(t.c.created_at, t.c.id).limit(limit))
+        """Driver-level (every "ask" looks its binding up): through SQLAlchemy Core this cost 0.2-0.4 ms of
+        CPU per lookup, most of it building and caching the statement."""
+        mark = "?" if self.engine.dialect.paramstyle == "qmark" else "%s"
+        where, params = [], []
+        for col, value in (("status", status), ("session", session), ("kind", kind), ("binding", binding)):
+            if value:
+                where.append(f"{col} = {mark}")
+                params.append(value)
+        cols = self._APPROVAL_COLS
+        fetched = self._driver_rows(
+            f"SELECT {', '.join(cols)} FROM approvals{' WHERE ' + ' AND '.join(where) if where else ''} "
+            f"ORDER BY created_at, id LIMIT {int(limit)}", tuple(params))
+        rows = []
+        for values in fetched:
+            row = dict(zip(cols, values))
+            for col in self._APPROVAL_JSON:          # SQLite gives the JSON text; psycopg decodes json itself
+                if isinstance(row[col], str):
+                    row[col] = json.loads(row[col])
+            rows.append(row)
+        return rows
 
     async def list_approvals(self, status: Optional[str] = None, session: Optional[str] = None,
                              kind: Optional[str] = None, binding: Optional[str] = None,

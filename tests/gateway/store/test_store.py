@@ -210,10 +210,37 @@ async def test_session_counters_add_up_across_writers(store):
         other.close()
 
 
+async def test_list_approvals_filters_orders_and_decodes_like_the_rows_stored(store):
+    """The approval lookups an "ask" makes (driver-level): each filter, oldest first (then by id), the limit, and
+    every column as put_approval returned it (JSON columns decoded, floats, None)."""
+    sid, other, binding = ("s_" + uuid.uuid4().hex[:12]), ("s_" + uuid.uuid4().hex[:12]), uuid.uuid4().hex
+    now = time.time()
+    stored = []
+    for i, (session, kind, status, bind) in enumerate([
+            (sid, "toolcall", "pending", binding), (sid, "egress", "approved", binding),
+            (other, "toolcall", "pending", binding), (sid, "toolcall", "pending", uuid.uuid4().hex)]):
+        stored.append(await store.put_approval(ApprovalRow(
+            id=f"a_{i}_{uuid.uuid4().hex[:8]}", session=session, kind=kind, status=status, binding=bind,
+            summary="shell: git push 'x'", action={"tool": "shell", "args": {"command": "git push"}},
+            reasons=["pushes", "é"], votes=[{"by": "ann", "verdict": "approve", "at": 1.5, "reason": ""}],
+            created_at=now + i, expires_at=now + 60, decided_at=None if i % 2 == 0 else now + 2,
+            decided_by=None if i % 2 == 0 else "ann", requested_by="harness:h")))
+    assert await store.list_approvals(binding=binding) == stored[:3]
+    assert await store.list_approvals(status="pending", binding=binding) == [stored[0], stored[2]]
+    assert await store.list_approvals(status="pending", binding=binding, session=other) == [stored[2]]
+    assert await store.list_approvals(kind="egress", binding=binding) == [stored[1]]
+    assert await store.list_approvals(session=sid, limit=2) == stored[:2]
+    assert await store.list_approvals(status="approved", binding=stored[3]["binding"]) == []
+    row = (await store.list_approvals(binding=binding))[1]
+    assert isinstance(row["created_at"], float) and row["action"]["args"] == {"command": "git push"}
+    assert row["votes"][0]["at"] == 1.5 and row["used_at"] is None and row["version"] == 0
+
+
 @pytest.mark.parametrize("table,call", [
+    ("approvals", lambda s: s.list_approvals(status="pending", binding="b")),
     ("session_paths", lambda s: s.toolcall_memory("s_x", 20)),
     ("session_stats", lambda s: s.sync_stats({"s_x": {"requests": 1}}, ["s_x"])),
-], ids=["toolcall-memory", "counter-sync"])
+], ids=["approval-lookup", "toolcall-memory", "counter-sync"])
 async def test_a_failing_driver_level_call_is_a_store_error(tmp_path, table, call):
     """The driver-level reads and the counter sync raise StoreError like the others (callers answer 503, never
     500 or allow)."""
