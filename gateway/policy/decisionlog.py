@@ -117,26 +117,39 @@ def _maybe_sensitive(text: str) -> bool:
 def redacted_json(value: Any) -> str:
     """json.dumps(redact_input(value)), without walking `value` in Python when nothing in it needs redacting.
     A top-level object's Shared and Stamped parts (a tool call's facts, history entries) are serialised and
-    checked once per object; its other values are checked together, in one search."""
+    checked once per object; its other values are checked together, in one search. Redaction works value by
+    value at the top level, so only a value that may hold a credential is walked (not the whole input)."""
     if value.__class__ is dict:
-        parts, plain, sensitive = [], [], False
+        parts, plain = [], []
         for key, item in value.items():
             if key.__class__ is not str:
                 return _redacted_json(value)
             cls = item.__class__
-            if cls is Shared or cls is Stamped or (cls is list and item and item[0].__class__ is Stamped):
+            if _sensitive_key_text(key):
+                text = _redacted_item(key, item)
+            elif cls is Shared or cls is Stamped or (cls is list and item and item[0].__class__ is Stamped):
                 text, flagged = _fragment(item)
-                sensitive = sensitive or flagged
+                if flagged:
+                    text = _redacted_item(key, item)
             else:
                 text = json.dumps(item)
-                plain.append(text)
-            parts.append(_key_text(key) + text)
-            sensitive = sensitive or _sensitive_key_text(key)
-        if not sensitive and plain:
-            sensitive = _maybe_sensitive(" ".join(plain))   # a match across two values only means the slow path
-        text = "{" + ", ".join(parts) + "}"
-        return json.dumps(redact_input(value)) if sensitive else text
+                plain.append((len(parts), key, item, text))
+            parts.append([key, text])
+        if plain and _maybe_sensitive(" ".join(p[3] for p in plain)):  # a match across two values: no matter
+            for at, key, item, text in plain:
+                if _maybe_sensitive(text):
+                    parts[at][1] = _redacted_item(key, item)
+        return "{" + ", ".join(_key_text(key) + text for key, text in parts) + "}"
     return _redacted_json(value)
+
+
+def _redacted_item(key: str, item: Any) -> str:
+    """The JSON of what redact_input makes of one top-level value."""
+    if _sensitive_key(key):
+        return json.dumps(_redact_all(item))
+    if item is None or item.__class__ in _SCALARS:
+        return json.dumps(item)
+    return json.dumps(redact_input(item))
 
 
 def _redacted_json(value: Any) -> str:

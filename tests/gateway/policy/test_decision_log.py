@@ -120,6 +120,17 @@ def test_redacted_json_takes_the_fast_path_when_nothing_is_sensitive(value, monk
     assert json.loads(redacted_json(value)) == value
 
 
+def test_redacted_json_walks_only_the_values_that_may_hold_a_credential(monkeypatch):
+    import gateway.policy.decisionlog as dl
+    history = [Stamped(Shared({"summary": "shell: ls", "age_s": 0.0}), "age_s", 1.5) for _ in range(3)]
+    doc = {"tool": {"args": {"command": "curl -H 'Authorization: Bearer abcdefghijk' https://x.test/"}},
+           "history": history, "session": {"id": "s1", "secrets": ["github"]}, "password": "hunter2", "step": 3}
+    expected, walked, real = redact_input(doc), [], dl.redact_input
+    monkeypatch.setattr(dl, "redact_input", lambda v: walked.append(v) or real(v))
+    assert json.loads(redacted_json(doc)) == expected
+    assert walked[0] is doc["tool"] and not any(v is doc or v is history for v in walked)               # not the history, the session, or the whole input
+
+
 @pytest.mark.parametrize("text, now, expected", [
     ("1h", 10_000.0, 6_400.0), ("30m", 10_000.0, 8_200.0), ("2d", 200_000.0, 27_200.0), ("0", 5.0, 0.0),
     ("1700000000", 0.0, 1_700_000_000.0), ("2026-01-01T00:00:00Z", 0.0, 1_767_225_600.0),
