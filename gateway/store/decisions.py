@@ -12,6 +12,7 @@ from typing import Optional
 from sqlalchemy import JSON, Column, Index, select
 from sqlmodel import Field, Session, SQLModel
 
+from gateway.store.bulk import insert_statements, placeholder
 from gateway.store.models import row_dict
 from gateway.store.store import Store
 
@@ -62,12 +63,12 @@ class DecisionStore:
         self.store = store
 
     def _insert(self, table: str, cols: tuple[str, ...], rows: list[dict]) -> None:
-        mark = "?" if self.store.engine.dialect.paramstyle == "qmark" else "%s"
-        sql = f"INSERT INTO {table} ({', '.join(cols)}) VALUES ({', '.join([mark] * len(cols))})"
         values = [tuple((v if v.__class__ is RawJSON else json.dumps(v)) if c in _JSON_COLS else v
                         for c, v in zip(cols, map(r.get, cols))) for r in rows]
+        mark = placeholder(self.store.engine.dialect.paramstyle)
         with self.store.engine.begin() as conn:
-            conn.exec_driver_sql(sql, values)
+            for sql, params in insert_statements(table, cols, values, mark):
+                conn.exec_driver_sql(sql, params)
 
     def append_decisions_sync(self, rows: list[dict]) -> None:
         if rows:

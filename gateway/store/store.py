@@ -18,6 +18,7 @@ from sqlalchemy.engine import Engine
 from sqlmodel import Session, create_engine
 
 from gateway.store import migrate
+from gateway.store.bulk import insert_statements, placeholder
 from gateway.store.groupcommit import GroupCommit
 from gateway.store.writer import PriorityWriter
 
@@ -163,7 +164,7 @@ class Store:
     def _sync_stats(self, deltas: dict[str, dict[str, int]], read: list[str]) -> dict[str, dict[str, int]]:
         """Add this replica's counts (sessions in sorted order: no lock cycles between replicas), then read
         the totals of the sessions in `read`. Driver-level: it runs every second with every live session."""
-        mark = "?" if self.engine.dialect.paramstyle == "qmark" else "%s"
+        mark = placeholder(self.engine.dialect.paramstyle)
         cols = ", ".join(STAT_KEYS)
         upsert = (f"INSERT INTO session_stats (session, {cols}) VALUES ({', '.join([mark] * (1 + len(STAT_KEYS)))}) "
                   f"ON CONFLICT (session) DO UPDATE SET "
@@ -212,7 +213,7 @@ class Store:
                         binding: Optional[str], limit: int) -> list[dict]:
         """Driver-level (every "ask" looks its binding up): through SQLAlchemy Core this cost 0.2-0.4 ms of
         CPU per lookup, most of it building and caching the statement."""
-        mark = "?" if self.engine.dialect.paramstyle == "qmark" else "%s"
+        mark = placeholder(self.engine.dialect.paramstyle)
         where, params = [], []
         for col, value in (("status", status), ("session", session), ("kind", kind), ("binding", binding)):
             if value:
@@ -332,9 +333,9 @@ class Store:
                 sid = r.get("session")
                 nxt[sid] += 1
                 values.append((nxt[sid], *(json.dumps(r.get(c)) if c in json_cols else r.get(c) for c in cols)))
-            mark = "?" if self.engine.dialect.paramstyle == "qmark" else "%s"
-            conn.exec_driver_sql(f"INSERT INTO events ({', '.join(self._EVENT_COLS)}) "
-                                 f"VALUES ({', '.join([mark] * len(self._EVENT_COLS))})", values)
+            for sql, params in insert_statements("events", self._EVENT_COLS, values,
+                                                 placeholder(self.engine.dialect.paramstyle)):
+                conn.exec_driver_sql(sql, params)
         self._seq_known.update(s or "" for s in counts)
 
     async def append_events(self, rows: list[dict]) -> None:
@@ -346,7 +347,7 @@ class Store:
     def _list_events(self, session: Optional[str], kind: Optional[str], limit: int,
                      newest: bool, after_seq: Optional[int] = None) -> list[dict]:
         """Driver-level SELECT (this runs for every tool call: the session's recent history)."""
-        mark = "?" if self.engine.dialect.paramstyle == "qmark" else "%s"
+        mark = placeholder(self.engine.dialect.paramstyle)
         where, params = [], []
         if session:
             where.append(f"session = {mark}")
@@ -381,10 +382,7 @@ class Store:
 
     # -- session paths (links and files left by tool calls) -----------------------------------------
     def _append_session_paths(self, rows: list[dict]) -> None:
-        mark = "?" if self.engine.dialect.paramstyle == "qmark" else "%s"
-        self._driver_write(f"INSERT INTO session_paths ({', '.join(_PATH_COLS)}) "
-                           f"VALUES ({', '.join([mark] * len(_PATH_COLS))})",
-                           [tuple(row.get(c) for c in _PATH_COLS) for row in rows])
+        self._driver_write("session_paths", _PATH_COLS, [tuple(row.get(c) for c in _PATH_COLS) for row in rows])
 
     async def append_session_paths(self, rows: list[dict]) -> None:
         """Returns once the rows are committed. Concurrent callers' rows share one transaction
@@ -396,7 +394,7 @@ class Store:
         await self.run(self._append_session_paths, rows)
 
     def _list_session_paths(self, session: str, limit: int) -> list[dict]:
-        mark = "?" if self.engine.dialect.paramstyle == "qmark" else "%s"
+        mark = placeholder(self.engine.dialect.paramstyle)
         cols = ("id",) + _PATH_COLS
         sql = (f"SELECT {', '.join(cols)} FROM session_paths WHERE session = {mark} ORDER BY id DESC "
                f"LIMIT {int(limit)}")
@@ -436,12 +434,17 @@ class Store:
             return cur.fetchall()
         return self._driver(work, commit=False)
 
-    def _driver_write(self, sql: str, params: list[tuple]) -> None:
-        """An INSERT of many rows in one transaction."""
-        self._driver(lambda cur: cur.executemany(sql, params), commit=True)
+    def _driver_write(self, table: str, cols: tuple[str, ...], rows: list[tuple]) -> None:
+        """An INSERT of many rows in one transaction (multi-row statements: bulk.py)."""
+        statements = list(insert_statements(table, cols, rows, placeholder(self.engine.dialect.paramstyle)))
+
+        def work(cur: Any) -> None:
+            for sql, params in statements:
+                cur.execute(sql, params)
+        self._driver(work, commit=True)
 
     def _toolcall_memory(self, session: str, events: int, paths: int) -> tuple[list[dict], list[dict]]:
-        mark = "?" if self.engine.dialect.paramstyle == "qmark" else "%s"
+        mark = placeholder(self.engine.dialect.paramstyle)
         fetched = self._driver_rows(
             f"SELECT {', '.join(self._RECENT_COLS)} FROM events WHERE session = {mark} AND kind = {mark} "
             f"ORDER BY seq DESC LIMIT {int(events)}", (session, "toolcall"))
