@@ -15,9 +15,11 @@ MAX_ROWS = 100
 
 
 def insert_statements(table: str, cols: Sequence[str], rows: Sequence[Sequence[Any]], mark: str,
-                      max_rows: int = MAX_ROWS, max_params: int = MAX_PARAMS) -> Iterator[tuple[str, tuple]]:
+                      max_rows: int = MAX_ROWS, max_params: int = MAX_PARAMS, suffix: str = ""
+                      ) -> Iterator[tuple[str, tuple]]:
     """(sql, parameters) for INSERTs of `rows` (tuples in the order of `cols`), in order, each with at most
-    `max_rows` rows and `max_params` parameters. `mark` is the driver's placeholder ("?" or "%s")."""
+    `max_rows` rows and `max_params` parameters. `mark` is the driver's placeholder ("?" or "%s"); `suffix`
+    ends each statement (an ON CONFLICT clause: then no two rows may share a key)."""
     if not cols:
         raise ValueError("no columns")
     per = max(1, min(max_rows, max_params // len(cols)))
@@ -28,7 +30,7 @@ def insert_statements(table: str, cols: Sequence[str], rows: Sequence[Sequence[A
         for row in chunk:
             if len(row) != len(cols):
                 raise ValueError(f"a row has {len(row)} values for {len(cols)} columns")
-        yield head + ", ".join([one] * len(chunk)), tuple(v for row in chunk for v in row)
+        yield head + ", ".join([one] * len(chunk)) + suffix, tuple(v for row in chunk for v in row)
 
 
 def placeholder(paramstyle: str) -> str:

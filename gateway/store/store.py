@@ -166,15 +166,16 @@ class Store:
         the totals of the sessions in `read`. Driver-level: it runs every second with every live session."""
         mark = placeholder(self.engine.dialect.paramstyle)
         cols = ", ".join(STAT_KEYS)
-        upsert = (f"INSERT INTO session_stats (session, {cols}) VALUES ({', '.join([mark] * (1 + len(STAT_KEYS)))}) "
-                  f"ON CONFLICT (session) DO UPDATE SET "
-                  + ", ".join(f"{k} = session_stats.{k} + excluded.{k}" for k in STAT_KEYS))
-        params = [(sid, *(int(deltas[sid].get(k, 0)) for k in STAT_KEYS)) for sid in sorted(deltas)]
+        upserts = list(insert_statements(
+            "session_stats", ("session", *STAT_KEYS),
+            [(sid, *(int(deltas[sid].get(k, 0)) for k in STAT_KEYS)) for sid in sorted(deltas)], mark,
+            suffix=" ON CONFLICT (session) DO UPDATE SET "
+                   + ", ".join(f"{k} = session_stats.{k} + excluded.{k}" for k in STAT_KEYS)))
         totals: dict[str, dict[str, int]] = {}
 
         def work(cur: Any) -> None:
-            if params:
-                cur.executemany(upsert, params)
+            for sql, params in upserts:            # multi-row (bulk.py); sessions in sorted order still
+                cur.execute(sql, params)
             for i in range(0, len(read), 500):
                 chunk = read[i:i + 500]
                 cur.execute(f"SELECT session, {cols} FROM session_stats WHERE session IN "

@@ -31,6 +31,12 @@ def test_statements_cover_every_row_in_order_within_the_limits(ncols, nrows, max
         assert out == []
 
 
+def test_a_suffix_ends_every_statement():
+    out = list(insert_statements("t", ["k", "n"], [(i, 1) for i in range(250)], "%s",
+                                 suffix=" ON CONFLICT (k) DO NOTHING"))
+    assert len(out) == 3 and all(sql.endswith(") ON CONFLICT (k) DO NOTHING") for sql, _ in out)
+
+
 def test_a_row_of_the_wrong_width_is_refused():
     with pytest.raises(ValueError):
         list(insert_statements("t", ["a", "b"], [(1, 2), (3,)], "?"))
