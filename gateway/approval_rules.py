@@ -11,8 +11,11 @@ FINAL_STATES = ("approved", "denied", "expired", "cancelled")       # an item in
 STATES = ("pending",) + FINAL_STATES
 
 
+_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str).encode
+
+
 def canonical_json(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+    return _CANONICAL(value)
 
 
 def binding_hash(session: str, kind: str, target: str, canonical: str) -> str:

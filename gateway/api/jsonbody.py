@@ -18,6 +18,9 @@ def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
+_DECODER = json.JSONDecoder(parse_constant=_no_constant)     # json.loads(text, parse_constant=...), built once
+
+
 def _text_ok(text: str) -> bool:
     if "\x00" in text:
         return False
@@ -57,7 +60,7 @@ def parse_body(raw: bytes, max_depth: int = MAX_DEPTH) -> Any:
     except UnicodeDecodeError:
         raise ValueError("the body is not UTF-8") from None
     try:
-        value = json.loads(text, parse_constant=_no_constant)
+        value = _DECODER.decode(text)
     except RecursionError:
         raise ValueError(f"the body nests deeper than {max_depth} levels") from None
     except ValueError as exc:

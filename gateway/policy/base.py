@@ -61,6 +61,9 @@ class PolicyEngine(Protocol):
 _IMPURE = re.compile(r"\b(time\.now_ns|rand\.|uuid\.|http\.send|opa\.runtime)")
 
 
+_key_json = json.JSONEncoder(sort_keys=True, separators=(",", ":")).encode     # json.dumps(..., sort_keys, compact)
+
+
 class DecisionCache:
     """Decisions are a pure function of (policy revision, what the policy reads of the input): two inputs that
     agree on every path the policy can read (readset.py, derived from the source of each revision) share a
@@ -107,11 +110,11 @@ class DecisionCache:
             shared = ([k for k, v in doc.items() if v.__class__ is Shared or self._stamped_list(k, v)]
                       if self._top is not None and isinstance(doc, dict) else None)
             if not shared:
-                return kind + json.dumps(self._project(doc), sort_keys=True, separators=(",", ":"))
+                return kind + _key_json(self._project(doc))
             # Top-level values marked Shared: each one's projection is serialised once per object (it never
             # changes), the rest of the input as usual; the key names which keys were shared (for `#len`).
             rest = {k: v for k, v in doc.items() if k not in shared}
-            parts = [kind, json.dumps(self._project(rest), sort_keys=True, separators=(",", ":"))]
+            parts = [kind, _key_json(self._project(rest))]
             for k in shared:
                 parts.append(k)
                 proj = self._top.get(k)
@@ -167,10 +170,10 @@ def _key_text(value: Any, proj: Any) -> str:
         hit = getattr(value, "key_memo", None)
         if hit is not None and hit[0] is proj:
             return hit[1]
-        text = json.dumps(proj(value), sort_keys=True, separators=(",", ":"))
+        text = _key_json(proj(value))
         value.key_memo = (proj, text)
         return text
-    return json.dumps(proj(value), sort_keys=True, separators=(",", ":"))
+    return _key_json(proj(value))
 
 
 def _element_keys(node: dict) -> frozenset | None:
