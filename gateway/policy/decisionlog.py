@@ -177,19 +177,7 @@ def _fragment(item: Any) -> tuple[str, bool]:
     if cls is list and item and item[0].__class__ is Stamped:
         texts, sensitive = [], False
         for entry in item:
-            if entry.__class__ is Stamped:          # the common case inline: a finite float on a kept memo
-                base, field = entry.base, entry.field
-                memo = getattr(base, "log_memo", None)
-                number = entry[field]
-                if (memo is not None and memo[0] == field and number.__class__ is float and math.isfinite(number)
-                        and base.__class__ is Shared and len(entry) == len(base)):
-                    (before, after), flagged = memo[1]
-                    texts.append(before + float.__repr__(number) + after)
-                    sensitive = sensitive or flagged
-                    continue
-                text, flagged = _stamped(entry)
-            else:
-                text, flagged = _fragment(entry)
+            text, flagged = _stamped(entry) if entry.__class__ is Stamped else _fragment(entry)
             texts.append(text)
             sensitive = sensitive or flagged
         return "[" + ", ".join(texts) + "]", sensitive
