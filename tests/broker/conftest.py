@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -17,6 +16,8 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+
+from tests.support.upstream import free_port
 
 ROOT_TOKEN = "root"
 
@@ -28,18 +29,12 @@ def find_bao() -> str | None:
     return shutil.which("bao")
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 class BaoServer:
     """`bao server -dev` on a loopback port; stop() and start() keep the same address."""
 
     def __init__(self, binary: str) -> None:
         self.binary = binary
-        self.port = _free_port()
+        self.port = free_port()
         self.addr = f"http://127.0.0.1:{self.port}"
         self.token = ROOT_TOKEN
         self.home = tempfile.mkdtemp(prefix="sandgate-bao-")  # the dev server writes ~/.vault-token

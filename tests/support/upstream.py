@@ -4,6 +4,7 @@ from __future__ import annotations
 import datetime
 import ipaddress
 import json
+import random
 import socket
 import ssl
 import threading
@@ -246,7 +247,35 @@ def make_cert(directory: Path, names: list[str], ips: list[str] = ("127.0.0.1",)
     return CertPair(str(cert_path), str(key_path))
 
 
+def _ephemeral_range() -> tuple[int, int]:
+    try:
+        low, high = map(int, Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+        return low, high
+    except (OSError, ValueError):
+        return 32768, 60999                     # Linux's default
+
+
+_HANDED_OUT: set[int] = set()
+_PORTS = random.Random()
+
+
 def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
+    """A free port for a server a test starts a moment later. Chosen below the kernel's ephemeral range: a port
+    the kernel picks (bind to 0) can be taken by any outgoing connection (a PostgreSQL client, a policy worker)
+    between this call and the server's bind, which made a replica fail to start now and then with
+    "address already in use". Never the same port twice in one process."""
+    low, high = _ephemeral_range()
+    top = low - 1 if low > 12000 else 65535
+    bottom = 10000 if low > 12000 else high + 1
+    for _ in range(200):
+        port = _PORTS.randint(bottom, top)
+        if port in _HANDED_OUT:
+            continue
+        with socket.socket() as s:
+            try:
+                s.bind((host, port))
+            except OSError:
+                continue
+        _HANDED_OUT.add(port)
+        return port
+    raise RuntimeError("no free port outside the ephemeral range")
