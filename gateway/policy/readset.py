@@ -211,17 +211,16 @@ def _single_value_rule(piece: list[Token]) -> str | None:
     return piece[0].text
 
 
-def _package(toks: list[Token]) -> tuple[str, ...]:
+def _package(toks: list[Token]) -> tuple[str, ...] | None:
+    """The module's package path (`package a.b`, `package a["b"]`); None when it is not all literal names."""
     for i, tok in enumerate(toks):
         if tok.text == "package" and tok.line_start:
-            path, j = [], i + 1
-            while j < len(toks) and toks[j].kind == "ident":
-                path.append(toks[j].text)
-                if j + 1 < len(toks) and toks[j + 1].text == ".":
-                    j += 2
-                else:
-                    break
-            return tuple(path)
+            if i + 1 >= len(toks) or toks[i + 1].kind != "ident":
+                return None
+            rest, _ = _chain(toks, i + 2)
+            if not all(isinstance(seg, str) and seg != WILD for seg in rest):
+                return None
+            return (toks[i + 1].text, *rest)
     return ()
 
 
@@ -232,18 +231,27 @@ def _data_prefixes(toks: list[Token]) -> set[tuple]:
     for i, tok in enumerate(toks):
         if tok.kind == "ident" and tok.text == "data" and (i == 0 or toks[i - 1].text != "."):
             path, _ = _chain(toks, i + 1)
-            out.add(tuple(p for p in path if isinstance(p, str) and p != WILD))
+            literal = []
+            for seg in path:                    # up to the first segment that is not a name: `data.a[p].h`
+                if not isinstance(seg, str) or seg == WILD:   # reaches every rule under `a`
+                    break
+                literal.append(seg)
+            out.add(tuple(literal))
     return out
 
 
-def scan_reads(texts: Iterable[str]) -> frozenset[tuple] | None:
+def scan_reads(texts: Iterable[str], queried: Iterable[str] = ()) -> frozenset[tuple] | None:
     """The input paths the modules can read (tuples of keys, indices, WILD, ending in LEN for a length only),
     or None when one reads `input` in a way this scan does not follow (then the whole input counts).
 
-    A rule `NAME := ...` that nothing refers to (its name appears nowhere else, and no `data` reference could
-    reach it whole) cannot change a decision: what it reads does not count. The shipped `history` helper for
-    site rules is one."""
+    A rule `NAME := ...` that nothing refers to (its name appears nowhere else, no `data` reference could
+    reach it, and it is not one of the `queried` rules, `data.a.b.rule` refs the engine evaluates) cannot
+    change a decision: what it reads does not count. The shipped `history` helper for site rules is one. A
+    module whose package path is not all literal names keeps all its rules. An interpolated string (`$"..."`,
+    OPA 1.12) can hide references inside its text: the whole input counts."""
     modules = [tokenize(text) for text in texts]
+    if any(tok.text == "$" for toks in modules for tok in toks):
+        return None
     pieces = [(_package(toks), piece) for toks in modules for piece in _statements(toks)]
     names: dict[str, int] = {}
     for toks in modules:
@@ -251,10 +259,11 @@ def scan_reads(texts: Iterable[str]) -> frozenset[tuple] | None:
             if tok.kind == "ident" and (i == 0 or toks[i - 1].text != "."):     # a name, not a field
                 names[tok.text] = names.get(tok.text, 0) + 1
     prefixes = set().union(*(_data_prefixes(toks) for toks in modules)) if modules else set()
+    prefixes |= {tuple(ref.split(".")[1:]) for ref in queried}
     paths: set[tuple] = set()
     for package, piece in pieces:
         name = _single_value_rule(piece)
-        if name is not None and names.get(name, 0) == 1:
+        if name is not None and package is not None and names.get(name, 0) == 1:
             full = package + (name,)
             if not any(full[:len(p)] == p or p[:len(full)] == full for p in prefixes):
                 continue                        # unreferenced: it never reaches a decision

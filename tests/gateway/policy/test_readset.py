@@ -304,3 +304,63 @@ def test_stamp_is_stamped(base, field, value):
     assert type(fast) is type(slow) is Stamped
     assert fast == slow == {**base, field: value} and list(fast) == list(slow)
     assert fast.base is slow.base is shared and fast.field == slow.field == field
+
+
+# -- every way a rule is reached counts (regression: these reads were dropped, and the cache served one decision
+# -- for inputs the policy tells apart) ------------------------------------------------------------------------
+
+@pytest.mark.parametrize("modules, read", [
+    # the entry rule is queried by the engine, not named in any module
+    (['package sandgate.toolcall\nimport rego.v1\ndecision := {"action": input.tool.name, "reasons": [], "codes": []}\n'],
+     ("tool", "name")),
+    (['package sandgate.egress\nimport rego.v1\ndecision := object.union(base, {"action": input.request.host})\n'
+      'base := {"reasons": [], "codes": []}\n'], ("request", "host")),
+    # a package reached with a variable, the rule named after it
+    ([HEAD + "allow if data.sandgate[p].h\n", "package sandgate.site\nimport rego.v1\nh := input.a\n"], ("a",)),
+    ([HEAD + "allow if data.sandgate[_].h == 1\n", "package sandgate.site\nimport rego.v1\nh := input.a\n"], ("a",)),
+    ([HEAD + "allow if data[p][q].h == 1\n", "package sandgate.site\nimport rego.v1\nh := input.a\n"], ("a",)),
+    ([HEAD + "x := [v | v := data.site[_].h]\nallow if count(x) > 0\n", "package site.one\nimport rego.v1\nh := input.a\n"],
+     ("a",)),
+    ([HEAD + "import data.site\nallow if site[_].h\n", "package site.one\nimport rego.v1\nh := input.a\n"], ("a",)),
+    # a package path written with brackets
+    ([HEAD + "allow if data.site.one.h\n", 'package site["one"]\nimport rego.v1\nh := input.a\n'], ("a",)),
+    ([HEAD + "allow if data.site.one.h\n", 'package site[`one`]\nimport rego.v1\nh := input.a\n'], ("a",)),
+])
+def test_a_rule_reached_without_its_name_still_reads(modules, read):
+    from gateway.policy.rego import ENTRYPOINTS
+    reads = scan_reads(modules, ENTRYPOINTS.values())
+    assert reads is None or read in reads
+
+
+@pytest.mark.parametrize("text", [
+    'a if $"{input.step}" == "3"',             # OPA 1.12 string interpolation: references inside a string
+    'a if $`{input.step}` == "3"',
+    'x := $"{h}"\nh := input.step\na if x == "3"',
+])
+def test_interpolated_strings_read_the_whole_input(text):
+    assert scan_reads([HEAD + text]) is None
+
+
+@pytest.mark.parametrize("text", [
+    "a if time.now_ns() > 0", "a if time . now_ns() > 0", "a if net.lookup_ip_addr(input.h)",
+    'a if io.jwt.decode_verify(input.t, {"secret": "k"})[0]',
+    "a if crypto.x509.parse_and_verify_certificates(input.c)[0]",
+    "a if rand.intn(\"x\", 2) == 1", "a if uuid.rfc4122(\"x\")", "a if http.send({})", "a if opa.runtime()",
+])
+def test_impure_or_clock_dependent_builtins_turn_the_cache_off(text):
+    from gateway.policy.base import _IMPURE
+    assert _IMPURE.search(HEAD + text) is not None
+
+
+async def test_an_entry_rule_that_reads_input_directly_is_never_served_another_inputs_decision(tmp_path):
+    """A proxy-only policy directory (no tool-call package) whose `decision` reads the input itself: the
+    engine queries that rule, so what it reads is in the key."""
+    (tmp_path / "egress.rego").write_text(HEAD + 'decision := {"action": input.verdict, "reasons": [], "codes": []}\n')
+    engine = EmbeddedEngine(tmp_path, workers=1)
+    await engine.start()
+    try:
+        assert (await engine.decide("egress", {"verdict": "allow"})).action == "allow"
+        assert (await engine.decide("egress", {"verdict": "deny"})).action == "deny"
+        assert (await engine.decide("egress", {"verdict": "ask"})).action == "ask"
+    finally:
+        await engine.close()
