@@ -132,7 +132,9 @@ class AuditLog:
             except asyncio.TimeoutError:
                 pass
             self._wake.clear()
-            if not await self.flush():
+            # Shielded: close() cancels this task, and a batch taken for writing must be stored or put back, not
+            # dropped half way. The flush runs on; close()'s own flush waits for it on the lock.
+            if not await asyncio.shield(self.flush()):
                 await asyncio.sleep(RETRY_S)
 
     async def close(self) -> None:

@@ -240,6 +240,7 @@ class DecisionLog:
         self.dropped = 0
         self._wake = asyncio.Event()
         self._task: asyncio.Task | None = None
+        self._lock = asyncio.Lock()          # one flush at a time: one that returns has stored what it saw
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="sandgate-decision-log")
@@ -283,17 +284,18 @@ class DecisionLog:
         self.store.append_divergences_sync(divergences)
 
     async def flush(self) -> None:
-        while self._decisions or self._divergences:
-            decisions, self._decisions = self._decisions[: self._max_batch], self._decisions[self._max_batch:]
-            divergences, self._divergences = self._divergences, []
-            try:
-                rows = await asyncio.to_thread(self._rows, decisions, divergences)
-                await self.store.store.run_bulk(self._insert, *rows)
-            except Exception as exc:  # noqa: BLE001 - keep the rows and retry later; never raise into decide()
-                log.error("decision log write failed (%d rows kept): %s", len(decisions), exc)
-                self._decisions[:0] = decisions
-                self._divergences[:0] = divergences
-                return
+        async with self._lock:
+            while self._decisions or self._divergences:
+                decisions, self._decisions = self._decisions[: self._max_batch], self._decisions[self._max_batch:]
+                divergences, self._divergences = self._divergences, []
+                try:
+                    rows = await asyncio.to_thread(self._rows, decisions, divergences)
+                    await self.store.store.run_bulk(self._insert, *rows)
+                except Exception as exc:  # noqa: BLE001 - keep the rows and retry later; never raise into decide()
+                    log.error("decision log write failed (%d rows kept): %s", len(decisions), exc)
+                    self._decisions[:0] = decisions
+                    self._divergences[:0] = divergences
+                    return
 
     async def _run(self) -> None:
         while True:
@@ -302,7 +304,7 @@ class DecisionLog:
             except asyncio.TimeoutError:
                 pass
             self._wake.clear()
-            await self.flush()
+            await asyncio.shield(self.flush())  # close() cancels this task: a batch in flight is still stored
 
     async def close(self) -> None:
         if self._task is not None:
