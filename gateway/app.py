@@ -131,7 +131,7 @@ async def _housekeeping(sessions: SessionRegistry, approvals: ApprovalQueue, met
                 if dns is not None:
                     dns.retain(sessions.live_ids())
             metrics.sessions_live.set(sessions.count_live())
-            await sessions.sync_stats()
+            await asyncio.shield(sessions.sync_stats())     # the stop cancels this task, never a sync half way
             await approvals.tick()
             store_ok = True
         except StoreError:
@@ -140,6 +140,15 @@ async def _housekeeping(sessions: SessionRegistry, approvals: ApprovalQueue, met
             store_ok = False
         except Exception:  # noqa: BLE001 - keep housekeeping alive
             log.exception("housekeeping failed")
+
+
+async def _last_counts(sessions: SessionRegistry) -> None:
+    """On stop: the session counters taken since the last once-a-second sync (a restart must not forget them)."""
+    try:
+        await asyncio.wait_for(sessions.sync_stats(), LAST_SYNC_TIMEOUT_S)
+    except Exception as exc:  # noqa: BLE001 - the store is unreachable: say so, and stop
+        log.error("sandgate stopped with session counters unwritten (the store did not answer): %s",
+                  str(exc) or type(exc).__name__)
 
 
 def _resolver(cfg: Config, given: Resolver | None = None) -> Resolver:
@@ -186,6 +195,7 @@ async def open_gateway(cfg: Config, stack: AsyncExitStack, worker: bool = False,
     approvals = ApprovalQueue(store, audit, metrics, cfg.approvals, feed)
     sessions = SessionRegistry(store, SessionCache(), placeholders, audit, approvals, feed)
     await sessions.load()
+    stack.push_async_callback(_last_counts, sessions)      # after the proxy and the API have stopped
     policy_revisions = PolicyRevisions(engine, feed)
     feed.subscribe("session", sessions)
     feed.subscribe("approval", approvals)
@@ -253,6 +263,7 @@ async def open_gateway(cfg: Config, stack: AsyncExitStack, worker: bool = False,
 
 
 GC_YOUNG = 10_000
+LAST_SYNC_TIMEOUT_S = 5.0
 
 
 def _settle_heap() -> None:

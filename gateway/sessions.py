@@ -13,6 +13,7 @@ ends with its session.
 """
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Any, Mapping
 
@@ -129,6 +130,7 @@ class SessionRegistry:
         self._audit = audit
         self._approvals = approvals
         self._sources = SourceBindings()
+        self._sync_lock = asyncio.Lock()        # one counter sync at a time (the once-a-second one, the last one)
         # A SQLite store has one writer (this process): its tool-call memory is kept here once loaded.
         self._memory = SessionMemory(lambda sid: store.toolcall_memory(sid, HISTORY_SIZE),
                                      lambda sid: audit.queued("toolcall", sid),
@@ -275,14 +277,16 @@ class SessionRegistry:
 
     async def sync_stats(self) -> None:
         """Add this process's counts to the shared totals and read back those of the live sessions (about once
-        a second: a policy sees every replica's counts at most a sync or two late)."""
-        deltas = self._cache.take_counts()
-        try:
-            totals = await self._store.sync_stats(deltas, sorted(self.live_ids()))
-        except BaseException:
-            self._cache.settle({}, written=False)
-            raise
-        self._cache.settle(totals, written=True)
+        a second: a policy sees every replica's counts at most a sync or two late). One at a time: the last
+        one, on stop, waits for one still in flight."""
+        async with self._sync_lock:
+            deltas = self._cache.take_counts()
+            try:
+                totals = await self._store.sync_stats(deltas, sorted(self.live_ids()))
+            except BaseException:
+                self._cache.settle({}, written=False)
+                raise
+            self._cache.settle(totals, written=True)
 
     # -- changes -----------------------------------------------------------------------------------
     async def create(self, spec: SessionSpec, placeholders: Mapping[str, str], by: str,
