@@ -18,19 +18,21 @@ import asyncio
 from collections import OrderedDict, deque
 from typing import Any, Awaitable, Callable, Iterable, Mapping
 
-from gateway.toolcalls.history import EventRow
+from gateway.toolcalls.history import MAX_SESSION_PATHS, EventRow, PathRows
 
 Loader = Callable[[str], Awaitable[tuple[list[dict], list[dict]]]]
 Queued = Callable[[str], list[dict]]
 
 
 class _Memory:
-    __slots__ = ("events", "ids", "paths", "loading")
+    __slots__ = ("events", "ids", "recent", "older", "truncated", "loading")
 
     def __init__(self, events: int, loop: asyncio.AbstractEventLoop):
         self.events: deque = deque(maxlen=events)
         self.ids: set = set()
-        self.paths: "OrderedDict[str, dict]" = OrderedDict()
+        self.recent: "OrderedDict[str, dict]" = OrderedDict()   # the newest paths, with their content
+        self.older: "OrderedDict[str, dict]" = OrderedDict()    # every earlier one, content dropped
+        self.truncated = False                                   # some paths were dropped altogether
         self.loading: asyncio.Future | None = loop.create_future()
 
     def add_event(self, row: Mapping[str, Any]) -> None:
@@ -43,32 +45,48 @@ class _Memory:
             self.ids.add(rid)
         self.events.append(row if row.__class__ is EventRow else EventRow(row))
 
-    def add_paths(self, rows: Iterable[Mapping[str, Any]], limit: int) -> None:
+    def add_paths(self, rows: Iterable[Mapping[str, Any]], limit: int, max_paths: int) -> None:
+        """A later row for a path replaces the earlier one. Past `limit` paths the oldest keep only that they
+        were written (a file's content becomes unknown) or linked (the target stays); past `max_paths` the
+        oldest are dropped and the memory is `truncated`."""
+        recent, older = self.recent, self.older
         for row in rows:
-            self.paths.pop(row["path"], None)        # a later row for a path replaces the earlier one
-            self.paths[row["path"]] = dict(row)
-        while len(self.paths) > limit:
-            self.paths.popitem(last=False)
+            path = row["path"]
+            recent.pop(path, None)
+            older.pop(path, None)
+            recent[path] = dict(row)
+        while len(recent) > limit:
+            path, row = recent.popitem(last=False)
+            older[path] = {**row, "content": None}
+        while len(older) > max(0, max_paths - limit):
+            older.popitem(last=False)
+            self.truncated = True
 
-    def seed(self, stored: list[dict], queued: list[dict], rows: list[dict], limit: int) -> None:
+    def paths(self) -> PathRows:
+        return PathRows([*self.older.values(), *self.recent.values()], self.truncated)
+
+    def seed(self, stored: list[dict], queued: list[dict], rows: list[dict], limit: int, max_paths: int) -> None:
         """The store's view, under what was recorded while it was being read."""
         recorded, self.events, self.ids = list(self.events), deque(maxlen=self.events.maxlen), set()
         for row in stored + queued + recorded:
             self.add_event(row)
-        later, self.paths = list(self.paths.values()), OrderedDict()
-        self.add_paths(rows, limit)
-        self.add_paths(later, limit)
+        later = self.paths()
+        self.recent, self.older = OrderedDict(), OrderedDict()
+        self.truncated = later.truncated or bool(getattr(rows, "truncated", False))
+        self.add_paths(rows, limit, max_paths)
+        self.add_paths(later, limit, max_paths)
 
 
 class SessionMemory:
     def __init__(self, load: Loader, queued: Queued, authoritative: bool, events: int, paths: int = 500,
-                 max_sessions: int = 4096):
+                 max_sessions: int = 4096, max_paths: int = MAX_SESSION_PATHS):
         self._load, self._queued = load, queued
         self.authoritative = authoritative
         self._events, self._paths, self._max = events, paths, max_sessions
+        self._max_paths = max_paths
         self._sessions: "OrderedDict[str, _Memory]" = OrderedDict()
 
-    async def get(self, sid: str) -> tuple[list[dict], list[dict]]:
+    async def get(self, sid: str) -> tuple[list[dict], PathRows]:
         """(events oldest first, path rows oldest first) of the session. Raises what the store raises."""
         if not self.authoritative:
             queued = self._queued(sid)           # first: a flush during the read moves rows to the store
@@ -81,7 +99,7 @@ class SessionMemory:
             await asyncio.shield(mem.loading)
         else:
             self._sessions.move_to_end(sid)
-        return list(mem.events), list(mem.paths.values())
+        return list(mem.events), mem.paths()
 
     async def _fill(self, sid: str) -> _Memory:
         mem = _Memory(self._events, asyncio.get_running_loop())
@@ -98,7 +116,7 @@ class SessionMemory:
             loading.set_exception(exc)
             loading.exception()                      # retrieved: waiters re-raise it, nobody else must
             raise
-        mem.seed(stored, queued, rows, self._paths)
+        mem.seed(stored, queued, rows, self._paths, self._max_paths)
         mem.loading = None
         loading.set_result(None)
         return mem
@@ -113,7 +131,7 @@ class SessionMemory:
         """Path rows of the session were just written to the store."""
         mem = self._sessions.get(sid)
         if mem is not None and rows:
-            mem.add_paths(rows, self._paths)
+            mem.add_paths(rows, self._paths, self._max_paths)
 
     def forget(self, sid: str) -> None:
         self._sessions.pop(sid, None)

@@ -22,7 +22,8 @@ from gateway.sessions import SessionRegistry
 from gateway.store import StoreError
 from gateway.toolcalls.describe import Effects
 from gateway.toolcalls.enrich import SHELL_TOOLS, toolcall_base, toolcall_facts
-from gateway.toolcalls.history import HISTORY_SIZE, audit_facts, history_entries, path_rows, paths_from_rows
+from gateway.toolcalls.history import (HISTORY_SIZE, MAX_SESSION_PATHS, audit_facts, history_entries, path_rows,
+                                      paths_from_rows)
 
 log = logging.getLogger("sandgate.toolcalls")
 ENRICH_TIMEOUT_S = 5.0
@@ -167,5 +168,11 @@ async def _session_memory(sessions: SessionRegistry, sid: str, now: float) -> tu
         events, rows = await sessions.toolcall_memory(sid)
     except StoreError:
         raise ApiError(503, "store_unavailable", "the store is unavailable; try again") from None
+    if getattr(rows, "truncated", False):
+        # A path missing from what is kept may still have been written or linked: deciding without it could
+        # allow a script or a path through a link that the whole record would not.
+        raise ApiError(409, "session_paths_exceeded",
+                       f"the session has written or linked more than {MAX_SESSION_PATHS} paths, more than sandgate "
+                       "keeps track of; start a new session")
     links, files = paths_from_rows(rows)
     return history_entries(events, now), links, files

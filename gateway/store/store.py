@@ -23,6 +23,7 @@ from gateway.store.groupcommit import GroupCommit
 from gateway.store.writer import PriorityWriter
 
 from gateway.session_spec import STAT_KEYS
+from gateway.toolcalls.history import MAX_SESSION_PATHS, PathRows
 from gateway.store.models import ApprovalRow, EventRow, RevocationRow, SessionPathRow, SessionRow, row_dict
 
 T = TypeVar("T")
@@ -444,7 +445,8 @@ class Store:
                 cur.execute(sql, params)
         self._driver(work, commit=True)
 
-    def _toolcall_memory(self, session: str, events: int, paths: int) -> tuple[list[dict], list[dict]]:
+    def _toolcall_memory(self, session: str, events: int, paths: int,
+                         max_paths: int = MAX_SESSION_PATHS) -> tuple[list[dict], PathRows]:
         mark = placeholder(self.engine.dialect.paramstyle)
         fetched = self._driver_rows(
             f"SELECT {', '.join(self._RECENT_COLS)} FROM events WHERE session = {mark} AND kind = {mark} "
@@ -462,18 +464,32 @@ class Store:
                 self._decoded[key] = decoded
             row["codes"], row["detail"] = decoded
             recent.append(row)
-        # Of the newest `paths` rows, the last one for each path: all that history.paths_from_rows keeps of them
-        # (a later row for a path replaces the earlier ones), without reading the replaced contents.
+        # Of the newest `paths` rows, the last one for each path, with its content: all that
+        # history.paths_from_rows keeps of them (a later row for a path replaces the earlier ones), without
+        # reading the replaced contents.
         cols = ("id",) + _PATH_COLS
-        rows = self._driver_rows(
+        newest = self._driver_rows(
             f"SELECT {', '.join(cols)} FROM session_paths WHERE id IN (SELECT max(id) FROM (SELECT id, path "
             f"FROM session_paths WHERE session = {mark} ORDER BY id DESC LIMIT {int(paths)}) AS recent "
             f"GROUP BY path) ORDER BY id", (session,))
-        return recent, [dict(zip(cols, values)) for values in rows]
+        # Every other path the session left (up to max_paths), its last row without content: a file written
+        # before the window is still written (content not seen), a link made before it still followed.
+        bare = tuple(c for c in cols if c != "content")
+        every = self._driver_rows(
+            f"SELECT {', '.join(bare)} FROM session_paths WHERE id IN (SELECT max(id) FROM session_paths WHERE "
+            f"session = {mark} GROUP BY path) ORDER BY id DESC LIMIT {int(max_paths) + 1}", (session,))
+        truncated = len(every) > max_paths
+        kept = {values[2] for values in every[:max_paths]}
+        seen = {values[2] for values in newest}
+        older = [dict(zip(bare, values), content=None) for values in reversed(every[:max_paths])
+                 if values[2] not in seen]
+        return recent, PathRows(older + [dict(zip(cols, values)) for values in newest if values[2] in kept],
+                                truncated)
 
-    async def toolcall_memory(self, session: str, events: int, paths: int = 500) -> tuple[list[dict], list[dict]]:
-        """A session's newest `events` tool-call events and `paths` path rows (both oldest first), in one trip to
-        the store's thread: a tool call needs both."""
+    async def toolcall_memory(self, session: str, events: int, paths: int = 500) -> tuple[list[dict], PathRows]:
+        """A session's newest `events` tool-call events and its path rows (both oldest first), in one trip to the
+        store's thread: a tool call needs both. The last row of each path the session left, the content only
+        of those among the newest `paths` rows; `truncated` past MAX_SESSION_PATHS distinct paths."""
         return await self.read(self._toolcall_memory, session, events, paths)
 
     async def list_session_paths(self, session: str, limit: int = 500) -> list[dict]:

@@ -15,6 +15,9 @@ from gateway.toolcalls.describe import Effects
 
 HISTORY_SIZE = 20
 MAX_WRITES = 20
+# The distinct paths (files written, links made) a session's memory keeps; past it a path missing from the
+# memory may still have been written or linked, and the session's tool calls are refused (api/toolcalls.py).
+MAX_SESSION_PATHS = 5000
 
 
 def history_entries(events: Iterable[Mapping[str, Any]], now: float) -> list[dict]:
@@ -69,6 +72,15 @@ def audit_facts(doc: Mapping[str, Any]) -> dict:
         writes.append(path["normalized"])
     session = doc.get("session") or {}
     return {"frozen": bool(session.get("frozen")), "writes": list(dict.fromkeys(writes))[:MAX_WRITES]}
+
+
+class PathRows(list):
+    """A session's path rows (oldest first), and whether some were left out (`truncated`: the session left more
+    distinct paths than are kept, so a path missing here may still have been written or linked)."""
+
+    def __init__(self, rows: Iterable[Mapping[str, Any]] = (), truncated: bool = False):
+        super().__init__(rows)
+        self.truncated = truncated
 
 
 def path_rows(session: str, effects: Effects, now: float) -> list[dict]:

@@ -116,10 +116,34 @@ async def test_recording_for_a_session_not_loaded_is_left_to_the_store():
     assert [e["request_id"] for e in events] == ["a", "b"]
 
 
-async def test_path_rows_are_bounded():
+async def test_older_paths_keep_only_that_they_were_written_and_past_the_bound_the_memory_is_truncated():
+    """Contents are kept for the newest `paths` paths; an older file is still written (content unknown), an older
+    link still has its target (regression: they were dropped, so a script written early looked like one already
+    there). Past `max_paths` distinct paths the oldest go and `truncated` says so."""
     store = FakeStore()
-    mem = memory(store, paths=2)
+    mem = memory(store, paths=2, max_paths=5)
     await mem.get("s")
-    mem.record_paths("s", [{"path": f"/w/{i}", "kind": "file", "content": str(i)} for i in range(4)])
+    mem.record_paths("s", [{"path": "/w/l", "kind": "link", "target": "/etc", "content": None}])
+    mem.record_paths("s", [{"path": f"/w/{i}", "kind": "file", "content": str(i)} for i in range(3)])
     _, rows = await mem.get("s")
-    assert [r["path"] for r in rows] == ["/w/2", "/w/3"]
+    assert [(r["path"], r.get("target"), r["content"]) for r in rows] == [
+        ("/w/l", "/etc", None), ("/w/0", None, None), ("/w/1", None, "1"), ("/w/2", None, "2")]
+    assert not rows.truncated
+    mem.record_paths("s", [{"path": "/w/0", "kind": "file", "content": "again"}])     # rewritten: newest again
+    _, rows = await mem.get("s")
+    assert [(r["path"], r["content"]) for r in rows][-2:] == [("/w/2", "2"), ("/w/0", "again")]
+    mem.record_paths("s", [{"path": f"/w/x{i}", "kind": "file", "content": "x"} for i in range(2)])
+    _, rows = await mem.get("s")
+    assert len(rows) == 5 and rows.truncated and "/w/l" not in [r["path"] for r in rows]
+
+
+async def test_a_truncated_store_view_stays_truncated():
+    from gateway.toolcalls.history import PathRows
+
+    view = PathRows([{"path": "/w/a", "kind": "file", "content": None}], truncated=True)
+
+    async def load(sid):
+        return [], view
+    mem = SessionMemory(load, lambda sid: [], authoritative=True, events=3)
+    _, rows = await mem.get("s")
+    assert rows.truncated and [r["path"] for r in rows] == ["/w/a"]

@@ -146,11 +146,21 @@ async def test_toolcall_memory_keeps_what_the_full_reads_keep(store, seed):
             for _ in range(rnd.randrange(0, 80))]
     for i in range(0, len(rows), 7):
         await store.append_session_paths(rows[i:i + 7])
+    every = await store.list_session_paths(sid, 10 ** 6)
     for limit in (500, 10):
         recent, paths = await store.run(store._toolcall_memory, sid, 20, limit)
         full_events = await store.list_events(session=sid, kind="toolcall", limit=20, newest=True)
         assert history_entries(recent, now) == history_entries(full_events, now)
-        assert paths_from_rows(paths) == paths_from_rows(await store.list_session_paths(sid, limit))
+        # Every path the session left, the content only of those whose last row is among the newest `limit`.
+        links, files = paths_from_rows(every)
+        newest = {r["path"] for r in every[len(every) - limit:]} if limit < len(every) else {r["path"] for r in every}
+        assert paths_from_rows(paths) == (links, {p: c if p in newest else None for p, c in files.items()})
+        assert not paths.truncated
+    for max_paths in (1, 5):                 # past the bound: the newest paths, and `truncated`
+        _, paths = await store.run(store._toolcall_memory, sid, 20, 500, max_paths)
+        distinct = list(dict.fromkeys(r["path"] for r in reversed(every)))
+        assert sorted(r["path"] for r in paths) == sorted(distinct[:max_paths])
+        assert paths.truncated == (len(distinct) > max_paths)
 
 
 def _event(sid, i):
