@@ -172,6 +172,7 @@ async def open_gateway(cfg: Config, stack: AsyncExitStack, worker: bool = False,
     store = Store(cfg.store_url)
     stack.callback(store.close)
     await store.open()
+    store.join_writers()            # before anything is written: another process on the same SQLite file sees it
     # Replicas (and --workers processes) on PostgreSQL hear each other's changes by LISTEN/NOTIFY.
     feed: ChangeFeed = PgChangeFeed(store.libpq_url()) if store.is_postgres else LocalChangeFeed()
     metrics = Metrics()

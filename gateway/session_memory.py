@@ -1,11 +1,12 @@
 """What a session's earlier tool calls left, kept in memory: the last tool-call events and the session's path
 rows (links made, files written), so that a tool call does not read them from the store each time.
 
-Only for a store that one process writes (SQLite: `serve --workers` and replicas need PostgreSQL). There the
-memory is complete once loaded: every tool-call event and path row of the session is written by this
-process, and each is added here when it is recorded (before the audit writer's batch reaches the store).
-With PostgreSQL other replicas write the same sessions, so every call reads the store (`authoritative`
-False: this class then only passes the read through).
+Only while one process writes the store (`authoritative`, asked on every call: a SQLite file no other sandgate
+process has joined, gateway/store/presence.py). There the memory is complete once loaded: every tool-call event
+and path row of the session is written by this process, and each is added here when it is recorded (before
+the audit writer's batch reaches the store). With PostgreSQL, or a second process on the same SQLite file,
+other processes write the same sessions, so every call reads the store (this class then only passes the read
+through, and drops what it kept: it may have missed the other's writes).
 
 A session is loaded from the store once (the events still queued in the audit writer added); calls that
 arrive during that load wait for it, and what they record meanwhile is kept and merged. Least recently used
@@ -78,17 +79,18 @@ class _Memory:
 
 
 class SessionMemory:
-    def __init__(self, load: Loader, queued: Queued, authoritative: bool, events: int, paths: int = 500,
-                 max_sessions: int = 4096, max_paths: int = MAX_SESSION_PATHS):
+    def __init__(self, load: Loader, queued: Queued, authoritative: bool | Callable[[], bool], events: int,
+                 paths: int = 500, max_sessions: int = 4096, max_paths: int = MAX_SESSION_PATHS):
         self._load, self._queued = load, queued
-        self.authoritative = authoritative
+        self._sole: Callable[[], bool] = authoritative if callable(authoritative) else (lambda: authoritative)
         self._events, self._paths, self._max = events, paths, max_sessions
         self._max_paths = max_paths
         self._sessions: "OrderedDict[str, _Memory]" = OrderedDict()
 
     async def get(self, sid: str) -> tuple[list[dict], PathRows]:
         """(events oldest first, path rows oldest first) of the session. Raises what the store raises."""
-        if not self.authoritative:
+        if not self._sole():
+            self._sessions.clear()               # another process writes too: what was kept may be stale
             queued = self._queued(sid)           # first: a flush during the read moves rows to the store
             stored, rows = await self._load(sid)
             return stored + queued, rows

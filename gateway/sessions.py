@@ -131,10 +131,11 @@ class SessionRegistry:
         self._approvals = approvals
         self._sources = SourceBindings()
         self._sync_lock = asyncio.Lock()        # one counter sync at a time (the once-a-second one, the last one)
-        # A SQLite store has one writer (this process): its tool-call memory is kept here once loaded.
+        # While this process is the store's only writer (a SQLite file no other sandgate has joined) a
+        # session's tool-call memory is kept here once loaded; otherwise every call reads the store.
         self._memory = SessionMemory(lambda sid: store.toolcall_memory(sid, HISTORY_SIZE),
                                      lambda sid: audit.queued("toolcall", sid),
-                                     authoritative=not store.is_postgres, events=HISTORY_SIZE)
+                                     authoritative=store.sole_writer, events=HISTORY_SIZE)
 
     # -- the one write sequence --------------------------------------------------------------------
     def _remember(self, row: Mapping[str, Any]) -> None:

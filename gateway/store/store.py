@@ -20,6 +20,7 @@ from sqlmodel import Session, create_engine
 from gateway.store import migrate
 from gateway.store.bulk import insert_statements, placeholder
 from gateway.store.groupcommit import GroupCommit
+from gateway.store.presence import Presence
 from gateway.store.writer import PriorityWriter
 
 from gateway.session_spec import STAT_KEYS
@@ -69,6 +70,7 @@ class Store:
         self._paths_commit = GroupCommit(self._write_paths,
                                          stopped=lambda: StoreError("store unavailable: shutting down"))
         self._decoded: dict[tuple, tuple] = {}       # (id, session, seq, request_id) -> (codes, detail)
+        self._presence = Presence()
 
     # -- plumbing -------------------------------------------------------------------------------
     async def run(self, fn: Callable[..., T], *args: Any) -> T:
@@ -118,7 +120,20 @@ class Store:
     async def open(self) -> None:
         await self.run(self.migrate)
 
+    def join_writers(self) -> None:
+        """A `serve` process that writes this store: other processes on the same SQLite file see it from now on
+        (presence.py). Before the first write."""
+        database = self.engine.url.database
+        if not self.is_postgres and database and database != ":memory:" and not database.startswith("file:"):
+            self._presence.join(database)
+
+    def sole_writer(self) -> bool:
+        """Whether this process is the store's only writer: a SQLite file no other sandgate process has joined
+        (asked on every use; never for PostgreSQL, which replicas share)."""
+        return not self.is_postgres and self._presence.alone()
+
     def close(self) -> None:
+        self._presence.close()
         self._read_pool.shutdown(wait=True)
         if self._writer is not None:
             self._writer.shutdown(wait=True)

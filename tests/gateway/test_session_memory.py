@@ -147,3 +147,22 @@ async def test_a_truncated_store_view_stays_truncated():
     mem = SessionMemory(load, lambda sid: [], authoritative=True, events=3)
     _, rows = await mem.get("s")
     assert rows.truncated and [r["path"] for r in rows] == ["/w/a"]
+
+
+async def test_while_another_process_writes_every_call_reads_the_store_and_nothing_stale_is_kept():
+    """`authoritative` is asked on every call (a second process on the same SQLite file): while it is false the
+    store is read and what was kept is dropped; once alone again the session is loaded afresh."""
+    store = FakeStore([ev("a")])
+    alone = [True]
+    mem = SessionMemory(store.load, store.queued, authoritative=lambda: alone[0], events=3)
+    await mem.get("s")
+    assert store.loads == 1
+    alone[0] = False
+    store.events.append(ev("b"))                            # written by the other process
+    events, _ = await mem.get("s")
+    assert [e["request_id"] for e in events] == ["a", "b"] and store.loads == 2
+    alone[0] = True
+    events, _ = await mem.get("s")
+    assert [e["request_id"] for e in events] == ["a", "b"] and store.loads == 3
+    await mem.get("s")
+    assert store.loads == 3

@@ -1,0 +1,51 @@
+"""Two sandgate processes on one SQLite file (replicas without PostgreSQL): a tool call on one sees what the
+session's calls on the other left behind (regression: each process kept the session's tool-call memory as if
+it were the store's only writer, so a script written through one replica and run through the other was
+"already there", and allowed). A process keeps that memory only while no other sandgate has the file open."""
+from __future__ import annotations
+
+import shutil
+
+from tests.conftest import LOOPBACK_CONFIG
+from tests.support.gateway import Sandgate
+
+
+def _call(sg, token, sid, step, tool, **args):
+    resp = sg.call("POST", "/v1/toolcalls", token, json={"session": sid, "tool": tool, "step": step, "args": args})
+    assert resp.status_code == 200, resp.text
+    return resp.json()
+
+
+def test_a_script_written_through_one_replica_is_known_to_the_other(tmp_path):
+    cfg = {**LOOPBACK_CONFIG, "store": {"url": f"sqlite:///{tmp_path / 'shared.db'}"}}
+    with Sandgate(tmp_path / "a", cfg) as a:
+        b = Sandgate(tmp_path / "b", cfg)
+        b.data_dir.mkdir(parents=True)
+        shutil.copy(a.data_dir / "signing.key", b.data_dir / "signing.key")   # one key for the deployment
+        with b:
+            sid = a.session(allow=["allowed.test"])["id"]
+            token = a.harness_token
+            assert _call(b, token, sid, 1, "shell", command="ls")["decision"] == "allow"      # b has it loaded
+            assert _call(a, token, sid, 2, "write_file", path="/workspace/evil.sh",
+                         content="rm -rf ~\n")["decision"] == "allow"
+            ran = _call(b, token, sid, 3, "shell", command="bash evil.sh")
+            assert ran["decision"] != "allow", ran
+            assert _call(a, token, sid, 4, "shell", command="ln -s /etc conf")["decision"] == "allow"
+            through = _call(b, token, sid, 5, "shell", command="echo x > conf/passwd")
+            assert through["decision"] != "allow", through
+
+
+def test_the_first_replica_learns_of_the_second_that_joins_later(tmp_path):
+    cfg = {**LOOPBACK_CONFIG, "store": {"url": f"sqlite:///{tmp_path / 'shared.db'}"}}
+    with Sandgate(tmp_path / "a", cfg) as a:
+        sid = a.session(allow=["allowed.test"])["id"]
+        token = a.harness_token
+        assert _call(a, token, sid, 1, "shell", command="ls")["decision"] == "allow"          # a has it loaded
+        b = Sandgate(tmp_path / "b", cfg)
+        b.data_dir.mkdir(parents=True)
+        shutil.copy(a.data_dir / "signing.key", b.data_dir / "signing.key")
+        with b:
+            assert _call(b, token, sid, 2, "write_file", path="/workspace/evil.sh",
+                         content="rm -rf ~\n")["decision"] == "allow"
+            ran = _call(a, token, sid, 3, "shell", command="bash evil.sh")
+            assert ran["decision"] != "allow", ran
