@@ -71,6 +71,7 @@ class Store:
                                          stopped=lambda: StoreError("store unavailable: shutting down"))
         self._decoded: dict[tuple, tuple] = {}       # (id, session, seq, request_id) -> (codes, detail)
         self._presence = Presence()
+        self._sqlite = self.engine.dialect.name == "sqlite"
 
     # -- plumbing -------------------------------------------------------------------------------
     async def run(self, fn: Callable[..., T], *args: Any) -> T:
@@ -130,7 +131,7 @@ class Store:
     def sole_writer(self) -> bool:
         """Whether this process is the store's only writer: a SQLite file no other sandgate process has joined
         (asked on every use; never for PostgreSQL, which replicas share)."""
-        return not self.is_postgres and self._presence.alone()
+        return self._sqlite and self._presence.alone()
 
     def close(self) -> None:
         self._presence.close()
