@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from gateway.audit import AuditLog
 from gateway.policy.decisionlog import DecisionLog
 from gateway.store import Store
@@ -39,59 +41,55 @@ async def _close_during_write(writer, entered: asyncio.Event, release: asyncio.E
     await closing
 
 
-async def test_audit_close_during_a_write_keeps_every_row(tmp_path):
-    store = Store(f"sqlite:///{tmp_path}/a.db")
-    await store.open()
-    try:
-        audit = AuditLog(store, flush_interval_s=3600, max_batch=100)
-        entered, release = _gate(store, "append_events")
-        audit.start()
-        for i in range(250):
-            audit.record("egress", session="s", action="allow", request_id=f"r{i}")
-        await _close_during_write(audit, entered, release)
-        rows = await store.list_events(session="s", limit=1000)
-        assert [r["request_id"] for r in rows] == [f"r{i}" for i in range(250)]
-        assert audit.pending == 0
-    finally:
-        store.close()
+@pytest.fixture
+async def store(tmp_path):
+    opened = Store(f"sqlite:///{tmp_path}/s.db")
+    await opened.open()
+    yield opened
+    opened.close()
 
 
-async def test_decision_log_close_during_a_write_keeps_every_row(tmp_path):
-    store = Store(f"sqlite:///{tmp_path}/d.db")
-    await store.open()
-    try:
-        log = DecisionLog(store, flush_interval_s=3600, max_batch=100)
-        entered, release = _gate(store, "run_bulk")
-        log.start()
-        for i in range(250):
-            log.record("egress", {"session": {"id": "s"}}, {"action": "allow"}, "rev1", "embedded", 1, f"d{i}")
-        await _close_during_write(log, entered, release)
-        rows = await DecisionStore(store).list_decisions(limit=1000)
-        assert [r["id"] for r in rows] == [f"d{i}" for i in range(250)]
-    finally:
-        store.close()
+def _decisions(log: DecisionLog, n: int) -> None:
+    for i in range(n):
+        log.record("egress", {"session": {"id": "s"}}, {"action": "allow"}, "rev1", "embedded", 1, f"d{i}")
 
 
-async def test_a_flush_beside_the_background_one_returns_with_everything_stored(tmp_path):
+async def test_audit_close_during_a_write_keeps_every_row(store):
+    audit = AuditLog(store, flush_interval_s=3600, max_batch=100)
+    entered, release = _gate(store, "append_events")
+    audit.start()
+    for i in range(250):
+        audit.record("egress", session="s", action="allow", request_id=f"r{i}")
+    await _close_during_write(audit, entered, release)
+    rows = await store.list_events(session="s", limit=1000)
+    assert [r["request_id"] for r in rows] == [f"r{i}" for i in range(250)]
+    assert audit.pending == 0
+
+
+async def test_decision_log_close_during_a_write_keeps_every_row(store):
+    log = DecisionLog(store, flush_interval_s=3600, max_batch=100)
+    entered, release = _gate(store, "run_bulk")
+    log.start()
+    _decisions(log, 250)
+    await _close_during_write(log, entered, release)
+    rows = await DecisionStore(store).list_decisions(limit=1000)
+    assert [r["id"] for r in rows] == [f"d{i}" for i in range(250)]
+
+
+async def test_a_flush_beside_the_background_one_returns_with_everything_stored(store):
     """The background task wakes at a full batch and flushes; a flush called meanwhile (a reader's, the test's)
     waits for it instead of returning while the other's batch is still on its way."""
-    store = Store(f"sqlite:///{tmp_path}/f.db")
-    await store.open()
-    try:
-        log = DecisionLog(store, flush_interval_s=3600, max_batch=100)
-        entered, release = _gate(store, "run_bulk")
-        log.start()
-        for i in range(250):
-            log.record("egress", {"session": {"id": "s"}}, {"action": "allow"}, "rev1", "embedded", 1, f"d{i}")
-        await entered.wait()
-        flushing = asyncio.create_task(log.flush())
-        await asyncio.wait({flushing}, timeout=1.0)     # returned early before (the other batches written)
-        if not flushing.done():
-            release.set()
-            await flushing
-        rows = await DecisionStore(store).list_decisions(limit=1000)
-        assert [r["id"] for r in rows] == [f"d{i}" for i in range(250)]
+    log = DecisionLog(store, flush_interval_s=3600, max_batch=100)
+    entered, release = _gate(store, "run_bulk")
+    log.start()
+    _decisions(log, 250)
+    await entered.wait()
+    flushing = asyncio.create_task(log.flush())
+    await asyncio.wait({flushing}, timeout=1.0)     # returned early before (the other batches written)
+    if not flushing.done():
         release.set()
-        await log.close()
-    finally:
-        store.close()
+        await flushing
+    rows = await DecisionStore(store).list_decisions(limit=1000)
+    assert [r["id"] for r in rows] == [f"d{i}" for i in range(250)]
+    release.set()
+    await log.close()
