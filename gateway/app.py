@@ -142,6 +142,17 @@ async def _housekeeping(sessions: SessionRegistry, approvals: ApprovalQueue, met
             log.exception("housekeeping failed")
 
 
+async def _presence(store: Store) -> None:
+    """Whether another sandgate has joined (or left) this SQLite store, asked every PRESENCE_POLL_S: a process
+    that joins waits longer than that before it writes (open_gateway), so none of its writes is missed."""
+    while True:
+        await asyncio.sleep(PRESENCE_POLL_S)
+        was = store.sole_writer()
+        if store.check_writers() != was:
+            log.info("tool-call memory: %s", "kept in memory (the only sandgate on this SQLite store)" if not was
+                     else "read from the store on every call (another sandgate uses this SQLite store)")
+
+
 async def _last_counts(sessions: SessionRegistry) -> None:
     """On stop: the session counters taken since the last once-a-second sync (a restart must not forget them)."""
     try:
@@ -172,7 +183,9 @@ async def open_gateway(cfg: Config, stack: AsyncExitStack, worker: bool = False,
     store = Store(cfg.store_url)
     stack.callback(store.close)
     await store.open()
-    store.join_writers()            # before anything is written: another process on the same SQLite file sees it
+    if store.join_writers():        # before anything is written: another process on the same SQLite file sees it
+        # and stops keeping tool-call memory at its next poll: let that poll happen before this one writes.
+        await asyncio.sleep(3 * PRESENCE_POLL_S)
     # Replicas (and --workers processes) on PostgreSQL hear each other's changes by LISTEN/NOTIFY.
     feed: ChangeFeed = PgChangeFeed(store.libpq_url()) if store.is_postgres else LocalChangeFeed()
     metrics = Metrics()
@@ -256,6 +269,7 @@ async def open_gateway(cfg: Config, stack: AsyncExitStack, worker: bool = False,
         (cfg.data_dir / "listen.json").write_text(json.dumps(listen))
 
     notified = isinstance(feed, PgChangeFeed)
+    _background(stack, _presence(store), "sandgate-presence")
     _background(stack, _housekeeping(sessions, approvals, metrics, dns, 5), "sandgate-housekeeping")
     _background(stack, revocations.poll(2.0 if notified else 0.25), "sandgate-revocations")
     _background(stack, policy_revisions.announce(), "sandgate-policy-revisions")
@@ -265,6 +279,7 @@ async def open_gateway(cfg: Config, stack: AsyncExitStack, worker: bool = False,
 
 GC_YOUNG = 10_000
 LAST_SYNC_TIMEOUT_S = 5.0
+PRESENCE_POLL_S = 0.2
 
 
 def _settle_heap() -> None:

@@ -72,6 +72,7 @@ class Store:
         self._decoded: dict[tuple, tuple] = {}       # (id, session, seq, request_id) -> (codes, detail)
         self._presence = Presence()
         self._sqlite = self.engine.dialect.name == "sqlite"
+        self._alone = self._sqlite
 
     # -- plumbing -------------------------------------------------------------------------------
     async def run(self, fn: Callable[..., T], *args: Any) -> T:
@@ -121,17 +122,24 @@ class Store:
     async def open(self) -> None:
         await self.run(self.migrate)
 
-    def join_writers(self) -> None:
+    def join_writers(self) -> bool:
         """A `serve` process that writes this store: other processes on the same SQLite file see it from now on
-        (presence.py). Before the first write."""
+        (presence.py). Before the first write. Whether another process has the file open already."""
         database = self.engine.url.database
-        if not self.is_postgres and database and database != ":memory:" and not database.startswith("file:"):
+        if self._sqlite and database and database != ":memory:" and not database.startswith("file:"):
             self._presence.join(database)
+        return not self.check_writers()
+
+    def check_writers(self) -> bool:
+        """Ask again whether this process is the store's only writer (a system call that gives up the GIL: a
+        background task asks every PRESENCE_POLL_S, never a request)."""
+        self._alone = self._sqlite and self._presence.alone()
+        return self._alone
 
     def sole_writer(self) -> bool:
-        """Whether this process is the store's only writer: a SQLite file no other sandgate process has joined
-        (asked on every use; never for PostgreSQL, which replicas share)."""
-        return self._sqlite and self._presence.alone()
+        """Whether this process is the store's only writer, as last asked: a SQLite file no other sandgate process
+        has joined (never PostgreSQL, which replicas share)."""
+        return self._alone
 
     def close(self) -> None:
         self._presence.close()

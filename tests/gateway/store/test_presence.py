@@ -59,3 +59,34 @@ def test_a_process_that_joins_while_another_asks_is_not_turned_away(tmp_path):
         other.stdin.flush()
         other.wait(10)
     me.close()
+
+
+async def test_the_store_answers_from_its_last_poll(tmp_path):
+    """`sole_writer()` (asked on every tool call) is a flag; `check_writers()` (the background poll) updates it."""
+    from gateway.store import Store
+
+    db = str(tmp_path / "s.db")
+    store = Store(f"sqlite:///{db}")
+    await store.open()
+    try:
+        assert store.join_writers() is False and store.sole_writer()      # nobody else on the file
+        other = _child(db)
+        try:
+            assert store.sole_writer()                                     # not asked yet
+            assert store.check_writers() is False and not store.sole_writer()
+        finally:
+            other.stdin.write("\n")
+            other.stdin.flush()
+            other.wait(10)
+        assert store.check_writers() and store.sole_writer()
+        joined = _child(db)
+        try:
+            second = Store(f"sqlite:///{db}")
+            assert second.join_writers() is True and not second.sole_writer()   # it waits before writing
+            second.close()
+        finally:
+            joined.stdin.write("\n")
+            joined.stdin.flush()
+            joined.wait(10)
+    finally:
+        store.close()
