@@ -4,7 +4,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import posixpath
-import secrets
 import time
 from typing import Mapping
 
@@ -16,6 +15,7 @@ from gateway.api.owned import owned_live_session
 from gateway.api.state import APPROVALS, AUDIT, ENGINE, FACTS, METRICS, SESSIONS, read_json
 from gateway.approval_rules import binding_hash, canonical_json
 from gateway.approvals import ApprovalRequest
+from gateway.ids import random_hex
 from gateway.mcp.context import parse_mcp_context
 from gateway.policy.readset import Shared
 from gateway.sessions import SessionRegistry
@@ -129,7 +129,7 @@ async def post_toolcall(request: web.Request) -> web.Response:
     doc = {**base, **facts}
     decision = await request.app[ENGINE].decide("toolcall", doc)
     metrics.decision("toolcall", decision.action)
-    tcid = "t_" + secrets.token_hex(8)
+    tcid = "t_" + random_hex(8)
     out = {"id": tcid, "decision": decision.action, "reasons": list(decision.reasons),
            "codes": list(decision.codes)}
     summary = toolcall_summary(tool, args) if mcp is None else f"mcp {mcp.server}/{tool} {canonical_json(args)}"[:300]

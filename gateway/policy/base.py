@@ -8,13 +8,13 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import os
 import re
 import time
 from collections import OrderedDict
 from pathlib import Path
 from typing import Any, Protocol
 
+from gateway.ids import random_hex
 from gateway.policy.decision import Decision, deny, parse_decision
 from gateway.policy.loader import PolicySource, policy_files
 from gateway.policy.readset import LEN, WILD, Shared, Stamped, build_trie, compile_projection, scan_reads
@@ -24,7 +24,7 @@ __all__ = ["CachingEngine", "DecisionCache", "DecisionSink", "EvaluationTimeout"
 
 
 def new_decision_id() -> str:
-    return os.urandom(16).hex()             # 32 hex digits, as uuid4().hex (without building a UUID)
+    return random_hex(16)                   # 32 hex digits, as uuid4().hex (gateway/ids.py: no syscall per id)
 
 
 class DecisionSink(Protocol):
