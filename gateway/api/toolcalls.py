@@ -17,6 +17,7 @@ from gateway.approval_rules import binding_hash, canonical_json
 from gateway.approvals import ApprovalRequest
 from gateway.ids import random_hex
 from gateway.mcp.context import parse_mcp_context
+from gateway.policy.decision import deny
 from gateway.policy.readset import Shared
 from gateway.sessions import SessionRegistry
 from gateway.store import StoreError
@@ -26,6 +27,7 @@ from gateway.toolcalls.history import (HISTORY_SIZE, MAX_SESSION_PATHS, audit_fa
                                       paths_from_rows)
 
 log = logging.getLogger("sandgate.toolcalls")
+PATHS_EXCEEDED = "toolcall.paths_exceeded"
 ENRICH_TIMEOUT_S = 5.0
 
 routes = web.RouteTableDef()
@@ -101,33 +103,21 @@ async def post_toolcall(request: web.Request) -> web.Response:
     sessions.count(sid, toolcalls=1)
     session = sessions.with_stats(live)
     now = time.time()
-    history, links, files = await _session_memory(sessions, sid, now)
+    history, links, files, complete = await _session_memory(sessions, sid, now)
     mcp_input = mcp.to_input() if mcp is not None else None
     base = toolcall_base(session=session, tool=tool, args=args, step=step, now=now, history=history, mcp=mcp_input)
-    memo = request.app[FACTS]
-    key = memo.key(tool, args_json, base["session"]["workspace"], links, files, mcp_input)
-    try:
-        hit = memo.get(key)              # the same call with the same workspace, links and files: parsed before
-        if hit is not None:
-            facts, effects = hit
-        else:
-            if enrich_inline(tool, args_json, files, mcp):
-                facts, effects = toolcall_facts(base, links, files)
-            else:
-                # Parsing (tree-sitter, sqlglot, ast) can take a while on long or hostile input: off the loop,
-                # bounded.
-                facts, effects = await asyncio.wait_for(asyncio.to_thread(toolcall_facts, base, links, files),
-                                                        ENRICH_TIMEOUT_S)
-            if key is not None:       # memoised facts are shared and never changed: the decision cache knows
-                facts = {k: Shared(v) if isinstance(v, dict) else v for k, v in facts.items()}
-                memo.put(key, facts, effects)
-    except Exception:  # noqa: BLE001 - enrichment failure must not allow: the policy sees it unparsed
-        log.warning("tool-call enrichment failed for session %s tool %s", sid, tool)
-        facts = {"shell": {"parsed": False, "commands": []},
-                 "sql": {"parsed": False, "kinds": [], "unbounded": [], "visible": False}}
-        effects = Effects()
+    if complete:
+        facts, effects = await _facts(request, sid, tool, args_json, base, links, files, mcp, mcp_input)
+    else:
+        facts, effects = _unparsed(), Effects()
     doc = {**base, **facts}
-    decision = await request.app[ENGINE].decide("toolcall", doc)
+    if complete:
+        decision = await request.app[ENGINE].decide("toolcall", doc)
+    else:
+        # A path missing from what is kept may still have been written or linked: deciding without it could
+        # allow a script, or a path through a link, that the whole record would not. Denied, not evaluated.
+        decision = deny(PATHS_EXCEEDED, f"the session has written or linked more than {MAX_SESSION_PATHS} paths, "
+                        "more than sandgate keeps track of; start a new session", request.app[ENGINE].rev)
     metrics.decision("toolcall", decision.action)
     tcid = "t_" + random_hex(8)
     out = {"id": tcid, "decision": decision.action, "reasons": list(decision.reasons),
@@ -160,19 +150,44 @@ async def post_toolcall(request: web.Request) -> web.Response:
     return web.json_response(out)
 
 
-async def _session_memory(sessions: SessionRegistry, sid: str, now: float) -> tuple[list[dict], dict, dict]:
-    """The session's recent tool calls (stored and still queued audit rows) and the links and files its
-    earlier calls left. A store that cannot answer is an error (503): deciding without them could allow what
-    a sequence makes dangerous."""
+async def _facts(request: web.Request, sid: str, tool: str, args_json: str, base: dict, links: dict, files: dict,
+                 mcp: object, mcp_input: object) -> tuple[dict, Effects]:
+    """What parsing the call adds to its input, and its effects: memoised, on the loop when short, else on a
+    thread with a time cap. A failure is not an allow: the policy sees the call unparsed."""
+    memo = request.app[FACTS]
+    key = memo.key(tool, args_json, base["session"]["workspace"], links, files, mcp_input)
+    try:
+        hit = memo.get(key)              # the same call with the same workspace, links and files: parsed before
+        if hit is not None:
+            return hit
+        if enrich_inline(tool, args_json, files, mcp):
+            facts, effects = toolcall_facts(base, links, files)
+        else:
+            # Parsing (tree-sitter, sqlglot, ast) can take a while on long or hostile input: off the loop, bounded.
+            facts, effects = await asyncio.wait_for(asyncio.to_thread(toolcall_facts, base, links, files),
+                                                    ENRICH_TIMEOUT_S)
+        if key is not None:       # memoised facts are shared and never changed: the decision cache knows
+            facts = {k: Shared(v) if isinstance(v, dict) else v for k, v in facts.items()}
+            memo.put(key, facts, effects)
+        return facts, effects
+    except Exception:  # noqa: BLE001 - enrichment failure must not allow: the policy sees it unparsed
+        log.warning("tool-call enrichment failed for session %s tool %s", sid, tool)
+        return _unparsed(), Effects()
+
+
+def _unparsed() -> dict:
+    return {"shell": {"parsed": False, "commands": []},
+            "sql": {"parsed": False, "kinds": [], "unbounded": [], "visible": False}}
+
+
+async def _session_memory(sessions: SessionRegistry, sid: str,
+                          now: float) -> tuple[list[dict], dict, dict, bool]:
+    """The session's recent tool calls (stored and still queued audit rows), the links and files its earlier
+    calls left, and whether those are all of them (False past MAX_SESSION_PATHS). A store that cannot answer
+    is an error (503): deciding without them could allow what a sequence makes dangerous."""
     try:
         events, rows = await sessions.toolcall_memory(sid)
     except StoreError:
         raise ApiError(503, "store_unavailable", "the store is unavailable; try again") from None
-    if getattr(rows, "truncated", False):
-        # A path missing from what is kept may still have been written or linked: deciding without it could
-        # allow a script or a path through a link that the whole record would not.
-        raise ApiError(409, "session_paths_exceeded",
-                       f"the session has written or linked more than {MAX_SESSION_PATHS} paths, more than sandgate "
-                       "keeps track of; start a new session")
     links, files = paths_from_rows(rows)
-    return history_entries(events, now), links, files
+    return history_entries(events, now), links, files, not getattr(rows, "truncated", False)

@@ -2,7 +2,8 @@
 a script written early and run after hundreds of other writes is still "written earlier" (regression: only the
 newest 500 path rows were kept, so `bash evil.sh` after 600 other writes looked like running a script that was
 already there, and was allowed; a link made early was no longer followed). Past MAX_SESSION_PATHS distinct
-paths sandgate cannot know them all, and the session's tool calls are refused (409), not decided blind.
+paths sandgate cannot know them all, and the session's tool calls are denied (`toolcall.paths_exceeded`, audited),
+not decided blind.
 
 Through a real `sandgate serve`, and again after a restart (the memory is then loaded from the store)."""
 from __future__ import annotations
@@ -64,13 +65,18 @@ def test_a_link_made_before_many_other_writes_is_still_followed(sg):
     assert rm.status_code == 200 and rm.json()["decision"] != "allow", rm.text
 
 
-def test_past_the_bound_the_sessions_tool_calls_are_refused(sg):
+def _denied(resp) -> None:
+    assert resp.status_code == 200, resp.text
+    body = resp.json()
+    assert body["decision"] == "deny" and body["codes"] == ["toolcall.paths_exceeded"], body
+
+
+def test_past_the_bound_the_sessions_tool_calls_are_denied(sg):
     sess = sg.session(allow=["allowed.test"])
     sid = sess["id"]
     step = _fill(sg, sid, 1, MAX_SESSION_PATHS + 1)
-    refused = _call(sg, sid, step + 1, "shell", command="ls")
-    assert refused.status_code == 409 and refused.json()["error"] == "session_paths_exceeded", refused.text
+    _denied(_call(sg, sid, step + 1, "shell", command="ls"))
     sg.stop()
     sg.start()
-    refused = _call(sg, sid, step + 2, "shell", command="ls")
-    assert refused.status_code == 409 and refused.json()["error"] == "session_paths_exceeded", refused.text
+    _denied(_call(sg, sid, step + 2, "read_file", path="/workspace/README.md"))
+    assert any(e.get("codes") == ["toolcall.paths_exceeded"] and e["kind"] == "toolcall" for e in sg.events(sid))
