@@ -2,9 +2,9 @@
 rows (links made, files written), so that a tool call does not read them from the store each time.
 
 Only while one process writes the store (`authoritative`, asked on every call: a SQLite file no other sandgate
-process has joined, gateway/store/presence.py, polled in the background). There the memory is complete once loaded: every tool-call event
-and path row of the session is written by this process, and each is added here when it is recorded (before
-the audit writer's batch reaches the store). With PostgreSQL, or a second process on the same SQLite file,
+process has joined, gateway/store/presence.py, polled in the background). There the memory is complete once
+loaded: every tool-call event and path row of the session is written by this process, and each is added here
+when it is recorded (before the audit writer's batch reaches the store). With PostgreSQL, or a second process on the same SQLite file,
 other processes write the same sessions, so every call reads the store (this class then only passes the read
 through, and drops what it kept: it may have missed the other's writes).
 
