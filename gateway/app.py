@@ -21,10 +21,10 @@ from aiohttp import web
 from broker.broker import Broker
 from broker.registry import PlaceholderRegistry
 from gateway.api.state import ApiServices, PageSettings, ProxyEndpoint, TransparentEndpoint
-from gateway.approvals import ApprovalQueue
-from gateway.audit import AuditLog
-from gateway.auth import HARNESS_TOKEN_TTL_S, Revocations, TokenSigner, TokenVerifier, load_or_create_key, write_private
-from gateway.changes import ChangeFeed, LocalChangeFeed, PgChangeFeed
+from gateway.approvals.queue import ApprovalQueue
+from gateway.audit.log import AuditLog
+from gateway.auth.tokens import HARNESS_TOKEN_TTL_S, Revocations, TokenSigner, TokenVerifier, load_or_create_key, write_private
+from gateway.store.changes import ChangeFeed, LocalChangeFeed, PgChangeFeed
 from gateway.config import Config
 from gateway.egress.addon import EgressAddon, EgressDeps
 from gateway.egress.dns import DnsServer, open_resolver
@@ -38,15 +38,15 @@ from gateway.egress.resolver import Resolver, StaticResolver, SystemResolver, in
 from gateway.egress.screen import SecretScreen
 from gateway.egress.tls import sandbox_bundle
 from gateway.egress.transparent import TransparentAddon
-from gateway.metrics import Metrics
+from gateway.runtime.metrics import Metrics
 from gateway.net.synthetic import SyntheticNames
 from gateway.policy.decisionlog import DecisionLog
 from gateway.policy.announce import PolicyRevisions
 from gateway.policy.factory import make_engine
-from gateway.revocations import RevocationService
-from gateway.session_spec import proxy_authority
+from gateway.auth.revocations import RevocationService
+from gateway.sessions.spec import proxy_authority
 from gateway.server import create_app
-from gateway.sessions import SessionCache, SessionRegistry
+from gateway.sessions.registry import SessionCache, SessionRegistry
 from gateway.store import Store, StoreError
 
 log = logging.getLogger("sandgate")

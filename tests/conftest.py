@@ -8,7 +8,7 @@ import shutil
 import pytest
 from hypothesis import settings
 
-from gateway.eventloop import ServeLoop
+from gateway.runtime.eventloop import ServeLoop
 from tests.support.gateway import Sandgate
 from tests.support.upstream import Upstream, make_cert
 
@@ -29,7 +29,7 @@ class _ServeLoopPolicy(asyncio.DefaultEventLoopPolicy):
 
 @pytest.fixture(scope="session")
 def event_loop_policy() -> asyncio.AbstractEventLoopPolicy:
-    """Async tests run on the loop `sandgate serve` runs on (gateway/eventloop.py: uvloop), so that what they
+    """Async tests run on the loop `sandgate serve` runs on (gateway/runtime/eventloop.py: uvloop), so that what they
     show of the proxy, the API and the page holds for the loop users get."""
     return _ServeLoopPolicy()
 

@@ -10,9 +10,9 @@ from gateway.api.errors import ApiError
 from gateway.api.owned import owned_session_ids
 from gateway.api.state import APPROVALS, SESSIONS, read_json
 from gateway.api.timefmt import rfc3339
-from gateway.approvals import ApprovalError
-from gateway.auth import Principal
-from gateway.session_spec import owns
+from gateway.approvals.queue import ApprovalError
+from gateway.auth.tokens import Principal
+from gateway.sessions.spec import owns
 
 routes = web.RouteTableDef()
 

@@ -5,7 +5,7 @@ from aiohttp import web
 
 from gateway.api.errors import ApiError
 from gateway.api.state import TOKENS
-from gateway.auth import AuthError, Principal
+from gateway.auth.tokens import AuthError, Principal
 
 
 def bearer(request: web.Request) -> str | None:

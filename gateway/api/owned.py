@@ -5,8 +5,8 @@ from aiohttp import web
 
 from gateway.api.errors import ApiError
 from gateway.api.state import SESSIONS
-from gateway.auth import Principal
-from gateway.session_spec import owns
+from gateway.auth.tokens import Principal
+from gateway.sessions.spec import owns
 
 
 async def owned_session(request: web.Request, principal: Principal, sid: object) -> dict:

@@ -10,9 +10,9 @@ from gateway.api.errors import ApiError
 from gateway.api.owned import owned_session
 from gateway.api.state import BROKER, PROXY, SESSIONS, SIGNER, TOKENS, TransparentEndpoint, read_json
 from gateway.api.timefmt import rfc3339
-from gateway.session_spec import (MAX_TTL_S, BadRequest, build_env, owns, parse_session_spec, parse_source,
+from gateway.sessions.spec import (MAX_TTL_S, BadRequest, build_env, owns, parse_session_spec, parse_source,
                                   renewed_expiry, session_status)
-from gateway.sessions import SessionRegistry, SourceInUse
+from gateway.sessions.registry import SessionRegistry, SourceInUse
 
 routes = web.RouteTableDef()
 

@@ -9,15 +9,15 @@ from aiohttp import web
 from broker.broker import Broker
 from gateway.api.errors import ApiError
 from gateway.api.jsonbody import parse_body
-from gateway.approvals import ApprovalQueue
-from gateway.audit import AuditLog
-from gateway.auth import TokenSigner, TokenVerifier
+from gateway.approvals.queue import ApprovalQueue
+from gateway.audit.log import AuditLog
+from gateway.auth.tokens import TokenSigner, TokenVerifier
 from gateway.config import OidcSettings
-from gateway.metrics import Metrics
+from gateway.runtime.metrics import Metrics
 from gateway.net.addresses import IPNetwork
 from gateway.policy.base import CachingEngine
-from gateway.revocations import RevocationService
-from gateway.sessions import SessionRegistry
+from gateway.auth.revocations import RevocationService
+from gateway.sessions.registry import SessionRegistry
 from gateway.toolcalls.memo import FactsMemo
 
 

@@ -13,13 +13,13 @@ from gateway.api.auth import require
 from gateway.api.errors import ApiError
 from gateway.api.owned import owned_live_session
 from gateway.api.state import APPROVALS, AUDIT, ENGINE, FACTS, METRICS, SESSIONS, read_json
-from gateway.approval_rules import binding_hash, canonical_json
-from gateway.approvals import ApprovalRequest
-from gateway.ids import random_hex
+from gateway.approvals.rules import binding_hash, canonical_json
+from gateway.approvals.queue import ApprovalRequest
+from gateway.runtime.ids import random_hex
 from gateway.mcp.context import parse_mcp_context
 from gateway.policy.decision import deny
 from gateway.policy.readset import Shared
-from gateway.sessions import SessionRegistry
+from gateway.sessions.registry import SessionRegistry
 from gateway.store import StoreError
 from gateway.toolcalls.describe import Effects
 from gateway.toolcalls.enrich import SHELL_TOOLS, toolcall_base, toolcall_facts

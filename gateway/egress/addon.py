@@ -18,8 +18,8 @@ from mitmproxy.proxy import server_hooks
 from wsproto.handshake import WEBSOCKET_VERSION
 
 from broker.scrub import scrubber_for
-from gateway.audit import AuditLog
-from gateway.auth import AuthError, Principal, TokenVerifier
+from gateway.audit.log import AuditLog
+from gateway.auth.tokens import AuthError, Principal, TokenVerifier
 from gateway.config import EgressSettings
 from gateway.net.addresses import AddressVerdict, parse_ip_literal, vet_addresses
 from gateway.egress.credentials import parse_proxy_authorization, take_proxy_authorization
@@ -31,10 +31,10 @@ from gateway.egress.resolver import UPSTREAM_DIAL, DialGuard, Resolver, VettedRe
 from gateway.egress.responses import auth_required, denial
 from gateway.egress.screen import SecretScreen
 from gateway.egress.targets import TargetArgs, TargetVerdict, check_target
-from gateway.metrics import Metrics
+from gateway.runtime.metrics import Metrics
 from gateway.policy.base import PolicyEngine
 from gateway.policy.inputs import build_egress_input
-from gateway.sessions import SessionRegistry
+from gateway.sessions.registry import SessionRegistry
 
 log = logging.getLogger("sandgate.egress")
 

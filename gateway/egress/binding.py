@@ -4,7 +4,7 @@ from __future__ import annotations
 import hashlib
 from typing import Callable, Collection, Iterable, Sequence
 
-from gateway.approval_rules import binding_hash, canonical_json
+from gateway.approvals.rules import binding_hash, canonical_json
 from gateway.policy.inputs import redact_headers
 
 PREVIEW_BYTES = 2048

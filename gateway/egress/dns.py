@@ -13,13 +13,13 @@ import logging
 from functools import lru_cache
 from typing import Sequence
 
-from gateway.audit import AuditLog
-from gateway.metrics import Metrics
+from gateway.audit.log import AuditLog
+from gateway.runtime.metrics import Metrics
 from gateway.net.addresses import parse_ip_literal
 from gateway.net.dns_answers import Outcome, decide_name, query_outcome, read_query, render_answer
 from gateway.net.hosts import AllowEntry, parse_allow_entry
 from gateway.net.synthetic import SyntheticNames
-from gateway.sessions import SessionRegistry
+from gateway.sessions.registry import SessionRegistry
 
 log = logging.getLogger("sandgate.dns")
 AUDITED_NAMES_PER_SESSION = 256         # denied names recorded per session (a query flood is not an audit flood)

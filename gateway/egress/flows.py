@@ -6,7 +6,7 @@ from typing import Callable, Iterable
 
 from mitmproxy import http
 
-from gateway.auth import Principal
+from gateway.auth.tokens import Principal
 from gateway.net.addresses import AddressVerdict
 from gateway.policy.decision import Decision
 

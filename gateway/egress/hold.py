@@ -14,13 +14,13 @@ import weakref
 from mitmproxy import connection, http
 
 from broker.registry import PlaceholderRegistry
-from gateway.approvals import ApprovalQueue, ApprovalRequest
+from gateway.approvals.queue import ApprovalQueue, ApprovalRequest
 from gateway.config import EgressSettings
 from gateway.egress.binding import binding_headers, egress_action, egress_binding
 from gateway.egress.flows import FlowState, flow_state
 from gateway.egress.guard import fail_closed
 from gateway.egress.recorder import FlowRecorder
-from gateway.sessions import SessionRegistry
+from gateway.sessions.registry import SessionRegistry
 
 
 class HoldAddon:

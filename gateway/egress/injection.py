@@ -29,7 +29,7 @@ from gateway.egress.flows import FlowState, StreamFilter, chain, flow_state
 from gateway.egress.guard import fail_closed
 from gateway.egress.recorder import FlowRecorder
 from gateway.egress.screen import SecretScreen
-from gateway.metrics import Metrics
+from gateway.runtime.metrics import Metrics
 
 log = logging.getLogger("sandgate.broker")
 

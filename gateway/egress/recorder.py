@@ -3,12 +3,12 @@ from __future__ import annotations
 
 from mitmproxy import http
 
-from gateway.audit import AuditLog
+from gateway.audit.log import AuditLog
 from gateway.egress.flows import FlowState, flow_state
 from gateway.egress.responses import denial
-from gateway.metrics import Metrics
+from gateway.runtime.metrics import Metrics
 from gateway.policy.base import PolicyEngine
-from gateway.sessions import SessionRegistry
+from gateway.sessions.registry import SessionRegistry
 
 
 class FlowRecorder:

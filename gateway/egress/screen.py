@@ -14,8 +14,8 @@ from broker.registry import Owner, PlaceholderRegistry
 from gateway.egress.flows import FlowState
 from gateway.net.hosts import normalise_host
 from gateway.egress.recorder import FlowRecorder
-from gateway.metrics import Metrics
-from gateway.sessions import SessionRegistry
+from gateway.runtime.metrics import Metrics
+from gateway.sessions.registry import SessionRegistry
 
 
 class SecretScreen:

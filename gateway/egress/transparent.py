@@ -28,7 +28,7 @@ from gateway.egress.addon import EgressAddon
 from gateway.egress.layers import Refused
 from gateway.net.addresses import parse_ip_literal
 from gateway.net.synthetic import SyntheticNames
-from gateway.sessions import SessionRegistry
+from gateway.sessions.registry import SessionRegistry
 
 log = logging.getLogger("sandgate.egress")
 

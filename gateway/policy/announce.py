@@ -1,7 +1,7 @@
 """Policy revisions across replicas: a replica whose policy changed says so; the others reload at once.
 
 Each replica reads its own policy directory (a shared volume, a ConfigMap) and notices changes by watching it;
-the change notification (gateway/changes.py) makes the others look now instead of at their next watch tick.
+the change notification (gateway/store/changes.py) makes the others look now instead of at their next watch tick.
 A reload that finds the same files keeps the same revision, so two replicas never bounce a revision around.
 """
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from gateway.changes import Change, ChangeFeed
+from gateway.store.changes import Change, ChangeFeed
 from gateway.policy.base import PolicyEngine
 
 log = logging.getLogger("sandgate.policy")

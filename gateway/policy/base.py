@@ -14,7 +14,7 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Any, Protocol
 
-from gateway.ids import random_hex
+from gateway.runtime.ids import random_hex
 from gateway.policy.decision import Decision, deny, parse_decision
 from gateway.policy.loader import PolicySource, policy_files
 from gateway.policy.readset import LEN, WILD, Shared, Stamped, build_trie, compile_projection, scan_reads
@@ -24,7 +24,7 @@ __all__ = ["CachingEngine", "DecisionCache", "DecisionSink", "EvaluationTimeout"
 
 
 def new_decision_id() -> str:
-    return random_hex(16)                   # 32 hex digits, as uuid4().hex (gateway/ids.py: no syscall per id)
+    return random_hex(16)                   # 32 hex digits, as uuid4().hex (gateway/runtime/ids.py: no syscall per id)
 
 
 class DecisionSink(Protocol):

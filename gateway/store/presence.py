@@ -4,7 +4,7 @@ that lock exclusive (and making it shared again at once). The kernel drops a dea
 never leaves a stale claim behind.
 
 A process that is alone is the store's only writer and may keep what it wrote in memory (a session's tool-call
-memory, gateway/session_memory.py); one that is not must read the store, since another process writes too.
+memory, gateway/sessions/memory.py); one that is not must read the store, since another process writes too.
 Asking is a system call that gives up the GIL, so `serve` asks from a background task every 0.2 s
 (app.PRESENCE_POLL_S), never on a request; a process that joins takes its lock first and, when it is not
 alone, waits three polls before it writes anything, so the others have stopped keeping memory by then.

@@ -23,7 +23,7 @@ from gateway.store.groupcommit import GroupCommit
 from gateway.store.presence import Presence
 from gateway.store.writer import PriorityWriter
 
-from gateway.session_spec import STAT_KEYS
+from gateway.sessions.spec import STAT_KEYS
 from gateway.toolcalls.history import MAX_SESSION_PATHS, PathRows
 from gateway.store.models import ApprovalRow, EventRow, RevocationRow, SessionPathRow, SessionRow, row_dict
 

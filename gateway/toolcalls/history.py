@@ -25,7 +25,7 @@ def history_entries(events: Iterable[Mapping[str, Any]], now: float) -> list[dic
     kept: list[tuple[Shared, Any]] = []
     seen: set = set()
     for event in events:
-        if event.__class__ is EventRow:          # kept by gateway/session_memory.py: its entry is built once
+        if event.__class__ is EventRow:          # kept by gateway/sessions/memory.py: its entry is built once
             known = getattr(event, "entry", None)
             if known is None:
                 known = event.entry = (_entry(event), event.get("request_id") or id(event), event.get("ts"))
@@ -44,7 +44,7 @@ def history_entries(events: Iterable[Mapping[str, Any]], now: float) -> list[dic
 
 
 class EventRow(dict):
-    """A recorded tool-call event as a session's memory keeps it (gateway/session_memory.py). A recorded call
+    """A recorded tool-call event as a session's memory keeps it (gateway/sessions/memory.py). A recorded call
     never changes, so its history entry is built once and kept on it (and goes when the row goes)."""
 
     __slots__ = ("entry",)

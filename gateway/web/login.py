@@ -13,8 +13,8 @@ from dataclasses import dataclass
 
 from aiohttp import web
 
-from gateway.auth import AuthError, Principal, TokenSigner, TokenVerifier
-from gateway.revocations import RevocationService
+from gateway.auth.tokens import AuthError, Principal, TokenSigner, TokenVerifier
+from gateway.auth.revocations import RevocationService
 from gateway.web.oidc import OidcError, OidcVerifier
 
 PAGE_ROLES = ("approver", "admin")

@@ -15,9 +15,9 @@ from aiohttp import web
 
 from gateway.api.errors import STATUS_OF
 from gateway.api.state import APPROVALS, AUDIT, REVOCATIONS, SESSIONS, SIGNER, TOKENS, PageSettings
-from gateway.approval_rules import FINAL_STATES, KINDS
-from gateway.approvals import ApprovalError
-from gateway.session_spec import session_status
+from gateway.approvals.rules import FINAL_STATES, KINDS
+from gateway.approvals.queue import ApprovalError
+from gateway.sessions.spec import session_status
 from gateway.web import views
 from gateway.web.csrf import safe_next
 from gateway.web.login import LoginError, PageSessions, PageUser, clear_cookie, set_cookie

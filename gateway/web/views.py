@@ -11,7 +11,7 @@ import unicodedata
 from datetime import datetime, timezone
 from typing import Any, Iterable, Mapping
 
-from gateway.approval_rules import FINAL_STATES, KINDS
+from gateway.approvals.rules import FINAL_STATES, KINDS
 
 _KEEP = {"\n", "\t"}
 

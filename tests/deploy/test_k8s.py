@@ -16,7 +16,7 @@ import pytest
 import yaml
 from hypothesis import given, settings, strategies as st
 
-from gateway.auth import load_or_create_key
+from gateway.auth.tokens import load_or_create_key
 from gateway.config import load_config, parse_hostport
 from tests.deploy import netpol
 from tests.deploy.recipes import K8S, K8S_VERSION, TEMPLATES, configmap_toml, k8s, k8s_docs

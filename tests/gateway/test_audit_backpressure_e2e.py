@@ -67,6 +67,6 @@ def test_store_down_caps_pending_audit_then_refuses(tmp_path, upstream):
     (100, True, "refusing"), (150, False, "refusing"),
 ])
 def test_audit_status(pending, writing, status):
-    from gateway.audit import audit_status
+    from gateway.audit.log import audit_status
 
     assert audit_status(pending, 100, writing) == status

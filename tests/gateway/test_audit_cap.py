@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
-from gateway.audit import AuditLog
+from gateway.audit.log import AuditLog
 
 
 class HangingStore:

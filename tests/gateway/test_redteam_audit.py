@@ -13,7 +13,7 @@ import uuid
 
 import pytest
 
-from gateway.audit import AuditLog
+from gateway.audit.log import AuditLog
 from gateway.store import Store
 from tests.conftest import need
 from tests.support.pg import PG_DB, PG_URL, pg_available

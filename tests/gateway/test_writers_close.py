@@ -10,7 +10,7 @@ import asyncio
 
 import pytest
 
-from gateway.audit import AuditLog
+from gateway.audit.log import AuditLog
 from gateway.policy.decisionlog import DecisionLog
 from gateway.store import Store
 from gateway.store.decisions import DecisionStore

@@ -10,9 +10,9 @@ from typing import Any
 
 from broker.broker import Broker
 from broker.registry import PlaceholderRegistry
-from gateway.approvals import ApprovalQueue
-from gateway.audit import AuditLog
-from gateway.auth import Revocations, TokenSigner, TokenVerifier
+from gateway.approvals.queue import ApprovalQueue
+from gateway.audit.log import AuditLog
+from gateway.auth.tokens import Revocations, TokenSigner, TokenVerifier
 from gateway.config import ApprovalSettings, EgressSettings, PolicySettings, load_config
 from gateway.egress.addon import EgressAddon, EgressDeps
 from gateway.egress.hold import HoldAddon
@@ -21,11 +21,11 @@ from gateway.egress.injection import InjectionAddon
 from gateway.egress.recorder import FlowRecorder
 from gateway.egress.resolver import StaticResolver
 from gateway.egress.screen import SecretScreen
-from gateway.metrics import Metrics
+from gateway.runtime.metrics import Metrics
 from gateway.policy.base import CachingEngine
 from gateway.policy.factory import make_engine
-from gateway.session_spec import MAX_TTL_S, parse_session_spec
-from gateway.sessions import SessionCache, SessionRegistry
+from gateway.sessions.spec import MAX_TTL_S, parse_session_spec
+from gateway.sessions.registry import SessionCache, SessionRegistry
 from gateway.store import Store
 
 

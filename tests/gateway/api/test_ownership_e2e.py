@@ -121,6 +121,6 @@ def test_admin_deletes_any_session(world):
     ("session", "session:s_1", "session:s_1", False),
 ])
 def test_owns(role, ident, created_by, visible):
-    from gateway.session_spec import owns
+    from gateway.sessions.spec import owns
 
     assert owns(role, ident, {"created_by": created_by}) is visible

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.approval_rules import reusable
+from gateway.approvals.rules import reusable
 
 NOW = 1_900_000_000.0
 LIVE = {"id": "s1", "frozen": False}

@@ -228,8 +228,8 @@ async def test_the_same_credentials_again_are_checked_for_expiry_every_time(worl
         first = make_flow("http://allowed.test/", token=token)
         await addons.egress.requestheaders(first)
         assert first.response is None
-        import gateway.auth
-        monkeypatch.setattr(gateway.auth.time, "time", lambda: exp + 1)
+        import gateway.auth.tokens
+        monkeypatch.setattr(gateway.auth.tokens.time, "time", lambda: exp + 1)
         later = on(first, make_flow("http://allowed.test/", token=token))
         await addons.egress.requestheaders(later)
     status, body = answer(later)

@@ -1,6 +1,6 @@
 """The resolver guard on a real event loop: only vetted addresses are ever dialled (DNS rebinding).
 
-Every test runs on both loops `serve` may use: asyncio's own and gateway/eventloop.ServeLoop (uvloop, which
+Every test runs on both loops `serve` may use: asyncio's own and gateway/runtime/eventloop.ServeLoop (uvloop, which
 resolves inside libuv unless ServeLoop routes names through the guarded `getaddrinfo`)."""
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 
 from gateway.net.addresses import parse_networks, vet_addresses
 from gateway.egress.resolver import UPSTREAM_DIAL, AddressRefused, DialGuard, install_guard
-from gateway.eventloop import ReusePortLoop, ServeLoop
+from gateway.runtime.eventloop import ReusePortLoop, ServeLoop
 
 
 class _Policy(asyncio.DefaultEventLoopPolicy):

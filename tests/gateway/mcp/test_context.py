@@ -5,7 +5,7 @@ import pytest
 from hypothesis import given, strategies as st
 
 from gateway.mcp.context import McpContext, parse_mcp_context
-from gateway.session_spec import MAX_TTL_S, BadRequest, renewed_expiry
+from gateway.sessions.spec import MAX_TTL_S, BadRequest, renewed_expiry
 
 
 def test_to_input_marks_annotations_untrusted():

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from gateway.changes import Change, LocalChangeFeed
+from gateway.store.changes import Change, LocalChangeFeed
 from gateway.policy.announce import PolicyRevisions
 from gateway.policy.embedded import EmbeddedEngine
 from tests.gateway.policy.test_engine import write_policy

@@ -112,7 +112,7 @@ async def test_session_paths_roundtrip(store):
 
 
 async def test_audit_pending_rows_are_visible_until_written(store):
-    from gateway.audit import AuditLog
+    from gateway.audit.log import AuditLog
 
     audit = AuditLog(store)
     s1, s2 = "s_" + uuid.uuid4().hex[:12], "s_" + uuid.uuid4().hex[:12]

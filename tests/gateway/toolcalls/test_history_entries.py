@@ -1,5 +1,5 @@
 """history_entries: the session's last tool calls as `input.history`, each kept row's entry built once (EventRow)
-(gateway/session_memory.py hands the same rows call after call); ages follow `now`."""
+(gateway/sessions/memory.py hands the same rows call after call); ages follow `now`."""
 from __future__ import annotations
 
 from gateway.toolcalls.history import HISTORY_SIZE, history_entries

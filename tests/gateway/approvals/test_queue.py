@@ -7,8 +7,8 @@ from contextlib import AsyncExitStack
 
 import pytest
 
-from gateway.approval_rules import binding_hash, canonical_json
-from gateway.approvals import ApprovalError, ApprovalRequest
+from gateway.approvals.rules import binding_hash, canonical_json
+from gateway.approvals.queue import ApprovalError, ApprovalRequest
 from gateway.config import ApprovalSettings
 from tests.support.services import open_services
 

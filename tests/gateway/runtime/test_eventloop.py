@@ -1,4 +1,4 @@
-"""gateway/eventloop.py: the loop `sandgate serve` runs on resolves every name through `getaddrinfo`.
+"""gateway/runtime/eventloop.py: the loop `sandgate serve` runs on resolves every name through `getaddrinfo`.
 
 The guard itself (only vetted addresses are dialled) is tested on this loop in
 tests/gateway/egress/test_resolver_guard.py; here: literal detection, the dial order and errors, datagram
@@ -13,7 +13,7 @@ import socket
 import pytest
 from hypothesis import given, strategies as st
 
-from gateway.eventloop import ReusePortLoop, ServeLoop, is_literal, loop_factory
+from gateway.runtime.eventloop import ReusePortLoop, ServeLoop, is_literal, loop_factory
 
 
 @pytest.mark.parametrize("host,literal", [

@@ -5,7 +5,7 @@ key and mitmproxy CA, the harness token, the store schema — reserves the two p
 (`sandgate serve ... --worker-index I`). Each worker is a whole sandgate (proxy, API, page, its own loop and
 core) whose listening sockets set SO_REUSEPORT, so the kernel spreads connections over the workers. Workers
 agree with each other exactly as replicas do: through the PostgreSQL store and its change notifications
-(gateway/changes.py); with SQLite there is no such path, so more than one worker is refused.
+(gateway/store/changes.py); with SQLite there is no such path, so more than one worker is refused.
 
 A worker that dies is started again; SIGTERM/SIGINT stop every worker cleanly (each flushes its audit).
 """
@@ -26,7 +26,7 @@ from pathlib import Path
 
 from gateway.config import Config
 
-MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"      # gateway/metrics.py reads it (imported lazily: CLI start-up time)
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"      # gateway/runtime/metrics.py reads it (imported lazily: CLI start-up time)
 
 log = logging.getLogger("sandgate.workers")
 READY_TIMEOUT_S = 60.0
@@ -67,7 +67,7 @@ def prepare_data_dir(cfg: Config) -> str:
     and the harness token (returned)."""
     from mitmproxy.certs import CertStore
 
-    from gateway.auth import HARNESS_TOKEN_TTL_S, TokenSigner, load_or_create_key, write_private
+    from gateway.auth.tokens import HARNESS_TOKEN_TTL_S, TokenSigner, load_or_create_key, write_private
     from gateway.store import Store
 
     cfg.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)

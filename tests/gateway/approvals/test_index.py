@@ -8,10 +8,10 @@ from contextlib import AsyncExitStack
 
 import pytest
 
-from gateway.approval_index import BindingIndex, live
-from gateway.approvals import ApprovalQueue
+from gateway.approvals.index import BindingIndex, live
+from gateway.approvals.queue import ApprovalQueue
 from gateway.store.models import ApprovalRow
-from tests.gateway.test_approvals import ask
+from tests.gateway.approvals.test_queue import ask
 from tests.support.services import open_services
 
 

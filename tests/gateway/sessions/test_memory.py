@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from gateway.session_memory import SessionMemory
+from gateway.sessions.memory import SessionMemory
 from gateway.store import StoreError
 
 

@@ -11,7 +11,7 @@ import logging
 import time
 from typing import Any
 
-from gateway.audit_rows import storable
+from gateway.audit.rows import storable
 from gateway.store import Store
 
 log = logging.getLogger("sandgate.audit")

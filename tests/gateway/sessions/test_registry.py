@@ -6,8 +6,8 @@ from contextlib import AsyncExitStack
 
 import pytest
 
-from gateway.approval_rules import binding_hash
-from gateway.approvals import ApprovalRequest
+from gateway.approvals.rules import binding_hash
+from gateway.approvals.queue import ApprovalRequest
 from tests.support.services import open_services
 
 SECRETS = {"github": {"source": "env:GH", "hosts": ["api.github.test"]}}
@@ -122,7 +122,7 @@ async def test_counters_are_summed_over_replicas(pair):
 
 
 def test_counts_in_flight_stay_visible_and_survive_a_failed_write():
-    from gateway.sessions import SessionCache
+    from gateway.sessions.registry import SessionCache
 
     cache = SessionCache()
     cache.count("s", requests=2)
@@ -154,7 +154,7 @@ async def test_a_source_binding_names_the_session_until_it_ends(pair):
 
 
 async def test_a_source_is_held_by_one_live_session(pair):
-    from gateway.sessions import SourceInUse
+    from gateway.sessions.registry import SourceInUse
     one, _ = pair
     first, t1 = await one.session()
     second, t2 = await one.session()

@@ -7,7 +7,7 @@ import jwt
 import pytest
 from hypothesis import given, strategies as st
 
-from gateway.auth import (DEFAULT_TTL_S, AuthError, Principal, Revocations, TokenSigner, TokenVerifier)
+from gateway.auth.tokens import (DEFAULT_TTL_S, AuthError, Principal, Revocations, TokenSigner, TokenVerifier)
 
 KEY = b"k" * 64
 

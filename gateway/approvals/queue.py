@@ -2,7 +2,7 @@
 
 State lives in the store; it changes only by compare-and-set on `pending`, so two deciders (or two replicas)
 can never both win. Waiters block on an in-process event that is set the moment this process changes an item
-(`changed`), or another replica does (a change notification, gateway/changes.py: `on_change`); `tick()` (once a
+(`changed`), or another replica does (a change notification, gateway/store/changes.py: `on_change`); `tick()` (once a
 second) also re-reads items that have waiters (the backstop for a lost notification), and expires items past
 their TTL. Every read applies the expiry first: an item past its
 TTL is never shown, used or decided as pending.
@@ -18,12 +18,12 @@ import time
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from gateway.approval_index import BindingIndex
-from gateway.approval_rules import new_approval_id, overdue, reusable, tally
-from gateway.audit import AuditLog
-from gateway.changes import Change, ChangeFeed, LocalChangeFeed
+from gateway.approvals.index import BindingIndex
+from gateway.approvals.rules import new_approval_id, overdue, reusable, tally
+from gateway.audit.log import AuditLog
+from gateway.store.changes import Change, ChangeFeed, LocalChangeFeed
 from gateway.config import ApprovalSettings
-from gateway.metrics import Metrics
+from gateway.runtime.metrics import Metrics
 from gateway.store import Store
 from gateway.store.models import ApprovalRow
 

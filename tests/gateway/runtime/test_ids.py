@@ -1,4 +1,4 @@
-"""Random ids sliced from a CSPRNG buffer (gateway/ids.py): the shape of secrets.token_hex, never repeated, not
+"""Random ids sliced from a CSPRNG buffer (gateway/runtime/ids.py): the shape of secrets.token_hex, never repeated, not
 shared by threads or by a forked child."""
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import os
 import re
 import threading
 
-from gateway.ids import IDS, RandomIds, random_hex
+from gateway.runtime.ids import IDS, RandomIds, random_hex
 
 
 def test_shape_and_no_repeats_across_refills():

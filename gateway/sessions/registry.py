@@ -4,7 +4,7 @@ The store is the truth. `SessionCache` mirrors it in memory so per-request check
 writes every change in one sequence — store row, then cache, then the placeholder registry (a deleted session's
 placeholders stop being its own at once) — whether the change is local (create, patch, delete) or comes from the
 store (`refresh`, another replica's change; `on_change` applies one row named by a change notification, see
-gateway/changes.py). Every local change is published to the other replicas.
+gateway/store/changes.py). Every local change is published to the other replicas.
 
 A session may also be bound to a source address (`SourceBindings`): transparent capture (`sandgate run
 --isolate`) knows a connection's session by the address it comes from, never by credentials it sends. Bindings
@@ -18,12 +18,12 @@ import time
 from typing import Any, Mapping
 
 from broker.registry import PlaceholderRegistry
-from gateway.approvals import ApprovalQueue
-from gateway.audit import AuditLog
-from gateway.auth import Principal
-from gateway.changes import Change, ChangeFeed, LocalChangeFeed
-from gateway.session_memory import SessionMemory
-from gateway.session_spec import STAT_KEYS, SessionSpec, new_session_id, session_status, sum_stats
+from gateway.approvals.queue import ApprovalQueue
+from gateway.audit.log import AuditLog
+from gateway.auth.tokens import Principal
+from gateway.store.changes import Change, ChangeFeed, LocalChangeFeed
+from gateway.sessions.memory import SessionMemory
+from gateway.sessions.spec import STAT_KEYS, SessionSpec, new_session_id, session_status, sum_stats
 from gateway.store import Store
 from gateway.store.models import SessionRow
 from gateway.toolcalls.history import HISTORY_SIZE
@@ -222,7 +222,7 @@ class SessionRegistry:
 
     async def toolcall_memory(self, sid: str) -> tuple[list[dict], list[dict]]:
         """The session's recent tool-call events (stored and still queued in the audit writer), oldest first,
-        then its path rows (gateway/session_memory.py: kept in memory when this process is the only writer)."""
+        then its path rows (gateway/sessions/memory.py: kept in memory when this process is the only writer)."""
         return await self._memory.get(sid)
 
     def toolcall_recorded(self, sid: str, row: Mapping[str, Any]) -> None:

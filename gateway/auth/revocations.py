@@ -1,13 +1,13 @@
 """Token revocation across replicas: revoke here (at once); other replicas learn it from the change notification
-(gateway/changes.py), and from the store (`poll`, the backstop)."""
+(gateway/store/changes.py), and from the store (`poll`, the backstop)."""
 from __future__ import annotations
 
 import asyncio
 import logging
 
-from gateway.audit import AuditLog
-from gateway.auth import Revocations
-from gateway.changes import Change, ChangeFeed, LocalChangeFeed
+from gateway.audit.log import AuditLog
+from gateway.auth.tokens import Revocations
+from gateway.store.changes import Change, ChangeFeed, LocalChangeFeed
 from gateway.store import Store
 
 log = logging.getLogger("sandgate")

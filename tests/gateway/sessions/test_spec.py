@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, strategies as st
 
 from gateway.net.addresses import parse_networks
-from gateway.session_spec import BadRequest, parse_source
+from gateway.sessions.spec import BadRequest, parse_source
 
 NETS = parse_networks(["10.200.0.0/16", "fd00:5a9d::/64"])
 

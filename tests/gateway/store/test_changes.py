@@ -8,7 +8,7 @@ import psycopg
 import pytest
 from hypothesis import given, strategies as st
 
-from gateway.changes import KINDS, Change, LocalChangeFeed, PgChangeFeed, decode_change, encode_change
+from gateway.store.changes import KINDS, Change, LocalChangeFeed, PgChangeFeed, decode_change, encode_change
 from tests.conftest import need
 from tests.support.pg import PG_DSN, pg_available
 

@@ -1,0 +1,1 @@
+"""Approvals: the pure rules (rules), the binding index (index), the durable queue service (queue)."""

@@ -1,0 +1,1 @@
+"""Tokens (tokens: signing, verifying, principals) and their revocation across replicas (revocations)."""
