@@ -14,11 +14,11 @@ import jwt
 
 from gateway.api.timefmt import rfc3339
 from gateway.auth.tokens import DEFAULT_TTL_S, TokenSigner, load_or_create_key
-from gateway.client import UNREACHABLE, ApiClient, print_result
+from gateway.cli.client import UNREACHABLE, ApiClient, print_result
 from gateway.config import Config, load_config
-from gateway.mcp.command import cmd_mcp
+from sandgate.mcp.command import cmd_mcp
 from gateway.policy import commands as policy_commands
-from gateway.run import cmd_run
+from sandgate.run import cmd_run
 from gateway.runtime.eventloop import loop_factory
 from gateway.cli.workers import run_workers, workers_refusal
 

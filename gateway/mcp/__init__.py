@@ -1,1 +1,1 @@
-"""MCP: the tool-call context of MCP tools (pure) and the `sandgate mcp` proxy (an API client, on the `mcp` SDK)."""
+"""MCP tool-call context: what the server reads of a tool call made through `sandgate mcp` (pure)."""

@@ -25,8 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, AsyncIterator, Mapping, Protocol, TextIO
 
-from gateway.isolate import IsolatedNetwork, isolated_network, preflight
-from gateway.net.isolation import IsolationError, isolated_env
+from sandgate.isolate import IsolatedNetwork, isolated_network, preflight
+from sandgate.isolation import IsolationError, isolated_env
 from sandgate.client import Client, Session
 from sandgate.types import Event, SandgateError, Unavailable
 

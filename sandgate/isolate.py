@@ -1,6 +1,6 @@
 """`sandgate run --isolate`: the network namespace a command runs in, set up and torn down with `ip` and `nft`.
 
-The decisions (which link, which rules) are the pure functions of `gateway.net.isolation`; this module runs
+The decisions (which link, which rules) are the pure functions of `sandgate.isolation`; this module runs
 the commands. `isolated_network()` allocates a link under a lock (concurrent runs never take the same one),
 creates the namespace and the veth pair, and on the way out removes the nftables table, the namespace (its
 veth end goes with it), the host end and the namespace's resolv.conf — also when the run failed.
@@ -18,7 +18,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import AsyncIterator, Sequence
 
-from gateway.net.isolation import (IsolationError, Link, loopback_target, pick_link, render_ruleset,
+from sandgate.isolation import (IsolationError, Link, loopback_target, pick_link, render_ruleset,
                                    resolv_conf)
 
 LOCK_PATH = Path("/run/sandgate/isolate.lock")

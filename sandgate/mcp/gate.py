@@ -10,7 +10,7 @@ from typing import Any, Mapping, Protocol, TypeVar
 
 from pydantic import BaseModel
 
-from gateway.mcp.walk import collect_strings, replace_strings
+from sandgate.mcp.walk import collect_strings, replace_strings
 from sandgate.client import Client
 from sandgate.types import Decision
 

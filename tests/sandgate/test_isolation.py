@@ -6,7 +6,7 @@ import ipaddress
 import pytest
 from hypothesis import given, strategies as st
 
-from gateway.net.isolation import (LINK_NET, MAX_LINKS, IsolationError, isolated_env, link_for, loopback_target,
+from sandgate.isolation import (LINK_NET, MAX_LINKS, IsolationError, isolated_env, link_for, loopback_target,
                                    pick_link, render_ruleset, resolv_conf)
 from gateway.net.synthetic import SYNTHETIC_POOL
 

@@ -125,8 +125,8 @@ async def proxy_main(args: Any, api_url: str, token: str) -> int:
     from mcp import ClientSession
     from mcp.server.stdio import stdio_server
 
-    from gateway.mcp.gate import SandgateGate
-    from gateway.mcp.proxy import McpProxy
+    from sandgate.mcp.gate import SandgateGate
+    from sandgate.mcp.proxy import McpProxy
 
     cmd = list(args.command or [])
     if cmd and cmd[0] == "--":

@@ -18,7 +18,7 @@ from mcp import ClientSession
 from mcp.server.lowlevel import Server
 from mcp.shared.exceptions import MCPError
 
-from gateway.mcp.gate import ToolGate
+from sandgate.mcp.gate import ToolGate
 from sandgate.types import SandgateError
 
 log = logging.getLogger("sandgate.mcp")

@@ -5,7 +5,7 @@ import io
 
 import pytest
 
-from gateway.run import DenialReporter, child_env, denial_line, exit_status
+from sandgate.run import DenialReporter, child_env, denial_line, exit_status
 from sandgate.types import Event
 
 
