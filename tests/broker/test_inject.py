@@ -10,10 +10,11 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from broker.inject import (Binding, check_destination, check_transport, find_placeholders, substitute_body,
-                           substitute_headers, substitute_query)
+from broker.inject import (Binding, check_destination, check_transport, find_placeholders, refuse_placeholders,
+                           substitute_body, substitute_headers, substitute_query)
 from broker.placeholders import make_placeholder
 from broker.scrub import Scrubber, replacements_for
+from broker.specs import SecretSpec
 from gateway.net.hosts import normalise_host
 
 PH = "sgph_Ab3dEf6hIj9kLm2nOp5qRs8tUv1wXy4zAb7cDe0f"
@@ -165,6 +166,28 @@ class Spec:
 def test_check_transport(tls, port, spec, cleartext, wrong_port):
     got = check_transport(tls, port, [spec, spec])
     assert got == ([spec] if cleartext else [], [spec] if wrong_port else [])
+
+
+SPECS = {"github": SecretSpec("github", "local:github", ("api.github.com",)),
+         "plain": SecretSpec("plain", "local:plain", ("api.github.com",), allow_plaintext=True, ports=frozenset({80}))}
+
+
+@pytest.mark.parametrize("found, host, tls, port, code, foreign", [
+    ([("s1", "github")], "api.github.com", True, 443, None, False),
+    # another session's placeholder: refused even to the host its secret is bound to, over TLS, to any port
+    ([("s2", "github")], "api.github.com", True, 443, "secret.exfiltration", True),
+    ([("s2", "github")], "evil.example", True, 443, "secret.exfiltration", True),
+    ([("s1", "github"), ("s2", "github")], "api.github.com", True, 443, "secret.exfiltration", True),
+    ([("s2", "nosuch")], "api.github.com", True, 443, "secret.exfiltration", True),
+    ([("s1", "github")], "evil.example", True, 443, "secret.exfiltration", False),
+    ([("s1", "github")], "api.github.com", False, 80, "secret.plaintext", False),
+    ([("s1", "plain")], "api.github.com", False, 80, None, False),
+    ([("s1", "plain")], "api.github.com", True, 443, "secret.port", False),
+    ([], "evil.example", False, 80, None, False),
+])
+def test_refuse_placeholders(found, host, tls, port, code, foreign):
+    refusal = refuse_placeholders(found, "s1", host, tls, port, SPECS)
+    assert (refusal and (refusal.code, refusal.foreign)) == ((code, foreign) if code else None)
 
 
 # ---------------------------------------------------------------- substitution

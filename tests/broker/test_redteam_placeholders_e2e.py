@@ -95,6 +95,7 @@ def test_placeholder_in_an_odd_request_framing_to_an_unbound_host_is_refused(env
     for seen in up.recorder.requests:
         blob = repr(seen.headers).encode() + seen.path.encode() + seen.body
         assert ph.encode() not in blob and ph[:half].encode() not in blob and ph[half:].encode() not in blob
+        assert REAL.encode() not in blob and REAL[:len(REAL) // 2].encode() not in blob    # nor the real value
     if trick in ("folded", "dup-header"):
         assert up.recorder.requests == [] and reply.startswith((b"HTTP/1.1 403", b"HTTP/1.1 400")), reply[:300]
 

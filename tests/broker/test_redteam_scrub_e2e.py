@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import os
+import re
 import socket
 import ssl
 import time
@@ -17,12 +18,14 @@ import pytest
 
 from tests.conftest import LOOPBACK_CONFIG
 from tests.support.evil import EvilUpstream
+from tests.support import leaks
 from tests.support.gateway import Sandgate
 from tests.support.tunnel import open_tunnel, read_until_closed, tls_in_tunnel
 from tests.support.upstream import make_cert
 
 REAL = "sk-evil-" + "q" * 20 + "0123456789"       # lower case: HTTP/2 lowercases header names
 MIXED = "Sk-Mixed-" + "AbCd" * 6                    # HTTP/2 lowercases it in a header name
+ODD = "sk-odd-~~>>??~~>>??~~>>??0123"                # its base64 differs between the two alphabets
 
 
 @pytest.fixture(scope="module")
@@ -34,21 +37,23 @@ def env(tmp_path_factory):
                           "resolve": {"evil.test": ["127.0.0.1"], "elsewhere.test": ["127.0.0.1"]}},
                "secrets": {"evil": {"source": "env:SG_EVIL", "hosts": ["evil.test"],
                                     "inject_in": ["header", "query", "body"]},
-                           "mixed": {"source": "env:SG_MIXED", "hosts": ["evil.test"]}}}
-        sg = Sandgate(tmp / "gw", cfg, env={"SG_EVIL": REAL, "SG_MIXED": MIXED})
+                           "mixed": {"source": "env:SG_MIXED", "hosts": ["evil.test"]},
+                           "odd": {"source": "env:SG_ODD", "hosts": ["evil.test"]}}}
+        sg = Sandgate(tmp / "gw", cfg, env={"SG_EVIL": REAL, "SG_MIXED": MIXED, "SG_ODD": ODD})
         sg.start()
         yield sg, evil
         events = sg.call("GET", "/v1/events").text
         sg.stop()
-        for real in (REAL, MIXED):
+        for real in (REAL, MIXED, ODD):
             assert real not in events
             for path in (tmp / "gw").rglob("*"):
                 if path.is_file():
                     assert real.encode() not in path.read_bytes(), f"the real value is in {path}"
 
 
-def leaked(data: bytes) -> bool:
-    return REAL.encode() in data or REAL.encode().upper() in data or base64.b64encode(REAL.encode()) in data
+def leaked(data: bytes, real: str = REAL) -> bool:
+    """The value, upper-cased, or in base64 (either alphabet, any alignment) in `data`."""
+    return leaks.leaked(data, real)
 
 
 def tunnel(sg, sess, alpn: str) -> ssl.SSLSocket:
@@ -59,15 +64,17 @@ def tunnel(sg, sess, alpn: str) -> ssl.SSLSocket:
 EVIL_PORT = [0]
 
 
-def h1(sg, evil, path: str, extra: str = "") -> bytes:
+def h1(sg, evil, path: str, extra: str = "", secret: str = "evil") -> bytes:
     """Every byte the sandbox gets for one HTTP/1.1 request carrying the placeholder."""
     EVIL_PORT[0] = evil.port
-    sess = sg.session(allow=["evil.test"], secrets=["evil"])
+    sess = sg.session(allow=["evil.test"], secrets=[secret])
     with tunnel(sg, sess, "http/1.1") as tls:
         tls.sendall(f"GET {path} HTTP/1.1\r\nHost: evil.test:{evil.port}\r\n"
-                    f"Authorization: Bearer {sess['env']['EVIL']}\r\n{extra}Connection: close\r\n\r\n".encode())
+                    f"Authorization: Bearer {sess['env'][secret.upper()]}\r\n{extra}Connection: close\r\n\r\n"
+                    .encode())
         data, _ = read_until_closed(tls, 8)
-    assert evil.seen and evil.seen[-1][1].get("authorization") == f"Bearer {REAL}", "the secret was not injected"
+    real = {"evil": REAL, "mixed": MIXED, "odd": ODD}[secret]
+    assert evil.seen and evil.seen[-1][1].get("authorization") == f"Bearer {real}", "the secret was not injected"
     return data
 
 
@@ -113,6 +120,26 @@ def test_reason_phrase_is_scrubbed(env):
     sg, evil = env
     data = h1(sg, evil, "/reason")
     assert data.startswith(b"HTTP/1.1 200") and not leaked(data)
+
+
+@pytest.mark.parametrize("secret", ["evil", "odd"])
+def test_base64_echoes_in_both_alphabets_are_scrubbed(env, secret):
+    """The upstream echoes the value in base64, standard and URL-safe, at each alignment (for "odd" the two
+    alphabets differ): every form reaches the sandbox as the placeholder's."""
+    sg, evil = env
+    data = h1(sg, evil, "/b64", secret=secret)
+    real = {"evil": REAL, "odd": ODD}[secret]
+    assert data.startswith(b"HTTP/1.1 200") and not leaked(data, real), data
+    head, _, body = data.partition(b"\r\n\r\n")
+    if b"chunked" in head.lower():
+        chunks, rest = [], body
+        while (size := int(rest.split(b"\r\n", 1)[0].split(b";")[0], 16)) > 0:
+            rest = rest.split(b"\r\n", 1)[1]
+            chunks.append(rest[:size])
+            rest = rest[size + 2:]
+        body = b"".join(chunks)
+    forms = re.findall(rb"^((?:std|url)\d)=[A-Za-z0-9+/_-]+=*$", body, re.M)
+    assert forms == [b"std0", b"url0", b"std1", b"url1", b"std2", b"url2"], data     # each echoed, each scrubbed
 
 
 def test_http1_trailer_never_reaches_the_sandbox(env):

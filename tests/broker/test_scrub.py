@@ -48,6 +48,22 @@ def test_base64_any_alignment_leaves_no_bit_of_the_value(user, encode, suffix):
     assert encode(user + b":" + PH + suffix) == token  # the neighbours' bits survive, the value's do not
 
 
+# REAL above encodes the same in both base64 alphabets; this value does not: at every alignment its standard
+# encoding holds '+' or '/' where the URL-safe one holds '-' or '_'.
+ODD = b"sk_live_~~>>??~~>>??~~>>??0123"
+ODD_PH = b"sk_live_PLACEHOLDERPLACEHOLDER"
+assert len(ODD) == len(ODD_PH)
+
+
+@pytest.mark.parametrize("lead", [b"", b"u", b"us"])
+@pytest.mark.parametrize("encode", [base64.b64encode, base64.urlsafe_b64encode], ids=["standard", "url-safe"])
+def test_base64_in_each_alphabet_of_a_value_whose_alphabets_differ(lead, encode):
+    assert base64.b64encode(lead + ODD) != base64.urlsafe_b64encode(lead + ODD)
+    blob = encode(lead + ODD + b"!")
+    out = scrub_bytes(b"token=" + blob + b";", {ODD: ODD_PH})
+    assert out == b"token=" + encode(lead + ODD_PH + b"!") + b";"
+
+
 def test_values_with_spaces_and_unicode():
     real, ph = "pass phrase ü 🙂 ok".encode(), b"PLACEHOLDER-abcdefghij"
     for form in (real, quote_plus(real.decode()).encode(), quote(real.decode()).encode(),

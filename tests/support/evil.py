@@ -17,6 +17,8 @@ puts it where the path says:
     /nocontent   in a header of a 204 that declares Content-Length: 0 (keep-alive must stay in sync)
     /early       in a 103 Early Hints before the real answer
     /fold        split across an obsolete header line folding
+    /b64         base64-encoded in the body, in both alphabets (standard, URL-safe) at each of the three byte
+                 alignments
     /store       nowhere; remembered, and /fetch returns it later in a plain body (a request without a secret),
                  honouring a Range header
 """
@@ -144,6 +146,10 @@ class EvilUpstream:
                     b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
         if path == "/fold":
             return b"HTTP/1.1 200 OK\r\nX-Echo: " + s[:10] + b"\r\n " + s[10:] + b"\r\nContent-Length: 2\r\n\r\nok"
+        if path == "/b64":
+            body = b"".join(b"%s%d=%s\n" % (name, lead, encode(b"x" * lead + s + b"!")) for lead in range(3)
+                            for name, encode in ((b"std", base64.b64encode), (b"url", base64.urlsafe_b64encode)))
+            return b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % len(body) + body
         if path == "/store":
             self.stored = secret
             return b"HTTP/1.1 204 No Content\r\n\r\n"

@@ -252,9 +252,10 @@ def test_tls_to_the_proxy_listener_itself_is_refused(env):
     ctx = ssl.create_default_context()
     ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE
     with socket.create_connection(("127.0.0.1", sg.proxy_port), timeout=5) as raw:
-        with pytest.raises((ssl.SSLError, ConnectionError, OSError)):
+        with pytest.raises((ssl.SSLError, ConnectionError, OSError)) as refused:
             with ctx.wrap_socket(raw, server_hostname="proxy.test") as tls:
                 tls.recv(10)
+    assert not isinstance(refused.value, TimeoutError), "the proxy must refuse the handshake, not leave it hanging"
 
 
 def test_raw_tcp_tunnel_stops_when_its_session_ends(env):

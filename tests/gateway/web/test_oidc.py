@@ -1,6 +1,9 @@
 """OIDC ID-token login against a real loopback issuer (discovery document + JWKS over HTTP)."""
 from __future__ import annotations
 
+import base64
+import hashlib
+import hmac
 import json
 import threading
 import time
@@ -10,8 +13,9 @@ import jwt
 import pytest
 import requests
 from cryptography.hazmat.primitives.asymmetric import rsa
+from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
-from gateway.web.oidc import OidcSettings, claim_grants
+from gateway.web.oidc import OidcError, OidcSettings, OidcVerifier, claim_grants
 from tests.gateway.web.conftest import page_config, parse_html
 from tests.support.gateway import Sandgate
 
@@ -46,11 +50,30 @@ class Issuer:
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
-    def token(self, key=None, **claims) -> str:
+    def claims(self, **claims) -> dict:
         now = int(time.time())
-        body = {"iss": self.url, "aud": AUDIENCE, "sub": "u-1", "email": "dana@example.com", "iat": now,
+        return {"iss": self.url, "aud": AUDIENCE, "sub": "u-1", "email": "dana@example.com", "iat": now,
                 "exp": now + 600, "groups": ["staff", "sandgate-approvers"], **claims}
-        return jwt.encode(body, key or self.key, algorithm="RS256", headers={"kid": "k1"})
+
+    def token(self, key=None, **claims) -> str:
+        return jwt.encode(self.claims(**claims), key or self.key, algorithm="RS256", headers={"kid": "k1"})
+
+    def forged(self, how: str) -> str:
+        """A token with valid claims and the issuer's key id that no verifier may accept: unsigned (`alg` none,
+        in any case) or HMAC-signed with the issuer's public key as the secret (key confusion)."""
+        def b64url(data: bytes) -> bytes:
+            return base64.urlsafe_b64encode(data).rstrip(b"=")
+
+        alg = {"none": "none", "None": "None", "NONE": "NONE"}.get(how, "HS256")
+        head = b64url(json.dumps({"alg": alg, "typ": "JWT", "kid": "k1"}).encode())
+        signing_input = head + b"." + b64url(json.dumps(self.claims()).encode())
+        if alg != "HS256":
+            return (signing_input + b".").decode()
+        public = self.key.public_key()
+        secret = {"hs256-spki-pem": public.public_bytes(Encoding.PEM, PublicFormat.SubjectPublicKeyInfo),
+                  "hs256-pkcs1-pem": public.public_bytes(Encoding.PEM, PublicFormat.PKCS1),
+                  "hs256-spki-der": public.public_bytes(Encoding.DER, PublicFormat.SubjectPublicKeyInfo)}[how]
+        return (signing_input + b"." + b64url(hmac.new(secret, signing_input, hashlib.sha256).digest())).decode()
 
 
 @pytest.fixture(scope="module")
@@ -91,6 +114,32 @@ def test_oidc_token_signed_by_another_key_is_refused(oidc_gate):
     gate, issuer = oidc_gate
     other = rsa.generate_private_key(public_exponent=65537, key_size=2048)
     assert try_login(gate, issuer.token(key=other)).status_code == 401
+
+
+FORGERIES = ["none", "None", "NONE", "hs256-spki-pem", "hs256-pkcs1-pem", "hs256-spki-der"]
+
+
+@pytest.mark.parametrize("how", FORGERIES)
+def test_oidc_unsigned_and_key_confusion_tokens_never_log_in(oidc_gate, how):
+    gate, issuer = oidc_gate
+    r = try_login(gate, issuer.forged(how))
+    assert r.status_code == 401 and "set-cookie" not in {k.lower() for k in r.headers}
+
+
+@pytest.fixture(scope="module")
+def verifier():
+    issuer = Issuer()
+    yield OidcVerifier(OidcSettings.from_config({"issuer": issuer.url, "audience": AUDIENCE})), issuer
+    issuer.server.shutdown()
+
+
+@pytest.mark.parametrize("how", FORGERIES)
+def test_verifier_refuses_unsigned_and_key_confusion_tokens(verifier, how):
+    """In process (no sandgate): the verifier against the loopback issuer. The same issuer's real token passes."""
+    check, issuer = verifier
+    assert check.verify_sync(issuer.token())[0] == "dana@example.com"
+    with pytest.raises(OidcError):
+        check.verify_sync(issuer.forged(how))
 
 
 def test_sandgate_tokens_still_work_next_to_oidc(oidc_gate):

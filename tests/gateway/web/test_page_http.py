@@ -74,6 +74,32 @@ def test_sse_announces_filed_items(sg):
     assert any(a.text() == "deploy sse" for a in frag.find_all("a"))
 
 
+def test_page_posts_need_the_login_csrf_token_and_a_same_origin(sg):
+    """The CSRF wiring as any HTTP client meets it (the browser test checks the same through Chromium): a POST
+    with the login cookie but without the form's token, with another login's token, cross-site or from another
+    origin is 403 and decides nothing; with the token it decides."""
+    s = http_login(sg, sg.approver)
+    other = http_login(sg, sg.approver)
+    sess = sg.session(allow=[])
+    aid = file_toolcall(sg, sess["id"], {"target": "csrf-http"})
+    token = csrf_of(s.get(f"{sg.api}/approvals/{aid}").text)
+    foreign = csrf_of(other.get(f"{sg.api}/approvals/{aid}").text)
+    assert len(token) >= 32 and token != foreign
+    url = f"{sg.api}/approvals/{aid}/approve"
+    for data, headers in [({}, {}), ({"csrf_token": ""}, {}), ({"csrf_token": "0" * len(token)}, {}),
+                          ({"csrf_token": foreign}, {}),
+                          ({"csrf_token": token}, {"Sec-Fetch-Site": "cross-site"}),
+                          ({"csrf_token": token}, {"Origin": "http://evil.test"})]:
+        r = s.post(url, data={"reason": "x", **data}, headers=headers, allow_redirects=False)
+        assert r.status_code == 403, (data, headers, r.status_code)
+    assert s.post(f"{sg.api}/logout", allow_redirects=False).status_code == 403
+    assert sg.call("GET", f"/v1/approvals/{aid}", sg.approver).json()["status"] == "pending"
+    r = s.post(url, data={"csrf_token": token}, headers={"Origin": sg.api, "Sec-Fetch-Site": "same-origin"},
+               allow_redirects=False)
+    assert r.status_code == 303
+    assert sg.call("GET", f"/v1/approvals/{aid}", sg.approver).json()["status"] == "approved"
+
+
 def test_history_filters_by_session_kind_and_state(sg):
     s = http_login(sg, sg.approver)
     sess_a, sess_b = sg.session(allow=[]), sg.session(allow=[])
