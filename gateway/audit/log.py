@@ -6,12 +6,12 @@ the gateway refuses new requests (503 `audit.unavailable`): a gateway that canno
 """
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from typing import Any
 
 from gateway.audit.rows import storable
+from gateway.runtime.batches import BatchWriter
 from gateway.store import Store
 
 log = logging.getLogger("sandgate.audit")
@@ -28,22 +28,14 @@ def audit_status(pending: int, max_pending: int, writing: bool) -> str:
     return "ok" if writing else "degraded"
 
 
-class AuditLog:
+class AuditLog(BatchWriter[list[dict]]):
     def __init__(self, store: Store, flush_interval_s: float = 0.1, max_batch: int = 100,
                  max_pending: int = 100_000):
+        super().__init__("sandgate-audit", flush_interval_s, max_batch, retry_s=RETRY_S)
         self._store = store
-        self._interval = flush_interval_s
-        self._max_batch = max_batch
         self.max_pending = max_pending
         self._pending: list[dict] = []
         self._inflight: list[dict] = []       # the batch being written (readers see it until it is stored)
-        self._wake = asyncio.Event()
-        self._task: asyncio.Task | None = None
-        self._lock = asyncio.Lock()
-        self.writing = True                 # false while the last write failed
-
-    def start(self) -> None:
-        self._task = asyncio.create_task(self._run(), name="sandgate-audit")
 
     @property
     def pending(self) -> int:
@@ -70,7 +62,7 @@ class AuditLog:
         row["detail"] = dict(row["detail"] or {})
         self._pending.append(row)
         if len(self._pending) >= self._max_batch:
-            self._wake.set()
+            self._wake()
         return row
 
     def queued(self, kind: str, session: str) -> list[dict]:
@@ -78,26 +70,27 @@ class AuditLog:
         included: a reader never misses a row between the queue and the store)."""
         return [dict(r) for r in self._inflight + self._pending if r["kind"] == kind and r["session"] == session]
 
-    async def flush(self) -> bool:
-        """Write what is pending, batch by batch; stop at the first failure (rows kept). True when all written."""
-        async with self._lock:
-            while self._pending:
-                batch, self._pending = self._pending[: self._max_batch], self._pending[self._max_batch:]
-                self._inflight = batch
-                try:
-                    await self._write(batch)
-                except Exception:  # noqa: BLE001 - keep the rows and retry; never lose audit silently
-                    self._pending[:0] = batch
-                    if self.writing:
-                        log.exception("audit write failed; %d rows kept for retry", len(self._pending))
-                    self.writing = False
-                    return False
-                finally:
-                    self._inflight = []
-            if not self.writing:
-                log.warning("audit writes resumed")
-            self.writing = True
-            return True
+    # -- the batched writer (gateway/runtime/batches.py) ----------------------------------------------------
+    def _has_pending(self) -> bool:
+        return bool(self._pending)
+
+    def _take(self) -> list[dict]:
+        batch, self._pending = self._pending[: self._max_batch], self._pending[self._max_batch:]
+        self._inflight = batch
+        return batch
+
+    def _put_back(self, batch: list[dict]) -> None:
+        self._pending[:0] = batch
+
+    def _written(self, batch: list[dict]) -> None:
+        self._inflight = []
+
+    def _failed(self, batch: list[dict], exc: Exception) -> None:
+        if self.writing:
+            log.error("audit write failed; %d rows kept for retry", len(self._pending), exc_info=exc)
+
+    def _resumed(self) -> None:
+        log.warning("audit writes resumed")
 
     async def _write(self, batch: list[dict]) -> None:
         """Write one batch. When the store refuses it, write it again with every row made storable
@@ -125,24 +118,8 @@ class AuditLog:
         return await self._store.list_events(session=session, kind=kind, limit=limit, newest=newest,
                                              after_seq=after_seq)
 
-    async def _run(self) -> None:
-        while True:
-            try:
-                await asyncio.wait_for(self._wake.wait(), self._interval)
-            except asyncio.TimeoutError:
-                pass
-            self._wake.clear()
-            # Shielded: close() cancels this task, and a batch taken for writing must be stored or put back, not
-            # dropped half way. The flush runs on; close()'s own flush waits for it on the lock.
-            if not await asyncio.shield(self.flush()):
-                await asyncio.sleep(RETRY_S)
-
-    async def close(self) -> None:
-        if self._task:
-            self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
-        if not await self.flush():
+    async def close(self) -> bool:
+        if not await super().close():
             log.error("sandgate stopped with %d audit rows unwritten (the store is unreachable)", self.pending)
+            return False
+        return True

@@ -1,5 +1,6 @@
 """The decision log: every policy decision (id, time, kind, input with secrets redacted, result, policy
-revision, engine, latency in µs), written in batches off the hot path, like the audit writer (audit.py).
+revision, engine, latency in µs), written in batches off the hot path by the audit log's loop
+(gateway/runtime/batches.py).
 
 `record()` only appends to a list (no copy, no JSON, no redaction: those happen on the store's thread when
 the batch is written) and never raises. Past `max_pending` unwritten rows the oldest are dropped and counted,
@@ -17,6 +18,7 @@ import time
 from typing import Any
 
 from gateway.policy.readset import Shared, Stamped
+from gateway.runtime.batches import BatchWriter
 from gateway.store import Store
 from gateway.store.decisions import DecisionStore, RawJSON
 
@@ -224,26 +226,19 @@ def _shared(item: Shared, field: str | None) -> tuple:
     return out
 
 
-class DecisionLog:
+class DecisionLog(BatchWriter[tuple[list[tuple], list[dict]]]):
     """Rows are written in batches of up to `max_batch`, each one a hop to a thread (redaction) and one to the
     store's writer. On a busy loop a hop takes milliseconds: with 32-row batches the log fell behind at about
     1,600 decisions/s, and the thousands of inputs it held were walked by every full garbage collection."""
 
     def __init__(self, store: Store, flush_interval_s: float = 0.1, max_batch: int = 500,
                  max_pending: int = 100_000):
+        super().__init__("sandgate-decision-log", flush_interval_s, max_batch)
         self.store = DecisionStore(store)
-        self._interval = flush_interval_s
-        self._max_batch = max_batch
         self._max_pending = max_pending
         self._decisions: list[tuple] = []
         self._divergences: list[dict] = []
         self.dropped = 0
-        self._wake = asyncio.Event()
-        self._task: asyncio.Task | None = None
-        self._lock = asyncio.Lock()          # one flush at a time: one that returns has stored what it saw
-
-    def start(self) -> None:
-        self._task = asyncio.create_task(self._run(), name="sandgate-decision-log")
 
     def record(self, kind: str, input_doc: Any, result: dict, rev: str, engine: str, latency_us: int,
                decision_id: str, ts: float | None = None) -> None:
@@ -252,7 +247,7 @@ class DecisionLog:
             del self._decisions[: len(self._decisions) - self._max_pending]
             self.dropped += 1
         if len(self._decisions) >= self._max_batch:
-            self._wake.set()
+            self._wake()
 
     def record_divergence(self, decision_id: str, kind: str, input_doc: Any, live: dict, shadow: dict,
                           live_rev: str, shadow_rev: str) -> None:
@@ -283,34 +278,23 @@ class DecisionLog:
         self.store.append_decisions_sync(rows)
         self.store.append_divergences_sync(divergences)
 
-    async def flush(self) -> None:
-        async with self._lock:
-            while self._decisions or self._divergences:
-                decisions, self._decisions = self._decisions[: self._max_batch], self._decisions[self._max_batch:]
-                divergences, self._divergences = self._divergences, []
-                try:
-                    rows = await asyncio.to_thread(self._rows, decisions, divergences)
-                    await self.store.store.run_bulk(self._insert, *rows)
-                except Exception as exc:  # noqa: BLE001 - keep the rows and retry later; never raise into decide()
-                    log.error("decision log write failed (%d rows kept): %s", len(decisions), exc)
-                    self._decisions[:0] = decisions
-                    self._divergences[:0] = divergences
-                    return
+    # -- the batched writer (gateway/runtime/batches.py) ----------------------------------------------------
+    def _has_pending(self) -> bool:
+        return bool(self._decisions or self._divergences)
 
-    async def _run(self) -> None:
-        while True:
-            try:
-                await asyncio.wait_for(self._wake.wait(), self._interval)
-            except asyncio.TimeoutError:
-                pass
-            self._wake.clear()
-            await asyncio.shield(self.flush())  # close() cancels this task: a batch in flight is still stored
+    def _take(self) -> tuple[list[tuple], list[dict]]:
+        decisions, self._decisions = self._decisions[: self._max_batch], self._decisions[self._max_batch:]
+        divergences, self._divergences = self._divergences, []
+        return decisions, divergences
 
-    async def close(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
-        await self.flush()
+    async def _write(self, batch: tuple[list[tuple], list[dict]]) -> None:
+        rows = await asyncio.to_thread(self._rows, *batch)
+        await self.store.store.run_bulk(self._insert, *rows)
+
+    def _put_back(self, batch: tuple[list[tuple], list[dict]]) -> None:
+        self._decisions[:0] = batch[0]
+        self._divergences[:0] = batch[1]
+
+    def _failed(self, batch: tuple[list[tuple], list[dict]], exc: Exception) -> None:
+        # kept for retry at the next flush; never raised into decide()
+        log.error("decision log write failed (%d rows kept): %s", len(batch[0]), exc)
