@@ -19,7 +19,8 @@ import asyncio
 from collections import OrderedDict, deque
 from typing import Any, Awaitable, Callable, Iterable, Mapping
 
-from gateway.toolcalls.history import MAX_SESSION_PATHS, EventRow, PathRows
+from gateway.store.store import PathRows
+from gateway.toolcalls.history import MAX_SESSION_PATHS, EventRow
 
 Loader = Callable[[str], Awaitable[tuple[list[dict], list[dict]]]]
 Queued = Callable[[str], list[dict]]

@@ -26,7 +26,7 @@ from gateway.sessions.memory import SessionMemory
 from gateway.sessions.spec import STAT_KEYS, SessionSpec, new_session_id, session_status, sum_stats
 from gateway.store import Store
 from gateway.store.models import SessionRow
-from gateway.toolcalls.history import HISTORY_SIZE
+from gateway.toolcalls.history import HISTORY_SIZE, MAX_SESSION_PATHS
 
 
 class SessionCache:
@@ -133,9 +133,9 @@ class SessionRegistry:
         self._sync_lock = asyncio.Lock()        # one counter sync at a time (the once-a-second one, the last one)
         # While this process is the store's only writer (a SQLite file no other sandgate has joined) a
         # session's tool-call memory is kept here once loaded; otherwise every call reads the store.
-        self._memory = SessionMemory(lambda sid: store.toolcall_memory(sid, HISTORY_SIZE),
-                                     lambda sid: audit.queued("toolcall", sid),
-                                     authoritative=store.sole_writer, events=HISTORY_SIZE)
+        self._memory = SessionMemory(
+            lambda sid: store.toolcall_memory(sid, HISTORY_SIZE, max_paths=MAX_SESSION_PATHS),
+            lambda sid: audit.queued("toolcall", sid), authoritative=store.sole_writer, events=HISTORY_SIZE)
 
     # -- the one write sequence --------------------------------------------------------------------
     def _remember(self, row: Mapping[str, Any]) -> None:

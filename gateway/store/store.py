@@ -11,7 +11,7 @@ import json
 import time
 from collections import Counter
 from concurrent.futures import Executor, ThreadPoolExecutor
-from typing import Any, Callable, Optional, TypeVar
+from typing import Any, Callable, Iterable, Mapping, Optional, TypeVar
 
 from sqlalchemy import JSON, event, select, text, update
 from sqlalchemy.engine import Engine
@@ -23,14 +23,25 @@ from gateway.store.groupcommit import GroupCommit
 from gateway.store.presence import Presence
 from gateway.store.writer import PriorityWriter
 
-from gateway.sessions.spec import STAT_KEYS
-from gateway.toolcalls.history import MAX_SESSION_PATHS, PathRows
-from gateway.store.models import ApprovalRow, EventRow, RevocationRow, SessionPathRow, SessionRow, row_dict
+from gateway.store.models import (ApprovalRow, EventRow, RevocationRow, SessionPathRow, SessionRow, SessionStatsRow,
+                                  row_dict)
 
 T = TypeVar("T")
 
 _SESSIONS, _APPROVALS, _EVENTS, _PATHS = (m.__table__ for m in (SessionRow, ApprovalRow, EventRow, SessionPathRow))
 _PATH_COLS = ("session", "path", "kind", "target", "content", "ts")
+# A session's counters: the session_stats table's columns (gateway/sessions/spec.py names the same, STAT_KEYS).
+STAT_KEYS = tuple(c.name for c in SessionStatsRow.__table__.columns if c.name != "session")
+MAX_PATHS = 5000                     # distinct paths a session's tool-call memory keeps (callers pass their own)
+
+
+class PathRows(list):
+    """A session's path rows (oldest first), and whether some were left out (`truncated`: the session left more
+    distinct paths than are kept, so a path missing here may still have been written or linked)."""
+
+    def __init__(self, rows: Iterable[Mapping[str, Any]] = (), truncated: bool = False):
+        super().__init__(rows)
+        self.truncated = truncated
 
 
 class StoreError(Exception):
@@ -470,7 +481,7 @@ class Store:
         self._driver(work, commit=True)
 
     def _toolcall_memory(self, session: str, events: int, paths: int,
-                         max_paths: int = MAX_SESSION_PATHS) -> tuple[list[dict], PathRows]:
+                         max_paths: int = MAX_PATHS) -> tuple[list[dict], PathRows]:
         mark = placeholder(self.engine.dialect.paramstyle)
         fetched = self._driver_rows(
             f"SELECT {', '.join(self._RECENT_COLS)} FROM events WHERE session = {mark} AND kind = {mark} "
@@ -510,11 +521,12 @@ class Store:
         return recent, PathRows(older + [dict(zip(cols, values)) for values in newest if values[2] in kept],
                                 truncated)
 
-    async def toolcall_memory(self, session: str, events: int, paths: int = 500) -> tuple[list[dict], PathRows]:
+    async def toolcall_memory(self, session: str, events: int, paths: int = 500,
+                              max_paths: int = MAX_PATHS) -> tuple[list[dict], PathRows]:
         """A session's newest `events` tool-call events and its path rows (both oldest first), in one trip to the
         store's thread: a tool call needs both. The last row of each path the session left, the content only
-        of those among the newest `paths` rows; `truncated` past MAX_SESSION_PATHS distinct paths."""
-        return await self.read(self._toolcall_memory, session, events, paths)
+        of those among the newest `paths` rows; `truncated` past `max_paths` distinct paths."""
+        return await self.read(self._toolcall_memory, session, events, paths, max_paths)
 
     async def list_session_paths(self, session: str, limit: int = 500) -> list[dict]:
         """The session's newest `limit` path rows, oldest first."""

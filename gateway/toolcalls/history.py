@@ -74,15 +74,6 @@ def audit_facts(doc: Mapping[str, Any]) -> dict:
     return {"frozen": bool(session.get("frozen")), "writes": list(dict.fromkeys(writes))[:MAX_WRITES]}
 
 
-class PathRows(list):
-    """A session's path rows (oldest first), and whether some were left out (`truncated`: the session left more
-    distinct paths than are kept, so a path missing here may still have been written or linked)."""
-
-    def __init__(self, rows: Iterable[Mapping[str, Any]] = (), truncated: bool = False):
-        super().__init__(rows)
-        self.truncated = truncated
-
-
 def path_rows(session: str, effects: Effects, now: float) -> list[dict]:
     """Store rows for the links a call made and the files it wrote."""
     rows = [{"session": session, "path": path, "kind": "link", "target": target, "content": None, "ts": now}

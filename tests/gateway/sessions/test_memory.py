@@ -138,7 +138,7 @@ async def test_older_paths_keep_only_that_they_were_written_and_past_the_bound_t
 
 
 async def test_a_truncated_store_view_stays_truncated():
-    from gateway.toolcalls.history import PathRows
+    from gateway.store.store import PathRows
 
     view = PathRows([{"path": "/w/a", "kind": "file", "content": None}], truncated=True)
 

@@ -323,3 +323,18 @@ async def test_session_counters_for_many_sessions(store):
     assert len(totals) == len(sids)
     assert totals[sids[7]] == {"requests": 7, "denied": 0, "asked": 0, "bytes_out": 0, "bytes_in": 0, "toolcalls": 1}
     assert totals[sids[0]]["denied"] == 3
+
+
+def test_the_store_counts_what_a_session_spec_counts():
+    """The store reads its counters off its own session_stats table; sessions name the same ones."""
+    from gateway.sessions.spec import STAT_KEYS
+    from gateway.store.store import STAT_KEYS as STORE_STAT_KEYS
+
+    assert STORE_STAT_KEYS == STAT_KEYS
+
+
+def test_the_store_keeps_as_many_paths_as_tool_calls_read():
+    from gateway.store.store import MAX_PATHS
+    from gateway.toolcalls.history import MAX_SESSION_PATHS
+
+    assert MAX_PATHS == MAX_SESSION_PATHS
