@@ -6,50 +6,28 @@
 `Client()` finds sandgate the way the CLI does: `api_url` / `SANDGATE_API_URL` / the data dir's `listen.json`
 / `http://127.0.0.1:8700`, and the token `token` / `SANDGATE_TOKEN` / the data dir's `harness.token` (data dir:
 `data_dir` / `SANDGATE_DATA_DIR` / `./.sandgate`). Async on aiohttp; `sandgate.sync.SyncClient` wraps it.
+Requests go through `sandgate.transport.Transport`, the one client core every program of the harness side uses.
 """
 from __future__ import annotations
 
 import asyncio
 import functools
 import inspect
-import json
 import os
 import time
 from contextlib import asynccontextmanager
-from pathlib import Path
 from typing import Any, AsyncIterator, Awaitable, Callable, Iterable, Mapping, TypeVar
 
-import aiohttp
-
+from sandgate.transport import DEFAULT_API_URL, Transport, resolve_endpoint  # noqa: F401 - DEFAULT_API_URL: kept here
 from sandgate.types import (Approval, Conflict, Decision, Event, NotFound, SandgateError, SessionInfo, ToolDenied,
-                            Unauthorized, Unavailable, error_for)
+                            Unauthorized, Unavailable)
 
 __all__ = ["Client", "Session", "Decision", "Approval", "Event", "SessionInfo", "SandgateError", "Unauthorized",
            "NotFound", "Conflict", "Unavailable", "ToolDenied", "resolve_endpoint"]
 
-DEFAULT_API_URL = "http://127.0.0.1:8700"
 APPROVAL_POLL_S = 60.0           # one long poll of GET /v1/approvals/{id}?wait= (the server caps it at 300)
 EVENTS_POLL_S = 25.0             # one long poll of GET /v1/events?wait= (the server caps it at 60)
 F = TypeVar("F", bound=Callable[..., Any])
-
-
-def resolve_endpoint(api_url: str | None = None, token: str | None = None,
-                     data_dir: str | os.PathLike | None = None) -> tuple[str, str]:
-    """(API URL, token) from the arguments, the environment, then the data dir."""
-    ddir = Path(data_dir or os.environ.get("SANDGATE_DATA_DIR") or ".sandgate")
-    url = api_url or os.environ.get("SANDGATE_API_URL", "")
-    if not url:
-        try:
-            url = "http://" + json.loads((ddir / "listen.json").read_text())["api"]
-        except (OSError, ValueError, KeyError, TypeError):
-            url = DEFAULT_API_URL
-    tok = token or os.environ.get("SANDGATE_TOKEN", "")
-    if not tok:
-        try:
-            tok = (ddir / "harness.token").read_text().strip()
-        except OSError:
-            tok = ""
-    return url.rstrip("/"), tok
 
 
 class Client:
@@ -59,7 +37,7 @@ class Client:
                  data_dir: str | os.PathLike | None = None, timeout_s: float = 30.0):
         self.api_url, self.token = resolve_endpoint(api_url, token, data_dir)
         self.timeout_s = timeout_s
-        self._http: aiohttp.ClientSession | None = None
+        self.transport = Transport(self.api_url, self.token, timeout_s)
 
     async def __aenter__(self) -> "Client":
         return self
@@ -68,33 +46,12 @@ class Client:
         await self.close()
 
     async def close(self) -> None:
-        if self._http is not None:
-            await self._http.close()
-            self._http = None
+        await self.transport.close()
 
-    # -- transport -------------------------------------------------------------------------------
+    # -- transport (sandgate/transport.py) ------------------------------------------------------------
     async def request(self, method: str, path: str, body: Any = None, *, timeout_s: float | None = None) -> Any:
         """One API call: the decoded JSON (None for 204). Raises a `SandgateError` subclass otherwise."""
-        if self._http is None:
-            self._http = aiohttp.ClientSession(headers={"Authorization": f"Bearer {self.token}"})
-        timeout = aiohttp.ClientTimeout(total=timeout_s or self.timeout_s)
-        data = json.dumps(body, default=str) if body is not None else None
-        headers = {"Content-Type": "application/json"} if data is not None else None
-        try:
-            async with self._http.request(method, self.api_url + path, data=data, headers=headers,
-                                          timeout=timeout) as resp:
-                raw = await resp.read()
-                status = resp.status
-        except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
-            raise Unavailable(0, "unreachable", f"cannot reach sandgate at {self.api_url}: "
-                                                f"{exc.__class__.__name__}") from None
-        try:
-            payload = json.loads(raw) if raw else None
-        except ValueError:
-            payload = {"error": "bad_response", "detail": raw[:200].decode(errors="replace")}
-        if status >= 400:
-            raise error_for(status, payload)
-        return payload
+        return await self.transport.request(method, path, body, timeout_s=timeout_s)
 
     async def health(self) -> dict:
         return await self.request("GET", "/healthz", timeout_s=5.0)

@@ -28,6 +28,7 @@ from typing import Any, AsyncIterator, Mapping, Protocol, TextIO
 from sandgate.isolate import IsolatedNetwork, isolated_network, preflight
 from sandgate.isolation import IsolationError, isolated_env
 from sandgate.client import Client, Session
+from sandgate.transport import command_endpoint
 from sandgate.types import Event, SandgateError, Unavailable
 
 # Variables of the harness that never reach the sandboxed command.
@@ -304,13 +305,7 @@ def cmd_run(cfg: Any, args: Any) -> int:
         print("sandgate run: no command (sandgate run [OPTIONS] -- CMD [ARGS...])", file=sys.stderr)
         return 2
     explicit = bool(args.api_url)
-    api_url = (args.api_url or cfg.api_url).rstrip("/")
-    token = args.token or os.environ.get("SANDGATE_TOKEN", "")
-    if not token:
-        try:
-            token = (cfg.data_dir / "harness.token").read_text().strip()
-        except OSError:
-            token = ""
+    api_url, token = command_endpoint(args.api_url, args.token, cfg.api_url, cfg.data_dir)
     spec = RunSpec(cmd=cmd, allow=list(args.allow or []), secrets=list(args.secret or []),
                    workload=args.workload, ttl_s=args.ttl_s, isolate=args.isolate)
     try:

@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from typing import Any, Awaitable, Callable, Iterator, Mapping, TypeVar
 
 from sandgate.client import Client, call_args
-from sandgate.types import Approval, Decision, Event, SessionInfo, ToolDenied
+from sandgate.types import Approval, Decision, Event, NotFound, SessionInfo, ToolDenied
 
 T = TypeVar("T")
 F = TypeVar("F", bound=Callable[..., Any])
@@ -60,7 +60,10 @@ class SyncClient:
         try:
             yield session
         finally:
-            self._run(self.client._end_quietly(session.id))
+            try:
+                self.end_session(session.id)
+            except NotFound:
+                pass
 
     def get_session(self, sid: str) -> SessionInfo:
         return self._run(self.client.get_session(sid))

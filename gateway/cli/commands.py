@@ -5,22 +5,23 @@ from __future__ import annotations
 import argparse
 import asyncio
 import getpass
+import json
 import logging
 import os
 import sys
-from typing import Callable
+from typing import Any, Callable
 
 import jwt
 
 from gateway.api.timefmt import rfc3339
 from gateway.auth.tokens import DEFAULT_TTL_S, TokenSigner, load_or_create_key
-from gateway.cli.client import UNREACHABLE, ApiClient, print_result
 from gateway.config import Config, load_config
 from sandgate.mcp.command import cmd_mcp
 from gateway.policy import commands as policy_commands
 from sandgate.run import cmd_run
 from gateway.runtime.eventloop import loop_factory
 from gateway.cli.workers import run_workers, workers_refusal
+from sandgate.transport import SandgateError, command_endpoint, request_once
 
 Handler = Callable[[Config, argparse.Namespace], int]
 
@@ -113,68 +114,82 @@ def _revoke_token(cfg: Config, args: argparse.Namespace, jti: str) -> int:
         except Exception:  # noqa: BLE001 - not a readable token
             print("sandgate: that is neither a token id nor a readable token", file=sys.stderr)
             return 2
-    client = _client_or_fail(cfg, args)
-    if client is None:
+    api = _api_or_fail(cfg, args)
+    if api is None:
         return 2
-    try:
-        return print_result(*client.call("POST", "/v1/revocations", {"jti": jti}))
-    except UNREACHABLE as exc:
-        print(f"sandgate: cannot reach {client.base}: {exc}", file=sys.stderr)
-        return 1
+    return _answer(api, "POST", "/v1/revocations", {"jti": jti})
 
 
-# -- commands that talk to a running sandgate ------------------------------------------------------------------
-def _client_or_fail(cfg: Config, args: argparse.Namespace) -> ApiClient | None:
-    client = ApiClient.from_args(cfg.api_url, getattr(args, "api_url", None), getattr(args, "token", None))
-    if not client.token:
+# -- commands that talk to a running sandgate (sandgate/transport.py) -------------------------------------------
+Api = tuple[str, str]                   # (API URL, token)
+
+
+def _api_or_fail(cfg: Config, args: argparse.Namespace) -> Api | None:
+    api = command_endpoint(getattr(args, "api_url", None), getattr(args, "token", None), cfg.api_url)
+    if not api[1]:
         print("sandgate: no token (use --token or SANDGATE_TOKEN)", file=sys.stderr)
         return None
-    return client
+    return api
+
+
+def _failed(exc: SandgateError) -> int:
+    """One `sandgate: STATUS CODE: DETAIL` line on stderr (or why sandgate was not reached): exit 1."""
+    if exc.status == 0:
+        print(f"sandgate: {exc.detail}", file=sys.stderr)
+    else:
+        print(f"sandgate: {exc.status} {exc.code}: {exc.detail}", file=sys.stderr)
+    return 1
+
+
+def _answer(api: Api, method: str, path: str, body: Any = None) -> int:
+    """Make the call and print the JSON answer (0), or fail (1)."""
+    try:
+        answer = request_once(*api, method, path, body)
+    except SandgateError as exc:
+        return _failed(exc)
+    if answer is not None:
+        print(json.dumps(answer, indent=2))
+    return 0
+
+
+def _listing(api: Api, path: str, line: Callable[[dict], str]) -> int:
+    """GET a list and print one line per item (0), or fail (1)."""
+    try:
+        items = request_once(*api, "GET", path)
+    except SandgateError as exc:
+        return _failed(exc)
+    for item in items:
+        print(line(item))
+    return 0
 
 
 def cmd_approvals(cfg: Config, args: argparse.Namespace) -> int:
-    client = _client_or_fail(cfg, args)
-    if client is None:
+    api = _api_or_fail(cfg, args)
+    if api is None:
         return 2
-    try:
-        if args.approvals_cmd == "ls":
-            q = f"?status={args.status}" + (f"&session={args.session}" if args.session else "")
-            status, body = client.call("GET", "/v1/approvals" + q)
-            if status < 400:
-                for item in body:
-                    print(f"{item['id']}  {item['status']:9} {item['kind']:8} {item['session']}  {item['summary']}")
-                return 0
-            return print_result(status, body)
-        if args.approvals_cmd == "show":
-            return print_result(*client.call("GET", f"/v1/approvals/{args.id}"))
-        payload = {"reason": args.reason} if args.reason else {}
-        return print_result(*client.call("POST", f"/v1/approvals/{args.id}/{args.approvals_cmd}", payload))
-    except UNREACHABLE as exc:
-        print(f"sandgate: cannot reach {client.base}: {exc}", file=sys.stderr)
-        return 1
+    if args.approvals_cmd == "ls":
+        q = f"?status={args.status}" + (f"&session={args.session}" if args.session else "")
+        return _listing(api, "/v1/approvals" + q, lambda item: f"{item['id']}  {item['status']:9} {item['kind']:8} "
+                                                               f"{item['session']}  {item['summary']}")
+    if args.approvals_cmd == "show":
+        return _answer(api, "GET", f"/v1/approvals/{args.id}")
+    payload = {"reason": args.reason} if args.reason else {}
+    return _answer(api, "POST", f"/v1/approvals/{args.id}/{args.approvals_cmd}", payload)
 
 
 def cmd_secrets(cfg: Config, args: argparse.Namespace) -> int:
-    client = _client_or_fail(cfg, args)
-    if client is None:
+    api = _api_or_fail(cfg, args)
+    if api is None:
         return 2
-    try:
-        if args.secrets_cmd == "ls":
-            status, body = client.call("GET", "/v1/secrets")
-            if status < 400:
-                for item in body:
-                    print(f"{item['name']:20} {item['backend']:8} {','.join(item['hosts'])}")
-                return 0
-            return print_result(status, body)
-        if args.secrets_cmd == "rm":
-            return print_result(*client.call("DELETE", f"/v1/secrets/{args.name}"))
-        if args.secrets_cmd == "put":
-            value = sys.stdin.read().rstrip("\n") if args.from_stdin else getpass.getpass(f"value for {args.name}: ")
-            hosts = [h.strip() for h in args.hosts.split(",") if h.strip()]
-            return print_result(*client.call("PUT", f"/v1/secrets/{args.name}", {"value": value, "hosts": hosts}))
-    except UNREACHABLE as exc:
-        print(f"sandgate: cannot reach {client.base}: {exc}", file=sys.stderr)
-        return 1
+    if args.secrets_cmd == "ls":
+        return _listing(api, "/v1/secrets", lambda item: f"{item['name']:20} {item['backend']:8} "
+                                                         f"{','.join(item['hosts'])}")
+    if args.secrets_cmd == "rm":
+        return _answer(api, "DELETE", f"/v1/secrets/{args.name}")
+    if args.secrets_cmd == "put":
+        value = sys.stdin.read().rstrip("\n") if args.from_stdin else getpass.getpass(f"value for {args.name}: ")
+        hosts = [h.strip() for h in args.hosts.split(",") if h.strip()]
+        return _answer(api, "PUT", f"/v1/secrets/{args.name}", {"value": value, "hosts": hosts})
     return 2
 
 

@@ -24,6 +24,7 @@ from urllib.parse import urlsplit
 import anyio
 
 from sandgate.client import Client
+from sandgate.transport import command_endpoint
 from sandgate.types import SandgateError
 
 log = logging.getLogger("sandgate.mcp")
@@ -172,15 +173,11 @@ def cmd_mcp(cfg: Any, args: Any) -> int:
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(OneLineFormatter("sandgate mcp: %(levelname)s %(message)s"))
     logging.basicConfig(level=logging.WARNING, handlers=[handler])
-    api_url = (args.api_url or cfg.api_url).rstrip("/")
-    token = args.token or os.environ.get("SANDGATE_TOKEN", "")
+    api_url, token = command_endpoint(args.api_url, args.token, cfg.api_url, cfg.data_dir)
     if not token:
-        try:
-            token = (cfg.data_dir / "harness.token").read_text().strip()
-        except OSError:
-            print("sandgate mcp: no harness token (use --token, SANDGATE_TOKEN or the data dir's harness.token)",
-                  file=sys.stderr)
-            return 2
+        print("sandgate mcp: no harness token (use --token, SANDGATE_TOKEN or the data dir's harness.token)",
+              file=sys.stderr)
+        return 2
     try:
         return anyio.run(proxy_main, args, api_url, token)
     except KeyboardInterrupt:
