@@ -1,16 +1,55 @@
-"""The layering is written down as import-linter contracts (pyproject.toml) and checked on every run."""
+"""The layering is written down as import-linter contracts (pyproject.toml) and checked on every run; a wrong
+import breaks it (checked on a copy of the tree with one import added)."""
 from __future__ import annotations
 
+import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
+LINT = Path(sys.executable).with_name("lint-imports")
+
+
+def lint(cwd: Path, env: dict | None = None) -> subprocess.CompletedProcess:
+    assert LINT.exists(), "import-linter is a test dependency: pip install -e '.[test]'"
+    return subprocess.run([str(LINT), "--no-cache"], cwd=cwd, capture_output=True, text=True, timeout=300,
+                          env=env)
 
 
 def test_import_contracts_are_kept():
-    lint = Path(sys.executable).with_name("lint-imports")
-    assert lint.exists(), "import-linter is a test dependency: pip install -e '.[test]'"
-    out = subprocess.run([str(lint), "--no-cache"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    out = lint(ROOT)
     assert out.returncode == 0, out.stdout + out.stderr
     assert " 0 broken" in out.stdout, out.stdout
+
+
+# (module the import is added to, the import, the contract it breaks)
+WRONG = [
+    ("gateway/store/bulk.py", "import gateway.sessions.spec", "Layers:"),                 # a service reaching up
+    ("gateway/runtime/ids.py", "import gateway.app", "Only the CLI imports the composition root"),
+    ("broker/specs.py", "import gateway.config", "The broker never imports the gateway"),
+    ("sandgate/types.py", "import gateway.sessions.spec", "The harness side (sandgate)"),
+    ("gateway/approvals/rules.py", "import sqlalchemy", "Pure cores import no service"),
+    ("gateway/audit/log.py", "import aiohttp", "Services import neither aiohttp"),
+    ("gateway/api/errors.py", "import gateway.egress.targets", "Layers:"),               # siblings: independent
+    ("gateway/store/bulk.py", "import gateway.store.store", "No import cycles"),           # store.py imports bulk
+]
+
+
+@pytest.mark.parametrize("path,line,contract", WRONG, ids=[w[0] + ": " + w[1] for w in WRONG])
+def test_a_wrong_import_breaks_a_contract(tmp_path, path, line, contract):
+    for package in ("gateway", "broker", "sandgate"):
+        shutil.copytree(ROOT / package, tmp_path / package, ignore=shutil.ignore_patterns("__pycache__", "static",
+                                                                                           "templates"))
+    shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    assert lint(tmp_path, env).returncode == 0            # the copy is the tree (the copy, not the checkout, is read)
+    target = tmp_path / path
+    target.write_text(target.read_text() + f"\n{line}  # noqa: E402\n")
+    out = lint(tmp_path, env)
+    assert out.returncode != 0, out.stdout
+    broken = [ln for ln in out.stdout.splitlines() if " BROKEN" in ln]
+    assert len(broken) >= 1 and any(ln.startswith(contract) for ln in broken), out.stdout
