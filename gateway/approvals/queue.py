@@ -87,12 +87,6 @@ class ApprovalQueue:
             self._index.load(pending + approved)
             self._loaded = True
 
-    def on_changed(self, row: Mapping[str, Any], what: str = "changed") -> None:
-        """An item changed elsewhere (another replica's change notification, with the row as stored now):
-        index it, wake its waiters, tell the subscribers."""
-        self._index.put(row)
-        self.changed(row["id"], what)
-
     # -- notifications ---------------------------------------------------------------------------
     def _event(self, aid: str) -> asyncio.Event:
         ev = self._events.get(aid)

@@ -263,12 +263,6 @@ def case_variant_in(head: bytes, scrub: dict[bytes, bytes]) -> bool:
     return any(real.lower() in lowered for real in scrub)
 
 
-def case_variant_in_head(response: http.Response, scrub: dict[bytes, bytes]) -> bool:
-    """Whether a real value is still in the (scrubbed) head in another letter case (the scrubber matches exact
-    case only; HTTP/2 lowercases header names, servers may fold case)."""
-    return case_variant_in(head_bytes(response), scrub)
-
-
 def _scrub_fields(fields: tuple[tuple[bytes, bytes], ...], scrubber: Scrubber,
                   ) -> list[tuple[bytes, bytes]] | None:
     """The header fields with names and values scrubbed, or None when nothing changed."""

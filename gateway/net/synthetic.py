@@ -40,12 +40,6 @@ class SyntheticNames:
         """The name the session was given `addr` for, or None (then the address stands for itself)."""
         return self._by_addr.get(sid, {}).get(addr)
 
-    def in_pool(self, addr: str) -> bool:
-        try:
-            return ipaddress.ip_address(addr) in self._pool
-        except ValueError:
-            return False
-
     def forget(self, sid: str) -> None:
         self._by_name.pop(sid, None)
         self._by_addr.pop(sid, None)

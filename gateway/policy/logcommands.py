@@ -59,10 +59,6 @@ def opa_decision_log_entry(row: dict) -> dict:
     }
 
 
-def kind_of(row: dict) -> str:
-    return row["kind"]
-
-
 def summarise_change(old: dict, new: dict) -> str | None:
     """None when the decisions agree (action and codes), else 'allow -> deny [codes] -> [codes]'."""
     if old.get("action") == new.get("action") and sorted(old.get("codes", [])) == sorted(new.get("codes", [])):

@@ -48,8 +48,6 @@ CLIENTS: dict[str, _Client] = {
     "redis-cli": _Client((), ("--eval",), _COMMON_INFO + ("--scan", "--bigkeys", "--memkeys", "--stat",
                                                           "--latency"), dialect="redis"),
 }
-_REDIS_ARGS = frozenset("-h -p -s -a -u -n -r -i -d -D --user --pass --askpass --tls --cacert --cert --key "
-                        "--pattern --count --eval -e".split())
 
 
 @dataclass
@@ -191,15 +189,3 @@ def _mongo_kinds(code: str) -> dict:
     unbounded += ["UPDATE"] if re.search(r"\.updateMany\s*\(\s*\{\s*\}", code) else []
     return {"parsed": bool(kinds) or not code.strip(), "kinds": kinds, "unbounded": unbounded}
 
-
-def redis_operands(words: list[str]) -> list[str]:
-    """redis-cli's command words (its options and their values skipped)."""
-    out, i = [], 0
-    while i < len(words):
-        word = words[i]
-        if word.startswith("-") and not out:
-            i += 2 if word in _REDIS_ARGS else 1
-            continue
-        out.append(word)
-        i += 1
-    return out

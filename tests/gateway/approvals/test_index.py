@@ -10,6 +10,7 @@ import pytest
 
 from gateway.approvals.index import BindingIndex, live
 from gateway.approvals.queue import ApprovalQueue
+from gateway.store.changes import Change
 from gateway.store.models import ApprovalRow
 from tests.gateway.approvals.test_queue import ask
 from tests.support.services import open_services
@@ -72,7 +73,7 @@ async def test_an_approval_made_elsewhere_is_used_once_announced(svc):
     # another replica approves it (a direct store change), and its notification arrives with the row
     assert await svc.store.cas_approval(first.row["id"], "pending", {"status": "approved", "decided_by": "approver:x",
                                                                      "decided_at": time.time()})
-    queue.on_changed(await svc.store.get_approval(first.row["id"]), "decided")
+    await queue.on_change(Change("approval", first.row["id"], "decided"))
     used = await queue.request_approval(req)
     assert used.reused and used.row["id"] == first.row["id"]
 

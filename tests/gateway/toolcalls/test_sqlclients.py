@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gateway.toolcalls.sql import describe_sql, sql_side_effects
-from gateway.toolcalls.sqlclients import redis_operands, sql_client
+from gateway.toolcalls.sqlclients import sql_client
 
 
 def use(name, values=None, operands=(), flags=(), stdin=None, given_=False, files=None):
@@ -65,7 +65,6 @@ def test_redis_and_mongo():
     assert use("mongosh", {"--eval": ["db.c.find()"]}).facts()["kinds"] == ["SELECT"]
     assert use("mongosh", {"--eval": ["db.c.deleteMany({})"]}).facts()["unbounded"] == ["DELETE"]
     assert use("mongosh", {"--eval": ["db.c.deleteMany({a: 1})"]}).facts()["unbounded"] == []
-    assert redis_operands(["-h", "x", "-n", "1", "del", "k"]) == ["del", "k"]
 
 
 @pytest.mark.parametrize("query, unbounded", [
