@@ -18,8 +18,8 @@ from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from broker.local import LocalBackend
-from broker.sources import (FORBIDDEN, INVALID, NOT_FOUND, UNAVAILABLE, SecretUnavailable, Source, VaultRef, _checked,
-                            parse_source)
+from broker.sources import (FORBIDDEN, INVALID, NOT_FOUND, UNAVAILABLE, SecretUnavailable, Source, VaultRef,
+                            checked_secret, parse_source)
 from broker.vault import VaultBackend
 
 __all__ = ["FORBIDDEN", "INVALID", "NOT_FOUND", "UNAVAILABLE", "Backend", "CachedResolver", "EnvBackend",
@@ -85,7 +85,7 @@ class CachedResolver:
             if backend is None:
                 raise SecretUnavailable(UNAVAILABLE, f"no {source.kind} backend configured")
             try:
-                value = _checked(await backend.get(source.ref), key)
+                value = checked_secret(await backend.get(source.ref), key)
             except SecretUnavailable:
                 raise
             except Exception as exc:  # a backend bug must not leak as a stack trace or a stale value

@@ -17,7 +17,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from broker.sources import INVALID, NOT_FOUND, UNAVAILABLE, _LOCAL_NAME, SecretUnavailable, _checked, _new_value
+from broker.sources import (INVALID, LOCAL_NAME, NOT_FOUND, UNAVAILABLE, SecretUnavailable, checked_secret,
+                            valid_new_secret)
 
 
 class LocalBackend:
@@ -80,7 +81,7 @@ class LocalBackend:
             raise SecretUnavailable(UNAVAILABLE, f"local: cannot decrypt {name!r} with this key") from None
         if not isinstance(sealed, dict) or sealed.get("name") != name:  # a value moved to another name
             raise SecretUnavailable(INVALID, f"local: stored entry for {name!r} does not belong to it")
-        return _checked(sealed.get("value"), f"local: {name}")
+        return checked_secret(sealed.get("value"), f"local: {name}")
 
     def _write(self, name: str, value: str | None, hosts: Iterable[str] = ()) -> bool:
         try:
@@ -116,7 +117,7 @@ class LocalBackend:
     async def put(self, name: str, value: str, hosts: Iterable[str] = ()) -> None:
         if isinstance(hosts, str) or not all(isinstance(h, str) and h for h in hosts):
             raise ValueError("hosts must be a list of non-empty strings")
-        await asyncio.to_thread(self._write, _local_name(name), _new_value(value), list(hosts))
+        await asyncio.to_thread(self._write, _local_name(name), valid_new_secret(value), list(hosts))
 
     async def delete(self, name: str) -> None:
         if not await asyncio.to_thread(self._write, _local_name(name), None):
@@ -129,7 +130,7 @@ class LocalBackend:
 
 
 def _local_name(name: str) -> str:
-    if not isinstance(name, str) or not _LOCAL_NAME.match(name):
+    if not isinstance(name, str) or not LOCAL_NAME.match(name):
         raise ValueError(f"bad local secret name {name!r}: use letters, digits, '_', '.', '-'")
     return name
 

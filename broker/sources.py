@@ -14,7 +14,7 @@ UNAVAILABLE = "secret.backend_unavailable"
 FORBIDDEN = "secret.forbidden"
 INVALID = "secret.invalid"
 
-_LOCAL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}\Z")
+LOCAL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}\Z")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _VAULT_SEGMENT = re.compile(r"[A-Za-z0-9_.@+=-]+\Z")
 
@@ -64,20 +64,22 @@ def parse_source(text: str) -> Source:
             if not _VAULT_SEGMENT.match(segment) or segment in (".", ".."):
                 raise ValueError(f"secret source {text!r}: bad path segment or key {segment!r}")
         return Source("vault", VaultRef(segments[0], "/".join(segments[1:]), key))
-    if kind == "local" and _LOCAL_NAME.match(rest):
+    if kind == "local" and LOCAL_NAME.match(rest):
         return Source("local", rest)
     if kind == "env" and _ENV_NAME.match(rest):
         return Source("env", rest)
     raise ValueError(f"secret source {text!r}: want vault:MOUNT/PATH#KEY, local:NAME or env:VAR")
 
 
-def _checked(value: Any, where: str) -> str:
+def checked_secret(value: Any, where: str) -> str:
+    """A value read from a backend, if it is a secret (a non-empty string); else SecretUnavailable naming `where`."""
     if not isinstance(value, str) or not value:
         raise SecretUnavailable(INVALID, f"{where} is not a non-empty string")
     return value
 
 
-def _new_value(value: Any) -> str:
+def valid_new_secret(value: Any) -> str:
+    """A value about to be stored, if it is a secret (a non-empty string); else ValueError."""
     if not isinstance(value, str) or not value:
         raise ValueError("a secret value must be a non-empty string")
     return value

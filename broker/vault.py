@@ -12,8 +12,8 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from broker.sources import (FORBIDDEN, NOT_FOUND, UNAVAILABLE, SecretUnavailable, VaultRef, _checked, _new_value,
-                            parse_source)
+from broker.sources import (FORBIDDEN, NOT_FOUND, UNAVAILABLE, SecretUnavailable, VaultRef, checked_secret,
+                            parse_source, valid_new_secret)
 
 
 class VaultBackend:
@@ -93,7 +93,7 @@ class VaultBackend:
             raise SecretUnavailable(UNAVAILABLE, f"vault: unexpected response for {ref.mount}/{ref.path}") from None
         if not isinstance(data, Mapping) or ref.key not in data:
             raise SecretUnavailable(NOT_FOUND, f"vault: no key {ref.key!r} at {ref.mount}/{ref.path}")
-        return _checked(data[ref.key], f"vault: {ref}")
+        return checked_secret(data[ref.key], f"vault: {ref}")
 
     def _write(self, ref: VaultRef, value: str) -> None:
         try:
@@ -114,4 +114,4 @@ class VaultBackend:
     async def put(self, ref: VaultRef | str, value: str) -> None:
         """Set one key of a KV v2 secret, keeping its other keys (tests, tooling)."""
         ref = ref if isinstance(ref, VaultRef) else parse_source(f"vault:{ref}").ref
-        await asyncio.to_thread(self._write, ref, _new_value(value))
+        await asyncio.to_thread(self._write, ref, valid_new_secret(value))

@@ -59,7 +59,7 @@ class PolicyEngine(Protocol):
 # Builtins whose result changes between two evaluations of the same input (the clock, randomness, the network;
 # io.jwt.decode_verify and x509 verification check expiry against the clock): a policy using any of them is
 # never served from the decision cache. Rego allows spaces around the dots of a reference.
-_IMPURE = re.compile(r"\b(time\s*\.\s*now_ns|rand\s*\.|uuid\s*\.|http\s*\.\s*send|opa\s*\.\s*runtime"
+IMPURE = re.compile(r"\b(time\s*\.\s*now_ns|rand\s*\.|uuid\s*\.|http\s*\.\s*send|opa\s*\.\s*runtime"
                      r"|net\s*\.\s*lookup_ip_addr|io\s*\.\s*jwt\s*\.\s*decode_verify"
                      r"|crypto\s*\.\s*x509\s*\.\s*parse_and_verify)")
 
@@ -88,7 +88,7 @@ class DecisionCache:
 
     def configure(self, source: PolicySource) -> None:
         texts = [t for _, t in source.modules]
-        self.enabled = _IMPURE.search("\n".join(texts)) is None
+        self.enabled = IMPURE.search("\n".join(texts)) is None
         self.set_reads(scan_reads(texts, ENTRYPOINTS.values()))
 
     def set_reads(self, reads: frozenset | None) -> None:

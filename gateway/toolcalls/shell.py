@@ -33,7 +33,7 @@ from typing import Any
 import tree_sitter_bash as tsb
 from tree_sitter import Language, Node, Parser
 
-from gateway.toolcalls.words import _ansi_c, _unescape_dq, _unescape_word
+from gateway.toolcalls.words import ansi_c, unescape_dq, unescape_word
 
 __all__ = ["MAX_LENGTH", "parse_shell"]
 
@@ -386,11 +386,11 @@ class _Walker:
     def text(self, node: Node) -> str:
         kind = node.type
         if kind == "word":
-            return _unescape_word(self.raw(node))
+            return unescape_word(self.raw(node))
         if kind == "raw_string":
             return self.raw(node)[1:-1]
         if kind == "ansi_c_string":
-            return _ansi_c(self.raw(node)[2:-1])
+            return ansi_c(self.raw(node)[2:-1])
         if kind in ("string", "translated_string"):
             return self.joined(node, quoted=True)
         if kind in ("concatenation", "command_name"):
@@ -399,12 +399,12 @@ class _Walker:
 
     def joined(self, node: Node, quoted: bool) -> str:
         out, pos = [], node.start_byte
-        unescape = _unescape_dq if quoted else _unescape_word
+        unescape = unescape_dq if quoted else unescape_word
         for child in node.children:
             if child.start_byte > pos:
                 out.append(unescape(self.data[pos:child.start_byte].decode("utf-8", "replace")))
             if child.type == "string_content":
-                out.append(_unescape_dq(self.raw(child)))
+                out.append(unescape_dq(self.raw(child)))
             elif not (quoted and child.type in ('"', '$"')):
                 out.append(self.text(child) if child.is_named else self.raw(child))
             pos = child.end_byte

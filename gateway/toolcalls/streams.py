@@ -6,7 +6,7 @@ import base64
 import binascii
 import re
 
-from gateway.toolcalls.words import _ansi_c
+from gateway.toolcalls.words import ansi_c
 
 MAX_TEXT = 64 * 1024
 
@@ -20,7 +20,7 @@ def echo_text(argv: list[str]) -> str:
         words = words[1:]
     text = " ".join(words)
     if escapes:
-        text = _ansi_c(text)
+        text = ansi_c(text)
     return text[:MAX_TEXT] + ("\n" if newline else "")
 
 
@@ -44,12 +44,12 @@ def printf_text(argv: list[str]) -> str | None:
             if match.group() == "%%":
                 return "%"
             value = next(values, "")
-            return _ansi_c(value) if match.group().endswith("b") else value
+            return ansi_c(value) if match.group().endswith("b") else value
 
         out.append(re.sub(r"%[-+ #0]*\d*(?:\.\d+)?[sbdicxXoufeEgG%]", fill, fmt))
         if len("".join(out)) > MAX_TEXT:
             break
-    return _ansi_c("".join(out))[:MAX_TEXT]
+    return ansi_c("".join(out))[:MAX_TEXT]
 
 
 def base64_text(text: str) -> str | None:

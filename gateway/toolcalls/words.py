@@ -8,25 +8,25 @@ import re
 import shlex
 
 
-def _split_words(text: str) -> list[str]:
+def split_words(text: str) -> list[str]:
     try:
         return shlex.split(text)
     except ValueError:
         return text.split()
 
 
-def _unescape_word(text: str) -> str:
+def unescape_word(text: str) -> str:
     return re.sub(r"\\(.)", r"\1", text, flags=re.S)
 
 
-def _unescape_dq(text: str) -> str:
+def unescape_dq(text: str) -> str:
     return re.sub(r'\\([\\"$`])', r"\1", text)
 
 
 _ANSI = {"n": "\n", "t": "\t", "r": "\r", "a": "\a", "b": "\b", "e": "\x1b", "E": "\x1b", "f": "\f", "v": "\v"}
 
 
-def _ansi_c(text: str) -> str:
+def ansi_c(text: str) -> str:
     def repl(match: re.Match) -> str:
         esc = match.group(1)
         try:

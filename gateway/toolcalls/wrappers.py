@@ -15,7 +15,7 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Callable
 
-from gateway.toolcalls.words import _split_words
+from gateway.toolcalls.words import split_words
 
 SHELLS = frozenset({"sh", "bash", "zsh", "dash", "ksh", "ash", "mksh", "yash", "fish", "tcsh", "csh", "rbash",
                     "busybox-sh", "posh", "oksh", "loksh", "elvish", "nu", "xonsh"})
@@ -237,7 +237,7 @@ def _strip_one(spec: _Spec, name: str, words: list[str], i: int, out: Unwrapped)
             out.argv = [] if name != "command" else words
             return False
         if key in ("-S", "--split-string") and name == "env":
-            split = _split_words(value or "")
+            split = split_words(value or "")
             break
         if key in scripts and value is not None:
             out.script = value

@@ -5,7 +5,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gateway.toolcalls.words import _ansi_c, _split_words, _unescape_dq, _unescape_word
+from gateway.toolcalls.words import ansi_c, split_words, unescape_dq, unescape_word
 
 
 @pytest.mark.parametrize("text, expected", [
@@ -18,7 +18,7 @@ from gateway.toolcalls.words import _ansi_c, _split_words, _unescape_dq, _unesca
     ("~/x", "~/x"),
 ])
 def test_unescape_word(text, expected):
-    assert _unescape_word(text) == expected
+    assert unescape_word(text) == expected
 
 
 @pytest.mark.parametrize("text, expected", [
@@ -30,7 +30,7 @@ def test_unescape_word(text, expected):
     ("a\\ b", "a\\ b"),
 ])
 def test_unescape_dq(text, expected):
-    assert _unescape_dq(text) == expected
+    assert unescape_dq(text) == expected
 
 
 @pytest.mark.parametrize("text, expected", [
@@ -46,7 +46,7 @@ def test_unescape_dq(text, expected):
     ("\\UFFFFFFFF", ""),         # beyond Unicode: dropped, never raises
 ])
 def test_ansi_c(text, expected):
-    assert _ansi_c(text) == expected
+    assert ansi_c(text) == expected
 
 
 @pytest.mark.parametrize("text, expected", [
@@ -56,12 +56,12 @@ def test_ansi_c(text, expected):
     ("", []),
 ])
 def test_split_words(text, expected):
-    assert _split_words(text) == expected
+    assert split_words(text) == expected
 
 
 @settings(max_examples=300, deadline=None)
 @given(st.text())
 def test_word_helpers_never_raise(text):
-    for helper in (_ansi_c, _unescape_dq, _unescape_word):
+    for helper in (ansi_c, unescape_dq, unescape_word):
         assert isinstance(helper(text), str)
-    assert all(isinstance(w, str) for w in _split_words(text))
+    assert all(isinstance(w, str) for w in split_words(text))
