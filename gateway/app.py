@@ -12,6 +12,7 @@ import gc
 import json
 import logging
 import signal
+import socket
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from typing import Any, Coroutine
@@ -20,11 +21,11 @@ from aiohttp import web
 
 from broker.broker import Broker
 from broker.registry import PlaceholderRegistry
-from gateway.api.state import ApiServices, PageSettings, ProxyEndpoint, TransparentEndpoint
+from gateway.api.state import ApiServices, PageSettings, PostgresEndpoint, ProxyEndpoint, TransparentEndpoint
 from gateway.approvals.queue import ApprovalQueue
 from gateway.audit.log import AuditLog
 from gateway.auth.tokens import HARNESS_TOKEN_TTL_S, Revocations, TokenSigner, TokenVerifier, load_or_create_key, write_private
-from gateway.store.changes import ChangeFeed, LocalChangeFeed, PgChangeFeed
+from gateway.store.changes import Change, ChangeFeed, LocalChangeFeed, PgChangeFeed
 from gateway.config import Config
 from gateway.egress.addon import EgressAddon, EgressDeps
 from gateway.egress.dns import DnsServer, open_resolver
@@ -48,6 +49,12 @@ from gateway.sessions.spec import proxy_authority
 from gateway.server import create_app
 from gateway.sessions.registry import SessionCache, SessionRegistry
 from gateway.store import Store, StoreError
+from gateway.postgres.bridge import ApiJudge
+from gateway.postgres.connection import GatewayDeps
+from gateway.postgres.registry import ConnectionRegistry
+from gateway.postgres.secrets import database_secrets
+from gateway.postgres.server import PostgresGateway, SessionLogins, StatementRecorder, postgres_socket, server_tls
+from gateway.postgres.settings import DatabaseSettings, postgres_authority
 
 log = logging.getLogger("sandgate")
 START_TIMEOUT_S = 30.0
@@ -59,6 +66,7 @@ class Listening:
     api: tuple[str, int]
     transparent: tuple[str, int] | None = None
     dns: tuple[str, int] | None = None
+    postgres: tuple[str, int] | None = None
 
 
 def _hostport(addr: tuple[str, int]) -> str:
@@ -251,13 +259,25 @@ async def open_gateway(cfg: Config, stack: AsyncExitStack, worker: bool = False,
     if transparent is not None and transparent_addr is not None and dns_addr is not None:
         endpoint = TransparentEndpoint(_hostport(transparent_addr), _hostport(dns_addr), transparent.sources)
 
+    pg_listen = cfg.proxy.postgres_listen
+    pg_endpoint = None
+    if pg_listen is not None:
+        pg_sock = postgres_socket(pg_listen, reuse_port=worker)        # bound now: its port goes into the sessions' URLs
+        pg_bound = pg_sock.getsockname()[:2]
+        pg_endpoint = PostgresEndpoint(postgres_authority(cfg.proxy.postgres_advertise, pg_bound),
+                                       {n: d.env_name for n, d in cfg.databases.items()})
     app = create_app(ApiServices(
         tokens=tokens, signer=signer, sessions=sessions, approvals=approvals, audit=audit, metrics=metrics,
         engine=engine, broker=broker, revocations=revocations,
-        proxy=ProxyEndpoint(proxy_authority(cfg.proxy.advertise_url, proxy_addr), ca_pem, endpoint),
+        proxy=ProxyEndpoint(proxy_authority(cfg.proxy.advertise_url, proxy_addr), ca_pem, endpoint, pg_endpoint),
         page=PageSettings(oidc=cfg.oidc, hold_timeout_s=cfg.egress.hold_timeout_s)))
     api_addr = await _start_api(stack, app, cfg.api.listen)
-    own_listeners[:] = [proxy_addr, api_addr] + [a for a in (transparent_addr, dns_addr) if a is not None]
+    postgres_addr = None
+    if pg_listen is not None and pg_endpoint is not None:
+        postgres_addr = await _start_postgres(stack, cfg, pg_sock, pg_endpoint.advertise, sessions, approvals,
+                                              audit, metrics, broker, signer, api_addr, feed)
+    own_listeners[:] = [proxy_addr, api_addr] + [a for a in (transparent_addr, dns_addr, postgres_addr)
+                                                 if a is not None]
 
     if not cfg.api.harness_token_file and not worker:
         token = signer.mint("harness", "harness", HARNESS_TOKEN_TTL_S)
@@ -265,6 +285,8 @@ async def open_gateway(cfg: Config, stack: AsyncExitStack, worker: bool = False,
     listen = {"proxy": f"{proxy_addr[0]}:{proxy_addr[1]}", "api": f"{api_addr[0]}:{api_addr[1]}"}
     if endpoint is not None:
         listen |= {"transparent": endpoint.listen, "dns": endpoint.dns}
+    if postgres_addr is not None:
+        listen["postgres"] = _hostport(postgres_addr)
     if not worker:
         (cfg.data_dir / "listen.json").write_text(json.dumps(listen))
 
@@ -274,7 +296,38 @@ async def open_gateway(cfg: Config, stack: AsyncExitStack, worker: bool = False,
     _background(stack, revocations.poll(2.0 if notified else 0.25), "sandgate-revocations")
     _background(stack, policy_revisions.announce(), "sandgate-policy-revisions")
     log.info("sandgate ready: proxy %s:%d, api %s:%d, policy rev %s", *proxy_addr, *api_addr, engine.rev)
-    return Listening(proxy_addr, api_addr, transparent_addr, dns_addr)
+    return Listening(proxy_addr, api_addr, transparent_addr, dns_addr, postgres_addr)
+
+
+async def _start_postgres(stack: AsyncExitStack, cfg: Config, sock: socket.socket, advertise: str,
+                          sessions: SessionRegistry, approvals: ApprovalQueue, audit: AuditLog, metrics: Metrics,
+                          broker: Broker, signer: TokenSigner, api_addr: tuple[str, int],
+                          feed: ChangeFeed) -> tuple[str, int]:
+    """The PostgreSQL gateway (gateway/postgres/). Until the tool-call gate lands, statements are decided by the
+    API's own tool-call handler, reached over loopback (gateway/postgres/bridge.py)."""
+    api_host = "127.0.0.1" if api_addr[0] in ("0.0.0.0", "::") else api_addr[0]
+    judge = ApiJudge(f"http://{_hostport((api_host, api_addr[1]))}",
+                     signer.mint("admin", "sandgate-postgres", HARNESS_TOKEN_TTL_S), approvals)
+    stack.push_async_callback(judge.close)
+    secrets = database_secrets(broker.resolver, cfg.databases.values(), cfg.broker.vault.as_mapping(),
+                               cfg.broker.cache_ttl_s)
+    registry = ConnectionRegistry()
+
+    async def password(db: DatabaseSettings) -> str:
+        return await secrets.get(db.password)
+
+    deps = GatewayDeps(databases=cfg.databases, logins=SessionLogins(sessions), password=password, judge=judge,
+                       recorder=StatementRecorder(audit, metrics), registry=registry,
+                       tls=server_tls(cfg.data_dir, advertise.rsplit(":", 1)[0].strip("[]")),
+                       elsewhere=lambda pid, key: feed.publish(Change("pgcancel", f"{pid}:{key}", "cancel")))
+    gateway = PostgresGateway(deps, sessions)
+    feed.subscribe("pgcancel", gateway)
+    sessions.watch_ends(gateway.session_ended)
+    bound = await gateway.start(cfg.proxy.postgres_listen or ("127.0.0.1", 0), sock=sock)
+    stack.push_async_callback(gateway.close)
+    _background(stack, gateway.sweep(), "sandgate-postgres-sweep")
+    log.info("postgres gateway on %s (advertised as %s)", _hostport(bound), advertise)
+    return bound
 
 
 GC_YOUNG = 10_000

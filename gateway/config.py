@@ -19,11 +19,14 @@ from typing import Any, Mapping
 from broker.specs import SecretSpec, parse_secret_specs
 from gateway.net.addresses import IPNetwork, parse_networks
 from gateway.net.hosts import AllowEntry, normalise_host, parse_allow_entry, split_hostport
+from gateway.postgres.settings import DatabaseSettings, parse_databases
 
 DEFAULTS: dict[str, Any] = {
     "proxy": {"listen": "127.0.0.1:8080", "advertise_url": "",
               # transparent capture (`sandgate run --isolate`, sandbox recipes): off unless both are set
-              "transparent_listen": "", "dns_listen": "", "transparent_sources": ["10.200.0.0/16"]},
+              "transparent_listen": "", "dns_listen": "", "transparent_sources": ["10.200.0.0/16"],
+              # the PostgreSQL gateway (gateway/postgres/): off while postgres_listen is empty
+              "postgres_listen": "", "postgres_advertise": ""},
     "api": {"listen": "127.0.0.1:8700", "harness_token_file": ""},
     "egress": {
         "private_allow": [],
@@ -43,6 +46,7 @@ DEFAULTS: dict[str, Any] = {
     "web": {"oidc": {"issuer": "", "audience": "", "approver_claim": "groups", "approver_value": ""}},
     "secrets": {},
     "broker": {"cache_ttl_s": 30.0},
+    "databases": {},
 }
 
 
@@ -126,6 +130,8 @@ class ProxySettings:
     listen: tuple[str, int]
     advertise_url: str = ""             # host:port sandboxes reach the proxy at; "" = the bound listener
     transparent: TransparentSettings | None = None      # None: no transparent listener, no resolver
+    postgres_listen: tuple[str, int] | None = None      # None: the PostgreSQL gateway is off
+    postgres_advertise: str = ""        # host:port sandboxes reach the PostgreSQL gateway at; "" = the listener
 
 
 @dataclass(frozen=True)
@@ -223,6 +229,7 @@ class Config:
     store_url: str                      # sqlite:///DATA_DIR/sandgate.db unless `store.url` says otherwise
     broker: BrokerSettings
     oidc: OidcSettings | None
+    databases: Mapping[str, DatabaseSettings] = MappingProxyType({})    # `[databases.NAME]`, validated
     path: Path | None = None
     raw: Mapping[str, Any] = MappingProxyType({})  # the merged document as read: diagnostics and tests only
 
@@ -310,7 +317,12 @@ def _proxy(px: Mapping[str, Any]) -> ProxySettings:
         if not sources:
             raise ValueError("proxy.transparent_sources must list the networks sandboxes connect from")
         transparent = TransparentSettings(parse_hostport(listen), parse_hostport(dns), sources)
-    return ProxySettings(parse_hostport(px["listen"]), str(px["advertise_url"] or ""), transparent)
+    pg_listen = str(px["postgres_listen"] or "").strip()
+    pg_adv = str(px["postgres_advertise"] or "").strip()
+    if pg_adv:
+        parse_hostport(pg_adv)
+    return ProxySettings(parse_hostport(px["listen"]), str(px["advertise_url"] or ""), transparent,
+                         parse_hostport(pg_listen) if pg_listen else None, pg_adv)
 
 
 def settings_from(raw: Mapping[str, Any], data_dir: Path, path: Path | None = None) -> Config:
@@ -331,7 +343,7 @@ def settings_from(raw: Mapping[str, Any], data_dir: Path, path: Path | None = No
         policy=_policy(raw["policy"]),
         store_url=str(raw["store"]["url"] or "") or f"sqlite:///{data_dir / 'sandgate.db'}",
         broker=broker, oidc=OidcSettings.from_config((raw.get("web") or {}).get("oidc") or {}),
-        raw=MappingProxyType(raw))
+        databases=MappingProxyType(parse_databases(raw["databases"])), raw=MappingProxyType(raw))
 
 
 def load_config(path: str | os.PathLike | None = None, data_dir: str | os.PathLike | None = None,

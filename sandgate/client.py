@@ -59,11 +59,14 @@ class Client:
     # -- sessions --------------------------------------------------------------------------------
     async def create_session(self, *, workload: str = "ephemeral", allow: Iterable[str] = (),
                              secrets: Iterable[str] = (), labels: Mapping[str, str] | None = None,
+                             databases: Iterable[str] = (),
                              ttl_s: int | None = None, workspace: str | None = None,
                              ca_path: str | None = None, source: str | None = None) -> "Session":
         """`source`: bind the session to the address its sandbox connects from (transparent capture)."""
         body: dict[str, Any] = {"workload": workload, "allow": list(allow), "secrets": list(secrets),
                                 "labels": dict(labels or {})}
+        if databases:
+            body["databases"] = list(databases)
         for key, value in (("ttl_s", ttl_s), ("workspace", workspace), ("ca_path", ca_path), ("source", source)):
             if value is not None:
                 body[key] = value

@@ -47,6 +47,7 @@ class RunSpec:
     cmd: list[str]
     allow: list[str] = field(default_factory=list)
     secrets: list[str] = field(default_factory=list)
+    databases: list[str] = field(default_factory=list)
     workload: str = "ephemeral"
     ttl_s: int | None = None
     isolate: bool = False
@@ -218,7 +219,7 @@ async def run(spec: RunSpec, *, api_url: str, token: str, explicit_url: bool, co
                 raise RunError(str(exc)) from None
         try:
             session = await client.create_session(workload=spec.workload, allow=spec.allow, secrets=spec.secrets,
-                                                  ttl_s=spec.ttl_s, ca_path=str(ca_file),
+                                                  databases=spec.databases, ttl_s=spec.ttl_s, ca_path=str(ca_file),
                                                   source=network.link.sandbox if network is not None else None)
         except SandgateError as exc:
             raise RunError(f"cannot create a session: {exc.detail or exc.code}") from None
@@ -307,7 +308,7 @@ def cmd_run(cfg: Any, args: Any) -> int:
     explicit = bool(args.api_url)
     api_url, token = command_endpoint(args.api_url, args.token, cfg.api_url, cfg.data_dir)
     spec = RunSpec(cmd=cmd, allow=list(args.allow or []), secrets=list(args.secret or []),
-                   workload=args.workload, ttl_s=args.ttl_s, isolate=args.isolate)
+                   databases=list(args.database or []), workload=args.workload, ttl_s=args.ttl_s, isolate=args.isolate)
     try:
         return asyncio.run(run(spec, api_url=api_url, token=token, explicit_url=explicit,
                                config=str(cfg.path) if cfg.path else None))

@@ -1,6 +1,7 @@
 """Session endpoints: create, list, read, patch (freeze, labels, renewal), delete."""
 from __future__ import annotations
 
+import asyncio
 import time
 
 from aiohttp import web
@@ -10,6 +11,7 @@ from gateway.api.errors import ApiError
 from gateway.api.owned import owned_session
 from gateway.api.state import BROKER, PROXY, SESSIONS, SIGNER, TOKENS, TransparentEndpoint, read_json
 from gateway.api.timefmt import rfc3339
+from gateway.postgres.credentials import database_url, make_verifier, new_password
 from gateway.sessions.spec import (MAX_TTL_S, BadRequest, build_env, owns, parse_session_spec, parse_source,
                                   renewed_expiry, session_status)
 from gateway.sessions.registry import SessionRegistry, SourceInUse
@@ -23,7 +25,7 @@ def session_view(row: dict, now: float, sessions: SessionRegistry) -> dict:
         "secrets": row["secrets"], "workspace": row["workspace"], "ca_path": row["ca_path"],
         "frozen": row["frozen"], "created_at": rfc3339(row["created_at"]), "expires_at": rfc3339(row["expires_at"]),
         "status": session_status(row, now), "created_by": row.get("created_by", ""),
-        "source": sessions.source_of(row["id"]),
+        "source": sessions.source_of(row["id"]), "databases": list(row.get("databases") or []),
     }
 
 
@@ -35,7 +37,7 @@ async def create_session(request: web.Request) -> web.Response:
     proxy = request.app[PROXY]
     sessions = request.app[SESSIONS]
     try:
-        spec = parse_session_spec(body, broker.specs)
+        spec = parse_session_spec(body, broker.specs, proxy.postgres.env_names if proxy.postgres else ())
         source = _source(body, proxy.transparent)
     except BadRequest as exc:
         raise ApiError(400, "bad_request", str(exc)) from None
@@ -43,7 +45,10 @@ async def create_session(request: web.Request) -> web.Response:
         raise ApiError(409, "source_in_use", f"another live session is bound to {source}")
     now = time.time()
     placeholders = await broker.new_placeholders(spec.secrets) if spec.secrets else {}
-    stored = await sessions.create(spec, placeholders, principal.ident, now)
+    db_password = new_password() if spec.databases else ""
+    # PBKDF2 (4,096 rounds) off the loop
+    db_login = {"scram": (await asyncio.to_thread(make_verifier, db_password)).to_json()} if spec.databases else None
+    stored = await sessions.create(spec, placeholders, principal.ident, now, db_login=db_login)
     sid = stored["id"]
     # The token lives as long as the session could be renewed (PATCH ttl_s); the session row decides liveness
     # on every request, so an ended or expired session's token is refused at once.
@@ -59,6 +64,9 @@ async def create_session(request: web.Request) -> web.Response:
     proxy_url = f"http://sandgate:{token}@{proxy.authority}"
     env_names = broker.env_names(spec.secrets)
     env = build_env(proxy_url, spec.ca_path, {env_names[n]: placeholders[n] for n in spec.secrets})
+    if spec.databases and proxy.postgres is not None:
+        env |= {proxy.postgres.env_names[n]: database_url(sid, db_password, proxy.postgres.advertise, n, spec.ca_path)
+                for n in spec.databases}
     body = session_view(stored, now, sessions) | {"token": token, "proxy_url": proxy_url,
                                                   "ca_pem": proxy.ca_pem, "env": env} | extra
     return web.json_response(body, status=201)

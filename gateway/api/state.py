@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Mapping
 
 from aiohttp import web
 
@@ -32,12 +32,22 @@ class TransparentEndpoint:
 
 
 @dataclass(frozen=True)
+class PostgresEndpoint:
+    """How sandboxes reach the PostgreSQL gateway: host:port in their database URLs, and each configured
+    database's environment variable."""
+
+    advertise: str
+    env_names: Mapping[str, str]
+
+
+@dataclass(frozen=True)
 class ProxyEndpoint:
     """How sandboxes reach the egress proxy: host:port for `proxy_url`, and the CA bundle they trust."""
 
     authority: str
     ca_pem: str
     transparent: TransparentEndpoint | None = None      # None: this sandgate has no transparent listener
+    postgres: PostgresEndpoint | None = None            # None: the PostgreSQL gateway is off
 
 
 @dataclass(frozen=True)

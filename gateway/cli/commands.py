@@ -259,6 +259,8 @@ def build_parser() -> argparse.ArgumentParser:
     _client(run)
     run.add_argument("--allow", action="append", metavar="HOST", help="allow this host (repeatable)")
     run.add_argument("--secret", action="append", metavar="NAME", help="give the session this secret")
+    run.add_argument("--database", action="append", metavar="NAME",
+                     help="give the session this database (NAME_DATABASE_URL, through the PostgreSQL gateway)")
     run.add_argument("--workload", choices=["ephemeral", "persistent"], default="ephemeral")
     run.add_argument("--ttl-s", type=int, default=None)
     run.add_argument("--isolate", action="store_true", help="run CMD in its own network namespace, every TCP connection and DNS query captured (root)")

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from broker.registry import PlaceholderRegistry
 from gateway.approvals.queue import ApprovalQueue
@@ -130,6 +130,7 @@ class SessionRegistry:
         self._audit = audit
         self._approvals = approvals
         self._sources = SourceBindings()
+        self._end_watchers: list[Callable[[str], None]] = []
         self._sync_lock = asyncio.Lock()        # one counter sync at a time (the once-a-second one, the last one)
         # While this process is the store's only writer (a SQLite file no other sandgate has joined) a
         # session's tool-call memory is kept here once loaded; otherwise every call reads the store.
@@ -143,11 +144,17 @@ class SessionRegistry:
         self._cache.put(row)
         placeholders = row.get("placeholders") or {}
         if row.get("deleted_at"):
+            for watcher in self._end_watchers:
+                watcher(row["id"])
             self._memory.forget(row["id"])
             self._placeholders.remove(placeholders)
             self._sources.unbind(row["id"])
         else:
             self._placeholders.add(row["id"], placeholders)
+
+    def watch_ends(self, watcher: Callable[[str], None]) -> None:
+        """Call `watcher(session_id)` the moment a session is deleted (here or, by its change, on another replica)."""
+        self._end_watchers.append(watcher)
 
     def apply(self, row: Mapping[str, Any]) -> None:
         """Take a row changed elsewhere (another replica) unless the cache already has it, or a newer one."""
@@ -291,18 +298,18 @@ class SessionRegistry:
 
     # -- changes -----------------------------------------------------------------------------------
     async def create(self, spec: SessionSpec, placeholders: Mapping[str, str], by: str,
-                     now: float | None = None) -> dict:
+                     now: float | None = None, db_login: Mapping[str, Any] | None = None) -> dict:
         now = time.time() if now is None else now
         row = SessionRow(id=new_session_id(), workload=spec.workload, labels=spec.labels, allow=spec.allow,
                          secrets=spec.secrets, placeholders=dict(placeholders), workspace=spec.workspace,
                          ca_path=spec.ca_path, frozen=False, created_at=now, expires_at=now + spec.ttl_s,
-                         created_by=by, updated_at=now)
+                         created_by=by, updated_at=now, databases=list(spec.databases), db_login=dict(db_login or {}))
         stored = await self._store.put_session(row)
         self._remember(stored)
         self._feed.publish(Change("session", stored["id"], "created"))
         self._audit.record("session.created", session=stored["id"], action="create",
                            detail={"workload": spec.workload, "by": by, "allow": spec.allow,
-                                   "secrets": spec.secrets, "labels": spec.labels})
+                                   "secrets": spec.secrets, "labels": spec.labels, "databases": spec.databases})
         return stored
 
     async def patch(self, sid: str, values: Mapping[str, Any], by: str) -> dict:

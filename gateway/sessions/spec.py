@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import ipaddress
 import secrets as pysecrets
-from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Collection, Mapping, Sequence
 
 from gateway.net.addresses import IPNetwork
 from gateway.net.hosts import parse_allow_entry
@@ -33,9 +33,11 @@ class SessionSpec:
     ttl_s: int
     workspace: str
     ca_path: str
+    databases: list[str] = field(default_factory=list)
 
 
-def parse_session_spec(body: Any, known_secrets: Mapping[str, Any]) -> SessionSpec:
+def parse_session_spec(body: Any, known_secrets: Mapping[str, Any],
+                       known_databases: Collection[str] = ()) -> SessionSpec:
     if not isinstance(body, dict):
         raise BadRequest("body must be a JSON object")
     workload = body.get("workload", "ephemeral")
@@ -57,6 +59,13 @@ def parse_session_spec(body: Any, known_secrets: Mapping[str, Any]) -> SessionSp
     unknown = [n for n in names if n not in known_secrets]
     if unknown:
         raise BadRequest(f"unknown secrets: {', '.join(sorted(unknown))}")
+    databases = body.get("databases", []) or []
+    if not isinstance(databases, list) or not all(isinstance(n, str) for n in databases):
+        raise BadRequest("databases must be a list of names")
+    unknown = [n for n in databases if n not in known_databases]
+    if unknown:
+        raise BadRequest(f"unknown databases: {', '.join(sorted(unknown))}"
+                         + ("" if known_databases else " (this sandgate has no PostgreSQL gateway configured)"))
     ttl = body.get("ttl_s", WORKLOADS[workload])
     if not isinstance(ttl, int) or isinstance(ttl, bool) or not 0 < ttl <= MAX_TTL_S:
         raise BadRequest(f"ttl_s must be an integer between 1 and {MAX_TTL_S}")
@@ -65,7 +74,8 @@ def parse_session_spec(body: Any, known_secrets: Mapping[str, Any]) -> SessionSp
     for key, val in (("workspace", workspace), ("ca_path", ca_path)):
         if not isinstance(val, str) or not val.startswith("/") or "\0" in val:
             raise BadRequest(f"{key} must be an absolute path")
-    return SessionSpec(workload, labels, allow, list(dict.fromkeys(names)), ttl, workspace.rstrip("/") or "/", ca_path)
+    return SessionSpec(workload, labels, allow, list(dict.fromkeys(names)), ttl, workspace.rstrip("/") or "/", ca_path,
+                       list(dict.fromkeys(databases)))
 
 
 def parse_source(value: Any, networks: Sequence[IPNetwork]) -> str:

@@ -24,7 +24,7 @@ from typing import Protocol
 log = logging.getLogger("sandgate.changes")
 
 CHANNEL = "sandgate_changes"
-KINDS = ("session", "approval", "revocation", "policy")
+KINDS = ("session", "approval", "revocation", "policy", "pgcancel")   # pgcancel: a CancelRequest for another worker
 RETRY_S = (0.1, 0.25, 0.5, 1.0, 2.0)
 MAX_PAYLOAD = 7900                     # PostgreSQL refuses NOTIFY payloads of 8000 bytes or more
 

@@ -23,6 +23,9 @@ class SessionRow(SQLModel, table=True):
     deleted_at: Optional[float] = None
     created_by: str = ""
     updated_at: float = 0.0            # every change sets it; replicas take the newer row
+    databases: list = Field(default_factory=list, sa_column=Column(JSON, nullable=False, server_default="[]"))
+    # the PostgreSQL gateway's SCRAM-SHA-256 verifier of the session's database password (never the password)
+    db_login: dict = Field(default_factory=dict, sa_column=Column(JSON, nullable=False, server_default="{}"))
 
 
 class ApprovalRow(SQLModel, table=True):

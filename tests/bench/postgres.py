@@ -1,0 +1,142 @@
+"""PostgreSQL gateway benchmark: pgbench select-only through the gateway, a bare uvloop byte relay and direct,
+in one run.
+
+Run from the repository root as root (the cluster runs as the `postgres` user; initdb refuses root):
+
+    .venv/bin/python tests/bench/postgres.py             # 20 s per run
+    .venv/bin/python tests/bench/postgres.py --quick     # 5 s per run
+
+It starts a PostgreSQL cluster of its own (tests/support/pgcluster.py: initdb, scram-sha-256, TLS), fills it
+with `pgbench -i -s 10`, and runs `pgbench -S -c 8 -j 2 -n` (select-only, 8 clients) with `-M simple` and
+`-M prepared` three ways:
+- direct: to the cluster (TLS, `sslmode=require`);
+- relay: through tests/bench/pgrelay.py, a bare uvloop byte relay (TLS end to end through it);
+- adapter: tests/bench/pgadapter.py, the gateway's protocol adapter with every statement allowed at once by an
+  in-process judge (what the wire protocol costs before any decision);
+- gateway: through `sandgate serve`'s PostgreSQL gateway with a session's URL (TLS to the gateway, TLS from the
+  gateway to the cluster: two TLS legs; every statement decided by the tool-call policy).
+Figures: transactions/s and p50 latency (pgbench `-l` per-transaction log); the gateway's RSS before and after
+(the statements it served divided into the growth: bytes kept per statement). Ratios are gateway / relay.
+Goals (issue N): >= 0.7x the relay's throughput; <= 0.2 ms p50 added over the relay for a cached decision.
+Nothing is asserted.
+"""
+from __future__ import annotations
+
+import argparse
+import glob
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from tests.support.gateway import Sandgate  # noqa: E402
+from tests.support.pgcluster import APP_PASSWORD, PgCluster  # noqa: E402
+from tests.support.upstream import free_port  # noqa: E402
+
+
+def pgbench(conninfo: dict, mode: str, seconds: int, env: dict, logdir: Path) -> dict:
+    for old in logdir.glob("pgbench_log.*"):
+        old.unlink()
+    cmd = ["pgbench", "-n", "-S", "-c", "8", "-j", "2", "-T", str(seconds), "-M", mode, "-l",
+           "--log-prefix", str(logdir / "pgbench_log"), "-h", conninfo["host"], "-p", str(conninfo["port"]),
+           "-U", conninfo["user"], conninfo["dbname"]]
+    res = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, **env}, cwd=logdir,
+                         timeout=seconds + 120)
+    if res.returncode != 0:
+        raise RuntimeError(f"pgbench failed: {res.stderr[-2000:]}")
+    tps = float(re.search(r"tps = ([\d.]+) \(without initial", res.stdout).group(1))
+    txns = int(re.search(r"number of transactions actually processed: (\d+)", res.stdout).group(1))
+    latencies = []
+    for path in logdir.glob("pgbench_log.*"):
+        for line in path.read_text().splitlines():
+            parts = line.split()
+            if len(parts) >= 3:
+                latencies.append(int(parts[2]))
+    return {"tps": tps, "txns": txns, "p50_ms": statistics.median(latencies) / 1000 if latencies else float("nan")}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--seconds", type=int, default=0)
+    args = ap.parse_args()
+    seconds = args.seconds or (5 if args.quick else 20)
+    tmp = Path(tempfile.mkdtemp(prefix="sandgate-pgbench-"))
+    os.chmod(tmp, 0o777)
+    cluster = PgCluster().start()
+    relay = sg = adapter = None
+    try:
+        cluster._as_pg("pgbench", "-i", "-s", "10", "-q", "-h", str(cluster.sockdir), "-p", str(cluster.port),
+                       "-U", "postgres", "app")
+        cluster.psql_local("ALTER TABLE pgbench_accounts OWNER TO app; ALTER TABLE pgbench_branches OWNER TO app; "
+                           "ALTER TABLE pgbench_tellers OWNER TO app; ALTER TABLE pgbench_history OWNER TO app")
+        relay_port = free_port()
+        relay = subprocess.Popen([sys.executable, str(ROOT / "tests/bench/pgrelay.py"), str(relay_port),
+                                  "127.0.0.1", str(cluster.port)], stdout=subprocess.PIPE, text=True)
+        assert relay.stdout is not None and relay.stdout.readline().strip() == "relay ready"
+        sg = Sandgate(tmp / "sg", {
+            "proxy": {"postgres_listen": f"127.0.0.1:{free_port()}"},
+            "databases": {"prod": {"upstream": f"localhost:{cluster.port}", "dbname": "app", "user": "app",
+                                   "password": "env:BENCH_DB_PASSWORD", "upstream_ca": cluster.ca_file}}},
+            env={"BENCH_DB_PASSWORD": APP_PASSWORD}).start()
+        adapter_port = free_port()
+        (tmp / "adapter").mkdir()
+        adapter = subprocess.Popen([sys.executable, str(ROOT / "tests/bench/pgadapter.py"), str(tmp / "adapter"),
+                                    str(adapter_port), f"localhost:{cluster.port}", cluster.ca_file, APP_PASSWORD],
+                                   stdout=subprocess.PIPE, text=True)
+        assert adapter.stdout is not None and adapter.stdout.readline().strip() == "adapter ready"
+        sess = sg.session(databases=["prod"])
+        from urllib.parse import urlsplit
+        u = urlsplit(sess["env"]["PROD_DATABASE_URL"])
+        plain = {"PGPASSWORD": APP_PASSWORD, "PGSSLMODE": "require"}
+        paths = {
+            "direct": ({"host": "127.0.0.1", "port": cluster.port, "user": "app", "dbname": "app"}, plain),
+            "relay": ({"host": "127.0.0.1", "port": relay_port, "user": "app", "dbname": "app"}, plain),
+            "gateway": ({"host": u.hostname, "port": u.port, "user": u.username, "dbname": "prod"},
+                        {"PGPASSWORD": u.password, "PGSSLMODE": "require"}),
+            "adapter": ({"host": "127.0.0.1", "port": adapter_port, "user": "s_bench000000000000", "dbname": "prod"},
+                        {"PGPASSWORD": "bench-placeholder", "PGSSLMODE": "require"}),
+        }
+        results: dict = {}
+        rss: dict = {}
+        for mode in ("simple", "prepared"):
+            for name, (conninfo, env) in paths.items():
+                if name == "gateway":
+                    rss.setdefault("before", sg.rss_kb())
+                results[(name, mode)] = pgbench(conninfo, mode, seconds, env, tmp)
+                if name == "gateway":
+                    rss["after"] = sg.rss_kb()
+        served = sum(results[("gateway", m)]["txns"] for m in ("simple", "prepared"))
+        print(f"\npgbench -S -c 8 -j 2 -T {seconds} (select-only), {os.cpu_count()} cores, PostgreSQL "
+              f"{cluster.psql_local('SHOW server_version').strip()}\n")
+        print("| figure | gateway | adapter | relay | direct | gateway / relay | adapter / relay |")
+        print("|---|---|---|---|---|---|---|")
+        for mode in ("simple", "prepared"):
+            g, a, r, d = (results[(p, mode)] for p in ("gateway", "adapter", "relay", "direct"))
+            print(f"| tps, {mode} | {g['tps']:,.0f} | {a['tps']:,.0f} | {r['tps']:,.0f} | {d['tps']:,.0f} | "
+                  f"{g['tps'] / r['tps']:.2f}x | {a['tps'] / r['tps']:.2f}x |")
+            print(f"| p50 ms, {mode} | {g['p50_ms']:.3f} | {a['p50_ms']:.3f} | {r['p50_ms']:.3f} | "
+                  f"{d['p50_ms']:.3f} | +{g['p50_ms'] - r['p50_ms']:.3f} ms | +{a['p50_ms'] - r['p50_ms']:.3f} ms |")
+        growth = (rss["after"] - rss["before"]) * 1024
+        print(f"| gateway RSS over {served:,} statements | {rss['before'] // 1024} -> {rss['after'] // 1024} MiB | "
+              f"| | | {growth / max(served, 1):.1f} B/statement | |")
+        return 0
+    finally:
+        if sg is not None:
+            sg.stop()
+        for proc in (relay, adapter):
+            if proc is not None:
+                proc.terminate()
+                proc.wait()
+        cluster.stop()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,100 @@
+"""A PostgreSQL cluster of the module's own and a sandgate whose PostgreSQL gateway fronts it as `prod`."""
+from __future__ import annotations
+
+import shutil
+import time
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import pytest
+
+from tests.conftest import need
+from tests.support.gateway import ROOT, Sandgate
+from tests.support.pgcluster import APP_PASSWORD, PgCluster, cluster_available
+from tests.support.upstream import free_port
+
+
+def gateway_config(cluster: PgCluster, pg_port: int, **db) -> dict:
+    return {
+        "proxy": {"postgres_listen": f"127.0.0.1:{pg_port}"},
+        "databases": {"prod": {"upstream": f"localhost:{cluster.port}", "dbname": "app", "user": "app",
+                               "password": "env:PROD_DB_PASSWORD", "upstream_ca": cluster.ca_file,
+                               "hold_timeout_s": 20, **db}},
+    }
+
+
+@pytest.fixture(scope="module")
+def pgcluster():
+    need(cluster_available(), "initdb under /usr/lib/postgresql/*/bin and a postgres user")
+    with PgCluster() as cluster:
+        yield cluster
+
+
+SITE_RULE = r"""package sandgate.toolcall
+
+import rego.v1
+
+deny contains {"code": "site.no_truncate", "reason": "TRUNCATE is not allowed here"} if {
+	"TRUNCATE" in object.get(object.get(input, "sql", {}), "kinds", [])
+}
+
+deny contains {"code": "site.tautology", "reason": "no 1=1 here"} if {
+	regex.match(`(^|[^0-9$])\(?(E')?1'?\)?\s*=\s*\(?(E')?1'?\)?([^0-9]|$)`, object.get(input.tool.args, "query", ""))
+}
+"""
+
+
+def policy_dir(tmp: Path) -> Path:
+    """The shipped policies plus a site rule that denies TRUNCATE."""
+    pol = tmp / "policies"
+    shutil.copytree(ROOT / "policies", pol, ignore=shutil.ignore_patterns("__pycache__", "*.py"))
+    (pol / "site_sql.rego").write_text(SITE_RULE)
+    return pol
+
+
+@pytest.fixture(scope="module")
+def pg_gateway(pgcluster, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("pg-gateway")
+    config = gateway_config(pgcluster, free_port()) | {"policy": {"dir": str(policy_dir(tmp))}}
+    sg = Sandgate(tmp, config, env={"PROD_DB_PASSWORD": APP_PASSWORD})
+    with sg:
+        sg.approver = sg.token("approver", "dba")
+        yield sg
+
+
+def pending(sg: Sandgate, sid: str, timeout: float = 20.0) -> list[dict]:
+    """The session's pending approvals, waiting until there is one."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        rows = sg.call("GET", f"/v1/approvals?status=pending&session={sid}").json()
+        if rows:
+            return rows
+        time.sleep(0.1)
+    return []
+
+
+def decide(sg: Sandgate, aid: str, verdict: str) -> None:
+    body = {"reason": "test says " + verdict}
+    resp = sg.call("POST", f"/v1/approvals/{aid}/{verdict}", token=sg.approver, json=body)
+    assert resp.status_code == 200, resp.text
+
+
+@pytest.fixture
+def cluster(pgcluster):
+    pgcluster.reset()
+    return pgcluster
+
+
+def db_session(sg: Sandgate, **body) -> tuple[dict, str]:
+    """A session listing `prod`, and its database URL (the CA path rewritten to where the test wrote it)."""
+    sess = sg.session(databases=["prod"], **body)
+    url = sess["env"]["PROD_DATABASE_URL"]
+    return sess, url.replace("sslrootcert=" + sess.get("ca_path", "/etc/sandgate/ca.pem"),
+                             "sslrootcert=" + sess["ca_file"]).replace("sslrootcert=%2Fetc%2Fsandgate%2Fca.pem",
+                                                                       "sslrootcert=" + sess["ca_file"])
+
+
+def url_parts(url: str) -> dict:
+    u = urlsplit(url)
+    return {"user": u.username, "password": u.password, "host": u.hostname, "port": u.port,
+            "dbname": u.path.lstrip("/")}

@@ -1,0 +1,96 @@
+"""The gateway's reading of SQL text (pglast): splitting, parameters, bound statements. Pure."""
+from __future__ import annotations
+
+import struct
+import uuid
+
+import pytest
+from hypothesis import given, strategies as st
+from pglast import parser
+
+from gateway.postgres import statements as s
+
+
+@pytest.mark.parametrize("query, parts", [
+    ("SELECT 1", ["SELECT 1"]),
+    ("SELECT 1; SELECT 2", ["SELECT 1", "SELECT 2"]),
+    ("SELECT ';'; DELETE FROM t", ["SELECT ';'", "DELETE FROM t"]),
+    ("SELECT $$a;b$$; DROP TABLE t;", ["SELECT $$a;b$$", "DROP TABLE t"]),
+    ("SELECT 1 /* ; */; -- ;\nTRUNCATE t", ["SELECT 1 /* ; */", "-- ;\nTRUNCATE t"]),
+    ("SELECT E'\\';'; DROP TABLE t", ["SELECT E'\\';'", "DROP TABLE t"]),
+    ("CREATE FUNCTION f() RETURNS int AS $body$ SELECT 1; $body$ LANGUAGE sql; DELETE FROM t",
+     ["CREATE FUNCTION f() RETURNS int AS $body$ SELECT 1; $body$ LANGUAGE sql", "DELETE FROM t"]),
+    ("", []),
+    (" ; ;", []),
+    ("SELEC 1; DROP TABLE t", ["SELEC 1; DROP TABLE t"]),     # does not parse: decided whole (it asks)
+    ('SELECT "a;b" FROM t; DELETE FROM t', ['SELECT "a;b" FROM t', "DELETE FROM t"]),
+])
+def test_split_statements(query, parts):
+    assert s.split_statements(query) == parts
+
+
+@given(st.text(max_size=200))
+def test_split_never_raises_and_loses_no_statement(text):
+    parts = s.split_statements(text)
+    assert all(p.strip() for p in parts)
+    try:
+        whole = parser.parse_sql(text)
+    except Exception:  # noqa: BLE001
+        return
+    assert len(parts) == len(whole) or len(parts) == 1
+
+
+@pytest.mark.parametrize("stmt, positions", [
+    ("SELECT $1", [(7, 9, 1)]),
+    ("DELETE FROM t WHERE id = $1 OR $2", [(25, 27, 1), (31, 33, 2)]),
+    ("SELECT '$1', \"$2\", $$ $3 $$", []),
+    ("SELECT 1", []),
+    ("SELECT $10", [(7, 10, 10)]),
+])
+def test_param_positions(stmt, positions):
+    assert s.param_positions(stmt) == positions
+
+
+@pytest.mark.parametrize("value, fmt, oid, out", [
+    (None, 0, 0, "NULL"),
+    (b"true", 0, 16, "E'true'"),
+    (b"it's \\ odd", 0, 25, "E'it''s \\\\ odd'"),
+    (struct.pack("!i", -5), 1, 23, "-5"),
+    (struct.pack("!q", 2 ** 40), 1, 20, str(2 ** 40)),
+    (struct.pack("!h", 7), 1, 21, "7"),
+    (b"\x01", 1, 16, "true"),
+    (b"\x00", 1, 16, "false"),
+    (struct.pack("!d", 1.5), 1, 701, "1.5::float8"),
+    (b"abc", 1, 25, "E'abc'"),
+    (b"\x01{\"a\": 1}", 1, 3802, "E'{\"a\": 1}'::jsonb"),
+    (b"\x00\xff", 1, 17, "'\\x00ff'::bytea"),
+    (uuid.UUID(int=1).bytes, 1, 2950, f"'{uuid.UUID(int=1)}'::uuid"),
+    (b"\x00\x00", 1, 1082, None),            # a date in binary: not written, so the statement is unreadable
+    (b"\xff", 0, 25, None),                   # not UTF-8
+    (b"\x01\x02", 1, 23, None),               # wrong length for int4
+])
+def test_render_param(value, fmt, oid, out):
+    assert s.render_param(value, fmt, oid) == out
+
+
+def test_bind_statement_writes_values_in():
+    assert s.bind_statement("DELETE FROM t WHERE id = $1 OR $2", ["1", "true"]) == \
+        "DELETE FROM t WHERE id = (1) OR (true)"
+    assert s.bind_statement("SELECT $1 - $2", ["1", "-5"]) == "SELECT (1) - (-5)"       # never `--5`
+    assert s.bind_statement("SELECT '$1', $1", ["E'x'"]) == "SELECT '$1', (E'x')"
+
+
+def test_a_missing_or_unreadable_value_makes_the_statement_unparseable():
+    for values in ([], [None], ["1"]):
+        bound = s.bind_statement("SELECT $1, $2", values)
+        with pytest.raises(Exception):
+            parser.parse_sql(bound)
+
+
+@given(st.text(alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\0"), max_size=50))
+def test_a_quoted_text_value_is_one_constant(text):
+    """Whatever a text parameter holds, written in it is one string constant: it never adds SQL."""
+    bound = s.bind_statement("SELECT $1", [s.quote_literal(text)])
+    stmt = parser.parse_sql(bound)[0].stmt
+    target = stmt.targetList[0].val
+    assert type(target).__name__ == "A_Const" and target.val.sval == text

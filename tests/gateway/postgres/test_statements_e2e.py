@@ -1,0 +1,205 @@
+"""Every statement decided before the upstream sees it: real psql, psycopg (extended protocol, server-side
+parameters) and asyncpg (prepared statements) through the gateway, against a cluster of the test's own."""
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import threading
+import time
+
+import psycopg
+import pytest
+
+from tests.conftest import need_binary
+from tests.gateway.postgres.conftest import db_session, decide, pending
+
+
+def psql(url: str, sql: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run([need_binary("psql"), "-X", "-At", "-v", "ON_ERROR_STOP=1", url, "-c", sql],
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def in_thread(fn, *args) -> tuple[threading.Thread, dict]:
+    out: dict = {}
+
+    def run() -> None:
+        try:
+            out["result"] = fn(*args)
+        except Exception as exc:  # noqa: BLE001 - handed to the test
+            out["error"] = exc
+    th = threading.Thread(target=run, daemon=True)
+    th.start()
+    return th, out
+
+
+def test_delete_without_where_asks_and_runs_once_approved(pg_gateway, cluster):
+    sess, url = db_session(pg_gateway)
+    th, out = in_thread(psql, url, "DELETE FROM t")
+    items = pending(pg_gateway, sess["id"])
+    assert len(items) == 1 and "DELETE FROM t" in str(items[0]["action"]) and "prod" in str(items[0]["action"])
+    assert cluster.count() == 10                         # held: nothing ran yet
+    decide(pg_gateway, items[0]["id"], "approve")
+    th.join(30)
+    assert out["result"].returncode == 0, out["result"].stderr
+    assert out["result"].stdout.strip() == "DELETE 10" or cluster.count() == 0
+    assert cluster.count() == 0
+
+
+def test_drop_table_asks_and_a_denial_is_42501(pg_gateway, cluster):
+    sess, url = db_session(pg_gateway)
+    th, out = in_thread(psql, url, "DROP TABLE t")
+    items = pending(pg_gateway, sess["id"])
+    assert len(items) == 1 and "DROP TABLE t" in str(items[0]["action"])
+    decide(pg_gateway, items[0]["id"], "deny")
+    th.join(30)
+    assert out["result"].returncode != 0
+    assert "sandgate: denied" in out["result"].stderr
+    assert cluster.table_exists()
+
+
+def test_deny_rule_is_42501_and_the_connection_stays_usable(pg_gateway, cluster):
+    _, url = db_session(pg_gateway)
+    with psycopg.connect(url, autocommit=True) as conn:
+        with pytest.raises(psycopg.errors.InsufficientPrivilege) as err:
+            conn.execute("TRUNCATE t")
+        assert err.value.diag.message_primary == "sandgate: denied: TRUNCATE is not allowed here"
+        assert err.value.diag.message_detail == "code: site.no_truncate"
+        assert conn.execute("SELECT count(*) FROM t").fetchone() == (10,)
+    assert cluster.count() == 10
+
+
+def test_multi_statement_query_with_one_denied_runs_none(pg_gateway, cluster):
+    _, url = db_session(pg_gateway)
+    out = psql(url, "INSERT INTO t VALUES (100, 'a'); UPDATE t SET v = 'b' WHERE id = 1; TRUNCATE t")
+    assert out.returncode != 0 and "TRUNCATE is not allowed here" in out.stderr
+    assert cluster.count() == 10
+    assert cluster.psql_local("SELECT v FROM t WHERE id = 1").strip() == "row1"
+
+
+def test_denial_inside_a_transaction_fails_it_and_commit_rolls_back(pg_gateway, cluster):
+    _, url = db_session(pg_gateway)
+    with psycopg.connect(url) as conn:
+        conn.execute("INSERT INTO t VALUES (200, 'inside')")
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            conn.execute("TRUNCATE t")
+        assert conn.info.transaction_status == psycopg.pq.TransactionStatus.INERROR
+        with pytest.raises(psycopg.errors.InFailedSqlTransaction):
+            conn.execute("SELECT 1")
+        cur = conn.execute("COMMIT")
+        assert cur.statusmessage == "ROLLBACK"
+    assert cluster.count() == 10
+    assert cluster.psql_local("SELECT count(*) FROM t WHERE id = 200").strip() == "0"
+
+
+def test_psycopg_server_side_parameters(pg_gateway, cluster):
+    _, url = db_session(pg_gateway)
+    with psycopg.connect(url, autocommit=True) as conn:
+        assert conn.execute("SELECT v FROM t WHERE id = %s", (3,)).fetchone() == ("row3",)
+        conn.execute("INSERT INTO t VALUES (%s, %s)", (300, "it's"))
+        assert conn.execute("SELECT v FROM t WHERE id = %s", (300,), prepare=True).fetchone() == ("it's",)
+        assert conn.execute("SELECT v FROM t WHERE id = %s", (300,), prepare=True).fetchone() == ("it's",)
+    assert cluster.count() == 11
+
+
+def test_bound_parameters_are_decided_with_their_values(pg_gateway, cluster):
+    sess, url = db_session(pg_gateway)
+
+    def delete() -> None:
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute("DELETE FROM t WHERE id = %s OR %s", (1, True))
+    th, out = in_thread(delete)
+    deadline = time.time() + 20          # (the template's own ask at Parse is withdrawn at once: not this one)
+    while not (items := [i for i in pending(pg_gateway, sess["id"]) if "OR (true)" in str(i["action"])]):
+        assert time.time() < deadline, "no approval for the statement with its values"
+    assert len(items) == 1
+    decide(pg_gateway, items[0]["id"], "deny")
+    th.join(30)
+    assert isinstance(out.get("error"), psycopg.errors.InsufficientPrivilege)
+    assert cluster.count() == 10
+
+
+def test_asyncpg_prepared_statements(pg_gateway, cluster):
+    asyncpg = pytest.importorskip("asyncpg")
+    _, url = db_session(pg_gateway)
+
+    async def go() -> None:
+        conn = await asyncpg.connect(url)
+        try:
+            stmt = await conn.prepare("SELECT v FROM t WHERE id = $1")
+            assert await stmt.fetchval(4) == "row4"
+            assert await stmt.fetchval(5) == "row5"
+            await conn.execute("INSERT INTO t VALUES ($1, $2)", 400, "four hundred")
+            assert await conn.fetchval("SELECT count(*) FROM t") == 11
+            with pytest.raises(asyncpg.exceptions.InsufficientPrivilegeError):
+                await conn.execute("TRUNCATE t")
+            assert await conn.fetchval("SELECT v FROM t WHERE id = $1", 400) == "four hundred"
+        finally:
+            await conn.close()
+    asyncio.run(go())
+    assert cluster.count() == 11
+
+
+def test_statements_differing_only_in_constants_are_decided_apart(pg_gateway, cluster):
+    """A site rule reads the statement's text: `WHERE 1=2` allowed never lets `WHERE 1=1` through (no shared
+    cached decision), on the simple protocol and with bound values alike."""
+    _, url = db_session(pg_gateway)
+    with psycopg.connect(url, autocommit=True) as conn:
+        for _ in range(2):
+            assert conn.execute("SELECT count(*) FROM t WHERE 1=2").fetchone() == (0,)
+            with pytest.raises(psycopg.errors.InsufficientPrivilege) as err:
+                conn.execute("SELECT count(*) FROM t WHERE 1=1")
+            assert err.value.diag.message_detail == "code: site.tautology"
+        assert conn.execute("SELECT count(*) FROM t WHERE 1 = %s", (2,)).fetchone() == (0,)
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            conn.execute("SELECT count(*) FROM t WHERE 1 = %s", (1,))
+
+
+def test_a_statement_that_does_not_parse_asks(pg_gateway, cluster):
+    sess, url = db_session(pg_gateway)
+    th, out = in_thread(psql, url, "DELET FROM t")
+    items = pending(pg_gateway, sess["id"])
+    assert len(items) == 1 and "DELET FROM t" in str(items[0]["action"])
+    decide(pg_gateway, items[0]["id"], "deny")
+    th.join(30)
+    assert "sandgate: denied" in out["result"].stderr and cluster.count() == 10
+
+
+@pytest.mark.parametrize("change", ["SET standard_conforming_strings = off",
+                                    "SELECT set_config('client_encoding', 'SJIS', false)"])
+@pytest.mark.parametrize("pipelined", [True, False])
+def test_a_connection_that_changes_how_statements_lex_is_closed(pg_gateway, cluster, change, pipelined):
+    """With standard_conforming_strings off (or another client encoding) the server would read the next statement
+    otherwise than pglast: `SELECT 'a\\', 'b'' ; DELETE FROM t; --'` is two strings to pglast, a DELETE to the
+    server. Pipelined right behind the change it is refused (a backslash before ReadyForQuery); sent after it, the
+    connection is closed first."""
+    sess, url = db_session(pg_gateway)
+    evil = "SELECT 'a\\', 'b'' ; DELETE FROM t; --'"
+    errors = []
+
+    def run() -> None:
+        with psycopg.connect(url, autocommit=True) as conn:
+            try:
+                if pipelined:
+                    with conn.pipeline():
+                        conn.execute(change)
+                        conn.execute(evil)
+                else:
+                    conn.execute(change)
+                    conn.execute(evil)
+            except psycopg.Error as exc:
+                errors.append(exc)
+            if pipelined:       # the refusal failed the pipeline's implicit transaction: the change is rolled back
+                assert conn.execute("SHOW standard_conforming_strings").fetchone() == ("on",)
+            else:
+                with pytest.raises(psycopg.OperationalError):
+                    conn.execute("SELECT 1")
+    th, out = in_thread(run)
+    for item in pending(pg_gateway, sess["id"], timeout=5):      # the change may ask: approve it
+        decide(pg_gateway, item["id"], "approve")
+    th.join(30)
+    assert "error" not in out, out
+    if pipelined:
+        assert errors and errors[0].diag.message_detail == "code: postgres.pipelined_text", errors
+    else:
+        assert errors and isinstance(errors[0], psycopg.OperationalError), errors
+    assert cluster.count() == 10
