@@ -5,6 +5,8 @@ parameters written in as literals). Pure; never raises. What a statement *does* 
 """
 from __future__ import annotations
 
+import datetime
+import decimal
 import struct
 import uuid
 
@@ -51,6 +53,10 @@ _INTS = {21: "!h", 23: "!i", 20: "!q", 26: "!I"}
 _FLOATS = {700: "!f", 701: "!d"}
 _TEXTS = {25, 1043, 1042, 19, 705, 114, 0}
 BOOL, BYTEA, UUID, JSONB = 16, 17, 2950, 3802
+DATE, TIMESTAMP, TIMESTAMPTZ, NUMERIC = 1082, 1114, 1184, 1700
+_EPOCH = datetime.datetime(2000, 1, 1)
+_ARRAYS = {1000: BOOL, 1005: 21, 1007: 23, 1016: 20, 1009: 25, 1015: 1043, 1021: 700, 1022: 701, 1231: NUMERIC,
+           2951: UUID, 1182: DATE, 1115: TIMESTAMP, 1185: TIMESTAMPTZ, 1001: BYTEA, 1028: 26, 1003: 19}
 
 
 def quote_literal(text: str) -> str:
@@ -79,9 +85,61 @@ def render_param(value: bytes | None, fmt: int, oid: int) -> str | None:
             return "'\\x" + value.hex() + "'::bytea"
         if oid == UUID and len(value) == 16:
             return f"'{uuid.UUID(bytes=value)}'::uuid"
-    except (UnicodeDecodeError, struct.error, ValueError):
+        if oid == DATE and len(value) == 4:
+            days = struct.unpack("!i", value)[0]
+            return f"'{(_EPOCH + datetime.timedelta(days=days)).date().isoformat()}'::date"
+        if oid in (TIMESTAMP, TIMESTAMPTZ) and len(value) == 8:
+            stamp = _EPOCH + datetime.timedelta(microseconds=struct.unpack("!q", value)[0])
+            kind = "timestamptz" if oid == TIMESTAMPTZ else "timestamp"
+            return f"'{stamp.isoformat(timespec='microseconds')}{'+00' if oid == TIMESTAMPTZ else ''}'::{kind}"
+        if oid == NUMERIC:
+            return _numeric(value)
+        if oid in _ARRAYS:
+            return _array(value, _ARRAYS[oid])
+    except (UnicodeDecodeError, struct.error, ValueError, OverflowError):
         return None
     return None
+
+
+def _numeric(value: bytes) -> str | None:
+    ndigits, weight, sign, dscale = struct.unpack_from("!hhHh", value)
+    if len(value) != 8 + 2 * ndigits:
+        return None
+    if sign == 0xC000:
+        return "'NaN'::numeric"
+    if sign not in (0, 0x4000):
+        return None
+    digits = struct.unpack_from(f"!{ndigits}h", value, 8)
+    if any(not 0 <= d < 10000 for d in digits):
+        return None
+    with decimal.localcontext(prec=4 * ndigits + max(dscale, 0) + 8):
+        number = decimal.Decimal(0)
+        for i, d in enumerate(digits):
+            number += decimal.Decimal(d).scaleb(4 * (weight - i))
+        text = format(number.quantize(decimal.Decimal(1).scaleb(-dscale)) if dscale >= 0 else number, "f")
+    return ("-" if sign == 0x4000 else "") + text + "::numeric"
+
+
+def _array(value: bytes, element: int) -> str | None:
+    ndim, _flags, elem_oid = struct.unpack_from("!iiI", value)
+    if ndim == 0:
+        return "'{}'"
+    if ndim != 1 or elem_oid != element:
+        return None                       # multi-dimensional arrays: not written (the statement is unreadable)
+    length, _lower = struct.unpack_from("!ii", value, 12)
+    pos, items = 20, []
+    for _ in range(length):
+        (size,) = struct.unpack_from("!i", value, pos)
+        pos += 4
+        item = None if size == -1 else value[pos:pos + size]
+        pos += max(size, 0)
+        rendered = render_param(item, 1, element)
+        if rendered is None:
+            return None
+        items.append(rendered)
+    if pos != len(value):
+        return None
+    return "ARRAY[" + ", ".join(items) + "]"
 
 
 UNREADABLE = "/* sandgate: a parameter value it cannot read */ ?unreadable?"

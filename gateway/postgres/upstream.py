@@ -8,6 +8,7 @@ carries the password.
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import ssl
 import struct
@@ -43,7 +44,9 @@ class Upstream:
     status: bytes = b"I"
 
 
+@functools.lru_cache(maxsize=64)
 def tls_context(db: DatabaseSettings) -> ssl.SSLContext | None:
+    """The client TLS context for a database, built once (loading the public roots takes tens of ms)."""
     if db.tls == "disable":
         return None
     if db.tls == "require":

@@ -19,3 +19,30 @@ def test_psql_selects_through_the_gateway(pg_gateway, cluster):
     out = psql(url, "SELECT count(*) FROM t")
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "10"
+
+
+def test_notices_and_notifications_are_relayed(pg_gateway, cluster):
+    import threading
+
+    import psycopg
+
+    from tests.gateway.postgres.conftest import decide, pending
+    sess, url = db_session(pg_gateway)
+    notices: list = []
+    conn = psycopg.connect(url, autocommit=True)
+    conn.add_notice_handler(lambda diag: notices.append(diag.message_primary))
+
+    def approve_all() -> None:                # LISTEN and DO are not known to the default policy: they ask
+        for _ in range(2):
+            for item in pending(pg_gateway, sess["id"]):
+                decide(pg_gateway, item["id"], "approve")
+    helper = threading.Thread(target=approve_all)
+    helper.start()
+    conn.execute("LISTEN sandgate_test")
+    conn.execute("DO $$ BEGIN RAISE NOTICE 'hello from the server'; END $$")
+    helper.join(30)
+    assert notices == ["hello from the server"]
+    cluster.psql_local("NOTIFY sandgate_test, 'payload-1'")
+    got = next(conn.notifies(timeout=10, stop_after=1))
+    assert (got.channel, got.payload) == ("sandgate_test", "payload-1")
+    conn.close()

@@ -3,6 +3,8 @@ parameters) and asyncpg (prepared statements) through the gateway, against a clu
 from __future__ import annotations
 
 import asyncio
+import datetime
+import decimal
 import subprocess
 import threading
 import time
@@ -133,6 +135,11 @@ def test_asyncpg_prepared_statements(pg_gateway, cluster):
             with pytest.raises(asyncpg.exceptions.InsufficientPrivilegeError):
                 await conn.execute("TRUNCATE t")
             assert await conn.fetchval("SELECT v FROM t WHERE id = $1", 400) == "four hundred"
+            # binary parameters of common types are read (written into the statement the policy sees)
+            day, amount = datetime.date(2024, 2, 29), decimal.Decimal("-12.50")
+            assert await conn.fetchval("SELECT $1::date + 1", day) == datetime.date(2024, 3, 1)
+            assert await conn.fetchval("SELECT $1::numeric * 2", amount) == decimal.Decimal("-25.00")
+            assert await conn.fetchval("SELECT count(*) FROM t WHERE id = ANY($1::int[])", [1, 2, 400]) == 3
         finally:
             await conn.close()
     asyncio.run(go())
