@@ -40,6 +40,10 @@ from gateway.postgres.upstream import Upstream, UpstreamError, connect, send_can
 log = logging.getLogger("sandgate.postgres")
 MAX_STATEMENT_AUDIT = 4096
 AUTH_TIMEOUT_S = 30.0
+# What one connection can make the gateway hold (besides one message of at most wire.MAX_MESSAGE_BYTES):
+MAX_PREPARED = 1000                 # prepared statements and portals kept (their text, for Bind and the audit)
+MAX_PREPARED_BYTES = 16 * 1024 * 1024
+MAX_PIPELINE = 10_000               # statements and Describes sent without reaching ReadyForQuery
 
 
 @dataclass(frozen=True)
@@ -118,6 +122,7 @@ class Connection:
         self._stand_ins: dict[str, bytes] = {}       # token -> the error the client gets instead of the server's
         self._runs: deque[Run] = deque()
         self._prepared: dict[str, Prepared] = {}
+        self._prepared_bytes = 0
         self._portals: dict[str, tuple[str, Verdict]] = {}
         self._describes: deque[tuple[str, str]] = deque()
         self._copy_in = False
@@ -272,6 +277,10 @@ class Connection:
                 raise wire.ProtocolError(f"unexpected message type {kind!r}")
             if kind in DECIDED:
                 await self._settle()
+            if len(self._runs) + len(self._describes) >= MAX_PIPELINE:
+                self._ending = ("54000", f"sandgate: more than {MAX_PIPELINE} statements sent without waiting "
+                                         "for their results")
+                raise Closed
             if (self._skipping or self._failed) and kind in SKIPPED:
                 continue            # the server ignores these until Sync after an error: never decided, never sent
             if kind == b"S":
@@ -354,7 +363,7 @@ class Connection:
 
     async def _on_query(self, kind: bytes, body: bytes) -> None:
         query = wire.parse_query(body)
-        self._prepared.pop("", None)            # a Query destroys the unnamed statement and portal
+        self._forget_prepared("")               # a Query destroys the unnamed statement and portal
         self._portals.pop("", None)
         unsettled = self._unsettled(query)
         if unsettled is not None:
@@ -373,6 +382,13 @@ class Connection:
                 break
         if refusal is None:
             self._runs.extend(Run(p, v) for p, v in zip(parts, verdicts))
+            for part in parts:                  # what the server forgets, the gateway forgets
+                dropped = statements.deallocated(part)
+                if dropped is None:
+                    self._prepared.clear()
+                    self._prepared_bytes = 0
+                for name in dropped or ():
+                    self._forget_prepared(name)
             await self._send_query(body)
             return
         for part, verdict in zip(parts, verdicts):
@@ -383,7 +399,13 @@ class Connection:
 
     async def _on_parse(self, kind: bytes, body: bytes) -> None:
         parse = wire.parse_parse(body)
-        self._prepared.pop(parse.name, None)
+        self._forget_prepared(parse.name)
+        if len(self._prepared) >= MAX_PREPARED or self._prepared_bytes + len(parse.query) > MAX_PREPARED_BYTES:
+            limit = wire.error_response("54000", f"sandgate: this connection holds {len(self._prepared)} prepared "
+                                                 "statements, the most it may; close some (DEALLOCATE, Close)")
+            await self._forward_raw(wire.encode_parse(wire.Parse(parse.name, self._stand_in(limit), ())))
+            self._skipping = True
+            return
         params = statements.has_params(parse.query)
         unsettled = self._unsettled(parse.query)
         if unsettled is not None:
@@ -409,7 +431,13 @@ class Connection:
             self._skipping = True
             return
         self._prepared[parse.name] = Prepared(parse.query, verdict, list(parse.param_types), params)
+        self._prepared_bytes += len(parse.query)
         await self._forward(kind, body)
+
+    def _forget_prepared(self, name: str) -> None:
+        gone = self._prepared.pop(name, None)
+        if gone is not None:
+            self._prepared_bytes -= len(gone.query)
 
     async def _forward_raw(self, data: bytes) -> None:
         assert self.up is not None
@@ -418,6 +446,8 @@ class Connection:
     async def _on_bind(self, kind: bytes, body: bytes) -> None:
         bind = wire.parse_bind(body)
         self._portals.pop(bind.portal, None)
+        if len(self._portals) >= MAX_PREPARED:
+            self._portals.clear()       # named portals end with their transaction: forget the oldest knowledge
         prepared = self._prepared.get(bind.statement)
         if prepared is None:
             # a statement the gateway did not see parsed (an SQL PREPARE's): what it runs was decided with the
@@ -463,7 +493,10 @@ class Connection:
 
     async def _on_close(self, kind: bytes, body: bytes) -> None:
         what, name = wire.parse_describe_or_close(body)
-        (self._prepared if what == "S" else self._portals).pop(name, None)
+        if what == "S":
+            self._forget_prepared(name)
+        else:
+            self._portals.pop(name, None)
         await self._forward(kind, body)
 
     async def _on_copy(self, kind: bytes, body: bytes) -> None:

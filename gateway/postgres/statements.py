@@ -157,3 +157,28 @@ def bind_statement(statement: str, values: list[str | None]) -> str:
         last = end
     out.append(statement[last:])
     return "".join(out)
+
+
+def deallocated(statement: str) -> list[str] | None:
+    """The prepared statements an SQL statement drops: their names for `DEALLOCATE name`, [] for nothing, None for
+    all of them (`DEALLOCATE ALL`, `DISCARD ALL`)."""
+    head = statement.lstrip().lower()
+    if not (head.startswith("deallocate") or head.startswith("discard")) and "deallocate" not in head \
+            and "discard" not in head:
+        return []
+    try:
+        nodes = parser.parse_sql(statement)
+    except Exception:  # noqa: BLE001
+        return []
+    names: list[str] = []
+    for raw in nodes:
+        stmt = raw.stmt
+        kind = type(stmt).__name__
+        if kind == "DeallocateStmt":
+            if stmt.name is None:
+                return None
+            names.append(stmt.name)
+        elif kind == "DiscardStmt" and stmt.target.name in ("DISCARD_ALL", "DISCARD_PLANS"):
+            if stmt.target.name == "DISCARD_ALL":
+                return None
+    return names

@@ -125,3 +125,11 @@ def test_binary_timestamps_and_dates_are_written_as_their_value(stamp):
     assert ts == f"'{stamp.isoformat(timespec='microseconds')}'::timestamp"
     day = stamp.date()
     assert s.render_param(bytes(tx.get_dumper(day, Format.BINARY).dump(day)), 1, 1082) == f"'{day.isoformat()}'::date"
+
+
+@pytest.mark.parametrize("stmt, dropped", [
+    ("DEALLOCATE s1", ["s1"]), ("deallocate prepare \"Odd Name\"", ["Odd Name"]), ("DEALLOCATE ALL", None),
+    ("DISCARD ALL", None), ("DISCARD PLANS", []), ("SELECT 'deallocate'", []), ("SELECT 1", []),
+])
+def test_deallocated(stmt, dropped):
+    assert s.deallocated(stmt) == dropped
