@@ -51,7 +51,7 @@ def has_params(statement: str) -> bool:
 # type OIDs whose binary form we can write as a literal
 _INTS = {21: "!h", 23: "!i", 20: "!q", 26: "!I"}
 _FLOATS = {700: "!f", 701: "!d"}
-_TEXTS = {25, 1043, 1042, 19, 705, 114, 0}
+_TEXTS = {25, 1043, 1042, 19, 114}     # a binary value of an unstated type (0) is never guessed
 BOOL, BYTEA, UUID, JSONB = 16, 17, 2950, 3802
 DATE, TIMESTAMP, TIMESTAMPTZ, NUMERIC = 1082, 1114, 1184, 1700
 _EPOCH = datetime.datetime(2000, 1, 1)

@@ -75,6 +75,8 @@ def test_param_positions(stmt, positions):
     (struct.pack("!iiIii", 2, 0, 23, 1, 1), 1, 1007, None),                # two dimensions: not written
     (b"\x00\x00\x00", 1, 1083, None),       # time in binary: not written, so the statement is unreadable
     (b"\xff", 0, 25, None),                   # not UTF-8
+    (b"\x01", 1, 0, None),                    # binary of a type the client did not state: the server infers it
+    (b"abc", 0, 0, "E'abc'"),                 # text of an unstated type: a literal the server types the same way
     (b"\x01\x02", 1, 23, None),               # wrong length for int4
 ])
 def test_render_param(value, fmt, oid, out):
