@@ -191,6 +191,8 @@ def test_the_real_password_and_placeholders_are_nowhere(pg_gateway, cluster):
              pg_gateway.call("GET", "/metrics", token=admin).text,
              pg_gateway.call("GET", f"/v1/sessions/{sess['id']}").text,
              pg_gateway.call("GET", "/v1/approvals", token=admin).text]
+    assert 'sandgate_decisions_total{action="deny",kind="sql"}' in texts[2]      # statements counted by decision
+    assert 'sandgate_decisions_total{action="allow",kind="sql"}' in texts[2]
     for text in texts:
         assert APP_PASSWORD not in text
         assert placeholder not in text
