@@ -41,6 +41,13 @@ from tests.support.pgcluster import APP_PASSWORD, PgCluster  # noqa: E402
 from tests.support.upstream import free_port  # noqa: E402
 
 
+def rss_kb(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    raise RuntimeError("no VmRSS")
+
+
 def pgbench(conninfo: dict, mode: str, seconds: int, env: dict, logdir: Path) -> dict:
     for old in logdir.glob("pgbench_log.*"):
         old.unlink()
@@ -110,9 +117,13 @@ def main() -> int:
             for name, (conninfo, env) in paths.items():
                 if name == "gateway":
                     rss.setdefault("before", sg.rss_kb())
+                if name == "adapter":
+                    rss.setdefault("adapter_before", rss_kb(adapter.pid))
                 results[(name, mode)] = pgbench(conninfo, mode, seconds, env, tmp)
                 if name == "gateway":
                     rss["after"] = sg.rss_kb()
+                if name == "adapter":
+                    rss["adapter_after"] = rss_kb(adapter.pid)
         served = sum(results[("gateway", m)]["txns"] for m in ("simple", "prepared"))
         print(f"\npgbench -S -c 8 -j 2 -T {seconds} (select-only), {os.cpu_count()} cores, PostgreSQL "
               f"{cluster.psql_local('SHOW server_version').strip()}\n")
@@ -127,6 +138,10 @@ def main() -> int:
         growth = (rss["after"] - rss["before"]) * 1024
         print(f"| gateway RSS over {served:,} statements | {rss['before'] // 1024} -> {rss['after'] // 1024} MiB | "
               f"| | | {growth / max(served, 1):.1f} B/statement | |")
+        adapted = sum(results[("adapter", m)]["txns"] for m in ("simple", "prepared"))
+        a_growth = (rss["adapter_after"] - rss["adapter_before"]) * 1024
+        print(f"| adapter RSS over {adapted:,} statements | | {rss['adapter_before'] // 1024} -> "
+              f"{rss['adapter_after'] // 1024} MiB | | | | {a_growth / max(adapted, 1):.1f} B/statement |")
         return 0
     finally:
         if sg is not None:
