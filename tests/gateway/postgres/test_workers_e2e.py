@@ -21,10 +21,14 @@ from tests.support.upstream import free_port
 def pg_workers(pgcluster, tmp_path_factory):
     need(pg_available(), "PostgreSQL at 127.0.0.1:5432")
     config = gateway_config(pgcluster, free_port()) | {"store": {"url": PG_URL}}
-    with Sandgate(tmp_path_factory.mktemp("pg-workers"), config, env={"PROD_DB_PASSWORD": APP_PASSWORD},
-                  serve_args=("--workers", "2")) as sg:
+    sg = Sandgate(tmp_path_factory.mktemp("pg-workers"), config, env={"PROD_DB_PASSWORD": APP_PASSWORD},
+                  serve_args=("--workers", "2"))
+    sg.start(timeout=120)               # two workers, each with its policy processes: slow on a loaded machine
+    try:
         sg.pids = json.loads((sg.data_dir / "listen.json").read_text())["workers"]
         yield sg
+    finally:
+        sg.stop()
 
 
 def test_cancel_reaches_the_worker_holding_the_connection(pg_workers, cluster):
