@@ -26,7 +26,7 @@ from gateway.approvals.queue import ApprovalQueue
 from gateway.audit.log import AuditLog
 from gateway.auth.tokens import HARNESS_TOKEN_TTL_S, Revocations, TokenSigner, TokenVerifier, load_or_create_key, write_private
 from gateway.store.changes import Change, ChangeFeed, LocalChangeFeed, PgChangeFeed
-from gateway.config import Config
+from gateway.config import Config, DatabaseSettings, postgres_authority
 from gateway.egress.addon import EgressAddon, EgressDeps
 from gateway.egress.dns import DnsServer, open_resolver
 from gateway.egress.hold import HoldAddon
@@ -54,7 +54,6 @@ from gateway.postgres.connection import GatewayDeps
 from gateway.postgres.registry import ConnectionRegistry
 from gateway.postgres.secrets import database_secrets
 from gateway.postgres.server import PostgresGateway, SessionLogins, StatementRecorder, postgres_socket, server_tls
-from gateway.postgres.settings import DatabaseSettings, postgres_authority
 
 log = logging.getLogger("sandgate")
 START_TIMEOUT_S = 30.0

@@ -11,7 +11,7 @@ from gateway.api.errors import ApiError
 from gateway.api.owned import owned_session
 from gateway.api.state import BROKER, PROXY, SESSIONS, SIGNER, TOKENS, TransparentEndpoint, read_json
 from gateway.api.timefmt import rfc3339
-from gateway.postgres.credentials import database_url, make_verifier, new_password
+from gateway.sessions.database import database_url, make_verifier, new_password
 from gateway.sessions.spec import (MAX_TTL_S, BadRequest, build_env, owns, parse_session_spec, parse_source,
                                   renewed_expiry, session_status)
 from gateway.sessions.registry import SessionRegistry, SourceInUse

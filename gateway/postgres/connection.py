@@ -31,10 +31,10 @@ from dataclasses import dataclass, field
 from typing import Awaitable, Callable, Mapping, Protocol
 
 from gateway.postgres import statements, wire
-from gateway.postgres.credentials import DUMMY, ScramError, ScramServer, Verifier
+from gateway.sessions.database import DUMMY, ScramError, ScramServer, Verifier
 from gateway.postgres.judge import StatementJudge, StatementRequest, Verdict
 from gateway.postgres.registry import ConnectionRegistry
-from gateway.postgres.settings import DatabaseSettings
+from gateway.config import DatabaseSettings
 from gateway.postgres.upstream import Upstream, UpstreamError, connect, send_cancel
 
 log = logging.getLogger("sandgate.postgres")

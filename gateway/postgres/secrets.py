@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any, Iterable, Mapping
 
 from broker.backends import CachedResolver, VaultBackend, parse_source
-from gateway.postgres.settings import DatabaseSettings
+from gateway.config import DatabaseSettings
 
 
 def database_secrets(resolver: CachedResolver, databases: Iterable[DatabaseSettings], vault: Mapping[str, Any],

@@ -20,7 +20,7 @@ from gateway.audit.log import AuditLog
 from gateway.store.changes import Change
 from gateway.runtime.metrics import Metrics
 from gateway.postgres.connection import MAX_STATEMENT_AUDIT, Connection, GatewayDeps, Login
-from gateway.postgres.credentials import Verifier
+from gateway.sessions.database import Verifier
 from gateway.postgres.judge import Verdict
 from gateway.postgres.registry import ConnectionRegistry
 from gateway.sessions.registry import SessionRegistry

@@ -18,7 +18,7 @@ import certifi
 from scramp import ScramClient
 
 from gateway.postgres import wire
-from gateway.postgres.settings import DatabaseSettings
+from gateway.config import DatabaseSettings
 
 CONNECT_TIMEOUT_S = 10.0
 # start-up parameters of the sandbox's client passed on to the server (never `options`: `-c` settings there

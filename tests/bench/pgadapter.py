@@ -13,11 +13,11 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from gateway.postgres.connection import GatewayDeps, Login  # noqa: E402
-from gateway.postgres.credentials import make_verifier  # noqa: E402
+from gateway.sessions.database import make_verifier  # noqa: E402
 from gateway.postgres.judge import StatementRequest, Verdict  # noqa: E402
 from gateway.postgres.registry import ConnectionRegistry  # noqa: E402
 from gateway.postgres.server import PostgresGateway, server_tls  # noqa: E402
-from gateway.postgres.settings import parse_database  # noqa: E402
+from gateway.config import parse_database  # noqa: E402
 from gateway.runtime.eventloop import loop_factory  # noqa: E402
 
 USER, PLACEHOLDER = "s_bench000000000000", "bench-placeholder"

@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given, strategies as st
 
 from gateway.postgres import wire
-from gateway.postgres.credentials import ScramError, ScramServer, database_url, make_verifier, new_password
-from gateway.postgres.settings import parse_database, parse_databases
+from gateway.sessions.database import ScramError, ScramServer, database_url, make_verifier, new_password
+from gateway.config import parse_database, parse_databases
 
 
 def test_startup_packets():

@@ -1,5 +1,6 @@
-"""A session's database login: its user name, its placeholder password (handed to the sandbox once, never
-stored) and the SCRAM-SHA-256 verifier sandgate keeps to check it; the URL the sandbox connects with. Pure."""
+"""A session's login to the PostgreSQL gateway (gateway/postgres/): its user name, its placeholder password
+(handed to the sandbox once, never stored), the SCRAM-SHA-256 verifier sandgate keeps to check it (and the
+server side of that exchange), the URL the sandbox connects with. Pure."""
 from __future__ import annotations
 
 import base64
