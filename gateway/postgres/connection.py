@@ -86,7 +86,8 @@ class Prepared:
     query: str
     verdict: Verdict
     param_types: list[int]
-    params: bool
+    rebind: bool                # every Bind is decided again, with the values
+    spent: bool = False         # an approved statement ran once: its next Bind is decided again
 
 
 @dataclass
@@ -406,7 +407,6 @@ class Connection:
             await self._forward_raw(wire.encode_parse(wire.Parse(parse.name, self._stand_in(limit), ())))
             self._skipping = True
             return
-        params = statements.has_params(parse.query)
         unsettled = self._unsettled(parse.query)
         if unsettled is not None:
             self.deps.recorder.statement(self.session, self.database, parse.query, unsettled, tag="", rows=None,
@@ -415,13 +415,16 @@ class Connection:
                                                                  ())))
             self._skipping = True
             return
-        if params:
-            # Nothing runs at Parse: a statement with parameters runs only through a Bind, decided with the
-            # values. A deny stands now; an ask is not held here (what would be approved is not known yet).
+        rebind = False
+        if statements.has_params(parse.query):
+            # Nothing runs at Parse: a statement with parameters runs only through a Bind. A deny stands now. An
+            # ask is not held here (what would be approved is not known yet): each Bind asks with its values. An
+            # allow covers every Bind unless the values can change what the statement does.
             verdict = await self.deps.judge.decide(StatementRequest(self.session, self.database, parse.query))
             if verdict.action == "ask" and verdict.approval_id:
                 await self.deps.judge.withdraw(verdict.approval_id, "decided again at Bind, with the values")
             error = _deny_error(verdict) if verdict.action == "deny" else None
+            rebind = verdict.action != "allow" or statements.params_matter(parse.query)
         else:
             verdict, error = await self._decide(parse.query)
         if error is not None:
@@ -430,7 +433,7 @@ class Connection:
             await self._forward_raw(wire.encode_parse(wire.Parse(parse.name, self._stand_in(error), ())))
             self._skipping = True
             return
-        self._prepared[parse.name] = Prepared(parse.query, verdict, list(parse.param_types), params)
+        self._prepared[parse.name] = Prepared(parse.query, verdict, list(parse.param_types), rebind)
         self._prepared_bytes += len(parse.query)
         await self._forward(kind, body)
 
@@ -457,13 +460,16 @@ class Connection:
             await self._forward_raw(wire.encode_bind_to(self._stand_in(_deny_error(verdict))))
             self._skipping = True
             return
-        if not prepared.params:
-            self._portals[bind.portal] = (prepared.query, prepared.verdict)
-            await self._forward(kind, body)
-            return
         values = [statements.render_param(v, bind.format_of(i), self._type_of(prepared, i))
                   for i, v in enumerate(bind.params)]
-        bound = statements.bind_statement(prepared.query, values)
+        bound = statements.bind_statement(prepared.query, values) if bind.params else prepared.query
+        if not (prepared.rebind or prepared.spent):
+            # what it does cannot depend on the values: the Parse's decision covers it (the audit row shows them);
+            # an approval covers one run
+            prepared.spent = prepared.verdict.action != "allow"
+            self._portals[bind.portal] = (bound, prepared.verdict)
+            await self._forward(kind, body)
+            return
         verdict, error = await self._decide(bound)
         if error is not None:
             self.deps.recorder.statement(self.session, self.database, bound, verdict, tag="", rows=None,

@@ -10,7 +10,9 @@ import decimal
 import struct
 import uuid
 
-from pglast import parser
+from pglast import ast, parser
+from pglast.enums import A_Expr_Kind
+from pglast.visitors import Visitor
 
 MAX_STATEMENT_CHARS = 1_000_000     # longer texts are decided whole, unsplit (they stay one statement)
 
@@ -46,6 +48,79 @@ def param_positions(statement: str) -> list[tuple[int, int, int]]:
 
 def has_params(statement: str) -> bool:
     return bool(param_positions(statement))
+
+
+_COMPARISONS = frozenset(("=", "<>", "!=", "<", ">", "<=", ">=", "~~", "~~*", "!~~", "!~~*"))
+
+
+def params_matter(statement: str) -> bool:
+    """Whether what `statement` does can depend on its parameters' values, so a Bind must be decided again with
+    them. False only when every `$n` stands where a value cannot change what the statement is: compared with a
+    column (`id = $1`, `id IN ($1, $2)`, `id = ANY($1)`, `id BETWEEN $1 AND $2`, `name LIKE $1`), a value of an
+    INSERT's VALUES, the new value of an UPDATE's `SET col = $1`, a SELECT's output column, LIMIT or OFFSET.
+    Anything else (`WHERE $1`, `id = $1 OR $2`, `1 = $1`, a function's argument, a statement that does not
+    parse) matters."""
+    if not has_params(statement):
+        return False
+    try:
+        tree = parser.parse_sql(statement)
+    except Exception:  # noqa: BLE001
+        return True
+    finder = _Params()
+    finder(tree)
+    return finder.matter
+
+
+class _Params(Visitor):
+    def __init__(self) -> None:
+        super().__init__()
+        self.matter = False
+
+    def visit_ParamRef(self, ancestors, node) -> None:  # noqa: ANN001 - pglast's visitor signature
+        if not _value_position(ancestors):
+            self.matter = True
+
+
+def _unwrap(node):  # noqa: ANN001, ANN202
+    while isinstance(node, ast.TypeCast):
+        node = node.arg
+    return node
+
+
+def _value_position(ancestors) -> bool:  # noqa: ANN001
+    a = ancestors
+    while isinstance(a.node, ast.TypeCast) and a.member == "arg":
+        a = a.parent
+    parent, member = a.node, a.member
+    if isinstance(parent, tuple) and a.parent is not None:
+        holder, held_as = a.parent.node, a.parent.member
+        if isinstance(holder, ast.A_Expr) and held_as == "rexpr":          # IN (...), BETWEEN ... AND ...
+            return holder.kind in (A_Expr_Kind.AEXPR_IN, A_Expr_Kind.AEXPR_BETWEEN, A_Expr_Kind.AEXPR_NOT_BETWEEN) \
+                and isinstance(_unwrap(holder.lexpr), ast.ColumnRef)
+        if isinstance(holder, tuple) and a.parent.parent is not None:      # VALUES ((...), (...))
+            return a.parent.parent.member == "valuesLists" and isinstance(a.parent.parent.node, ast.SelectStmt)
+        return False
+    if isinstance(parent, ast.A_Expr) and member in ("lexpr", "rexpr"):
+        other = _unwrap(parent.rexpr if member == "lexpr" else parent.lexpr)
+        ops = {getattr(n, "sval", None) for n in parent.name or ()}
+        return parent.kind in (A_Expr_Kind.AEXPR_OP, A_Expr_Kind.AEXPR_OP_ANY, A_Expr_Kind.AEXPR_OP_ALL,
+                               A_Expr_Kind.AEXPR_LIKE, A_Expr_Kind.AEXPR_ILIKE) \
+            and len(ops) == 1 and ops <= _COMPARISONS and isinstance(other, ast.ColumnRef)
+    if isinstance(parent, ast.ResTarget) and member == "val" and a.parent is not None \
+            and isinstance(a.parent.node, tuple) and a.parent.parent is not None:
+        owner = a.parent.parent
+        return owner.member == "targetList" and (isinstance(owner.node, ast.UpdateStmt)
+                                                 or (isinstance(owner.node, ast.SelectStmt) and _top(owner)))
+    if isinstance(parent, ast.SelectStmt) and member in ("limitCount", "limitOffset"):
+        return _top(a)
+    return False
+
+
+def _top(select) -> bool:  # noqa: ANN001
+    """A SELECT that is the statement itself or an INSERT's rows (not a subquery, whose rows could be a WHERE's)."""
+    up = select.parent
+    return up is not None and (isinstance(up.node, ast.RawStmt)
+                               or (isinstance(up.node, ast.InsertStmt) and up.member == "selectStmt"))
 
 
 # type OIDs whose binary form we can write as a literal

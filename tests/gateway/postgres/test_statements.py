@@ -135,3 +135,31 @@ def test_binary_timestamps_and_dates_are_written_as_their_value(stamp):
 ])
 def test_deallocated(stmt, dropped):
     assert s.deallocated(stmt) == dropped
+
+
+@pytest.mark.parametrize("stmt, matter", [
+    ("SELECT abalance FROM pgbench_accounts WHERE aid = $1", False),
+    ("SELECT * FROM t WHERE $1 = id", False),
+    ("INSERT INTO t VALUES ($1, $2::text), ($3, $4)", False),
+    ("INSERT INTO t SELECT $1, $2", False),
+    ("UPDATE t SET v = $1 WHERE id = $2", False),
+    ("SELECT * FROM t WHERE id = ANY($1) LIMIT $2 OFFSET $3", False),
+    ("DELETE FROM t WHERE id IN ($1, $2)", False),
+    ("DELETE FROM t WHERE id BETWEEN $1 AND $2", False),
+    ("SELECT * FROM t WHERE v LIKE $1", False),
+    ("SELECT $1", False),
+    ("SELECT 1", False),
+    ("DELETE FROM t WHERE id = $1 OR $2", True),
+    ("DELETE FROM t WHERE $1", True),
+    ("SELECT count(*) FROM t WHERE 1 = $1", True),
+    ("SELECT f($1)", True),
+    ("DELETE FROM t WHERE id = $1 + 0", True),
+    ("UPDATE t SET v = v || $1", True),
+    ("UPDATE t SET v = 'x' WHERE (SELECT $1)", True),
+    ("DELETE FROM t WHERE id IN (SELECT id FROM t LIMIT $1)", True),
+    ("SELECT * FROM t WHERE id = $1 AND $2", True),
+    ("SELECT $1::regclass", False),
+    ("SELEC $1", True),
+])
+def test_params_matter(stmt, matter):
+    assert s.params_matter(stmt) is matter

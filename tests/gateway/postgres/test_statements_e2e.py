@@ -210,3 +210,44 @@ def test_a_connection_that_changes_how_statements_lex_is_closed(pg_gateway, clus
     else:
         assert errors and isinstance(errors[0], psycopg.OperationalError), errors
     assert cluster.count() == 10
+
+
+def test_a_prepared_statement_is_decided_once_unless_its_values_matter(pg_gateway, cluster):
+    """`id = $1` cannot change what the statement does: the Parse's decision covers each run (the audit rows show
+    the values); `id = $1 OR $2` can: each Bind is decided with its values."""
+    sess, url = db_session(pg_gateway)
+    with psycopg.connect(url, autocommit=True) as conn:
+        for i in (1, 2, 3):
+            assert conn.execute("SELECT v FROM t WHERE id = %s", (i,), prepare=True).fetchone() == (f"row{i}",)
+        for i in (4, 5):
+            assert conn.execute("SELECT v FROM t WHERE id = %s OR %s", (i, False), prepare=True).fetchone() == \
+                (f"row{i}",)
+    rows = [e for e in pg_gateway.events(sess["id"]) if e["kind"] == "sql"]
+    plain = [e for e in rows if " OR " not in e["detail"]["statement"]]
+    either = [e for e in rows if " OR " in e["detail"]["statement"]]
+    assert [e["detail"]["statement"] for e in plain] == [f"SELECT v FROM t WHERE id = ({i})" for i in (1, 2, 3)]
+    assert len({e["request_id"] for e in plain}) == 1                # one decision, at Parse
+    assert len({e["request_id"] for e in either}) == 2               # one per Bind
+
+
+def test_an_approval_covers_one_run_of_a_prepared_statement(pg_gateway, cluster):
+    sess, url = db_session(pg_gateway)
+    conn = psycopg.connect(url, autocommit=True)
+    pg = conn.pgconn
+
+    def prepare() -> object:
+        return pg.prepare(b"del", b"DELETE FROM t WHERE id > 8")
+    th, out = in_thread(prepare)
+    items = pending(pg_gateway, sess["id"])
+    decide(pg_gateway, items[0]["id"], "approve")
+    th.join(30)
+    assert out["result"].status == psycopg.pq.ExecStatus.COMMAND_OK
+    assert pg.exec_prepared(b"del", []).command_status == b"DELETE 2"
+    th, out = in_thread(pg.exec_prepared, b"del", [])          # a second run asks again
+    again = [i for i in pending(pg_gateway, sess["id"]) if i["id"] != items[0]["id"]]
+    assert len(again) == 1
+    decide(pg_gateway, again[0]["id"], "deny")
+    th.join(30)
+    assert out["result"].error_field(psycopg.pq.DiagnosticField.SQLSTATE) == b"42501"
+    conn.close()
+    assert cluster.count() == 8
