@@ -113,8 +113,9 @@ async def _login(up: Upstream, db: DatabaseSettings, password: str) -> None:
                 scram = ScramClient(["SCRAM-SHA-256"], db.user, password)
                 up.writer.write(wire.sasl_initial("SCRAM-SHA-256", scram.get_client_first().encode()))
             elif method == 11 and scram is not None:
-                scram.set_server_first(body[4:].decode())
-                up.writer.write(wire.message(b"p", scram.get_client_final().encode()))
+                # the client proof derives the password's key (PBKDF2, thousands of rounds): off the loop
+                final = await asyncio.to_thread(_client_final, scram, body[4:].decode())
+                up.writer.write(wire.message(b"p", final.encode()))
             elif method == 12 and scram is not None:
                 try:
                     scram.set_server_final(body[4:].decode())
@@ -147,6 +148,11 @@ async def _login(up: Upstream, db: DatabaseSettings, password: str) -> None:
             continue          # NegotiateProtocolVersion: the server speaks 3.0 without our (nonexistent) options
         else:
             raise UpstreamError("08P01", f"the database {db.name} sent an unexpected message during login")
+
+
+def _client_final(scram: ScramClient, server_first: str) -> str:
+    scram.set_server_first(server_first)
+    return scram.get_client_final()
 
 
 async def send_cancel(db: DatabaseSettings, pid: int, key: int) -> None:
