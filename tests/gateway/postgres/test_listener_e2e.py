@@ -46,3 +46,24 @@ def test_notices_and_notifications_are_relayed(pg_gateway, cluster):
     got = next(conn.notifies(timeout=10, stop_after=1))
     assert (got.channel, got.payload) == ("sandgate_test", "payload-1")
     conn.close()
+
+
+def test_the_gateway_listener_is_refused_to_sandboxes_through_the_proxy(pgcluster, tmp_path):
+    """Even with loopback opened to sandboxes (egress.private_allow), the PostgreSQL gateway's own listener is
+    not reachable through the egress proxy (as the proxy's and the API's are not)."""
+    import requests
+
+    from tests.gateway.postgres.conftest import gateway_config
+    from tests.support.gateway import Sandgate
+    from tests.support.pgcluster import APP_PASSWORD
+    from tests.support.upstream import free_port
+    pg_port = free_port()
+    config = gateway_config(pgcluster, pg_port) | {"egress": {"private_allow": ["127.0.0.0/8"],
+                                                             "raw_tcp": [f"127.0.0.1:{pg_port}"]}}
+    with Sandgate(tmp_path, config, env={"PROD_DB_PASSWORD": APP_PASSWORD}) as sg:
+        sess = sg.session(allow=["127.0.0.1"])
+        proxy = sess["proxy_url"]
+        resp = requests.get(f"http://127.0.0.1:{pg_port}/", proxies={"http": proxy}, timeout=10)
+        assert resp.status_code == 403 and resp.json()["code"] == "address.own_listener"
+        other = requests.get(f"http://127.0.0.1:{pgcluster.port}/", proxies={"http": proxy}, timeout=10)
+        assert other.status_code != 403 or other.json().get("code") != "address.own_listener"
