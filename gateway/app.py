@@ -39,6 +39,7 @@ from gateway.egress.resolver import Resolver, StaticResolver, SystemResolver, in
 from gateway.egress.screen import SecretScreen
 from gateway.egress.tls import sandbox_bundle
 from gateway.egress.transparent import TransparentAddon
+from gateway.gates.toolcall import ToolCallGate
 from gateway.runtime.metrics import Metrics
 from gateway.net.synthetic import SyntheticNames
 from gateway.policy.decisionlog import DecisionLog
@@ -54,6 +55,7 @@ from gateway.postgres.connection import GatewayDeps
 from gateway.postgres.registry import ConnectionRegistry
 from gateway.postgres.secrets import database_secrets
 from gateway.postgres.server import PostgresGateway, SessionLogins, StatementRecorder, postgres_socket, server_tls
+from gateway.toolcalls.memo import FactsMemo
 
 log = logging.getLogger("sandgate")
 START_TIMEOUT_S = 30.0
@@ -218,6 +220,7 @@ async def open_gateway(cfg: Config, stack: AsyncExitStack, worker: bool = False,
     await sessions.load()
     stack.push_async_callback(_last_counts, sessions)      # after the proxy and the API have stopped
     policy_revisions = PolicyRevisions(engine, feed)
+    toolcalls = ToolCallGate(sessions, approvals, audit, metrics, engine, FactsMemo())
     feed.subscribe("session", sessions)
     feed.subscribe("approval", approvals)
     feed.subscribe("revocation", revocations)
@@ -269,7 +272,7 @@ async def open_gateway(cfg: Config, stack: AsyncExitStack, worker: bool = False,
         tokens=tokens, signer=signer, sessions=sessions, approvals=approvals, audit=audit, metrics=metrics,
         engine=engine, broker=broker, revocations=revocations,
         proxy=ProxyEndpoint(proxy_authority(cfg.proxy.advertise_url, proxy_addr), ca_pem, endpoint, pg_endpoint),
-        page=PageSettings(oidc=cfg.oidc, hold_timeout_s=cfg.egress.hold_timeout_s)))
+        page=PageSettings(oidc=cfg.oidc, hold_timeout_s=cfg.egress.hold_timeout_s), toolcalls=toolcalls))
     api_addr = await _start_api(stack, app, cfg.api.listen)
     postgres_addr = None
     if pg_listen is not None and pg_endpoint is not None:

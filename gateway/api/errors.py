@@ -14,7 +14,8 @@ log = logging.getLogger("sandgate.api")
 # The status for each stable code a service refuses with (services carry codes, never HTTP statuses).
 STATUS_OF = {
     "bad_request": 400, "reason_required": 400, "forbidden": 403, "not_found": 404,
-    "already_decided": 409, "already_voted": 409, "conflict": 409, "not_local": 409,
+    "already_decided": 409, "already_voted": 409, "conflict": 409, "not_local": 409, "session_ended": 409,
+    "too_large": 413, "audit.unavailable": 503, "store_unavailable": 503,
 }
 
 

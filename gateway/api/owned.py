@@ -18,19 +18,6 @@ async def owned_session(request: web.Request, principal: Principal, sid: object)
     return row
 
 
-async def owned_live_session(request: web.Request, principal: Principal, sid: object) -> dict | None:
-    """owned_session for the hot paths: the session as cached (who created a session never changes; the
-    cache follows deletions and freezes) and only if it is live (None: ended). A session this process has
-    not seen is read from the store once."""
-    if not isinstance(sid, str) or not sid:
-        raise ApiError(400, "bad_request", "session is required")
-    sessions = request.app[SESSIONS]
-    row = await sessions.known(sid)
-    if row is None or not owns(principal.role, principal.ident, row):
-        raise ApiError(404, "not_found", "no such session")
-    return sessions.live_now(sid)
-
-
 async def owned_session_ids(request: web.Request, principal: Principal) -> set[str]:
     """The ids of the sessions this principal may see."""
     return {s["id"] for s in await request.app[SESSIONS].list() if owns(principal.role, principal.ident, s)}

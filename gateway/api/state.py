@@ -1,7 +1,7 @@
 """The API's typed application state: one `web.AppKey` per service (set once, by `create_app`), and read_json."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Mapping
 
 from aiohttp import web
@@ -13,12 +13,12 @@ from gateway.approvals.queue import ApprovalQueue
 from gateway.audit.log import AuditLog
 from gateway.auth.tokens import TokenSigner, TokenVerifier
 from gateway.config import OidcSettings
+from gateway.gates.toolcall import ToolCallGate
 from gateway.runtime.metrics import Metrics
 from gateway.net.addresses import IPNetwork
 from gateway.policy.base import CachingEngine
 from gateway.auth.revocations import RevocationService
 from gateway.sessions.registry import SessionRegistry
-from gateway.toolcalls.memo import FactsMemo
 
 
 @dataclass(frozen=True)
@@ -71,7 +71,7 @@ class ApiServices:
     revocations: RevocationService
     proxy: ProxyEndpoint
     page: PageSettings
-    facts: FactsMemo = field(default_factory=FactsMemo)      # parsed tool calls (toolcalls/memo.py)
+    toolcalls: ToolCallGate
 
 
 TOKENS = web.AppKey("tokens", TokenVerifier)
@@ -84,7 +84,7 @@ ENGINE = web.AppKey("engine", CachingEngine)
 BROKER = web.AppKey("broker", Broker)
 REVOCATIONS = web.AppKey("revocations", RevocationService)
 PROXY = web.AppKey("proxy", ProxyEndpoint)
-FACTS = web.AppKey("facts", FactsMemo)
+TOOLCALLS = web.AppKey("toolcalls", ToolCallGate)
 
 
 def install(app: web.Application, services: ApiServices) -> None:
@@ -98,7 +98,7 @@ def install(app: web.Application, services: ApiServices) -> None:
     app[BROKER] = services.broker
     app[REVOCATIONS] = services.revocations
     app[PROXY] = services.proxy
-    app[FACTS] = services.facts
+    app[TOOLCALLS] = services.toolcalls
 
 
 async def read_json(request: web.Request) -> Any:

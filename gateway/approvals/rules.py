@@ -18,9 +18,13 @@ def canonical_json(value: Any) -> str:
     return _CANONICAL(value)
 
 
-def binding_hash(session: str, kind: str, target: str, canonical: str) -> str:
-    """What an approval is bound to: (session, kind, tool or method+URL, canonical args or body hash)."""
-    return hashlib.sha256(canonical_json([session, kind, target, canonical]).encode()).hexdigest()
+def binding_hash(session: str, kind: str, target: str, canonical: str, via: str | None = None) -> str:
+    """What an approval is bound to: (session, kind, tool or method+URL, canonical args or body hash) and, when
+    given, the way the action reached sandgate (`via`: a PostgreSQL wire statement is not a `sql` tool call).
+    Without `via` the hash is that of the four parts alone; with it, of five: no choice of the others makes one
+    equal the other."""
+    parts = [session, kind, target, canonical] if via is None else [session, kind, target, canonical, via]
+    return hashlib.sha256(canonical_json(parts).encode()).hexdigest()
 
 
 def reusable(row: Mapping[str, Any], session: Mapping[str, Any] | None, now: float, window_s: float) -> bool:

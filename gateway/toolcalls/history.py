@@ -16,7 +16,7 @@ from gateway.toolcalls.describe import Effects
 HISTORY_SIZE = 20
 MAX_WRITES = 20
 # The distinct paths (files written, links made) a session's memory keeps; past it a path missing from the
-# memory may still have been written or linked, and the session's tool calls are refused (api/toolcalls.py).
+# memory may still have been written or linked, and the session's tool calls are refused (gates/toolcall.py).
 MAX_SESSION_PATHS = 5000
 
 

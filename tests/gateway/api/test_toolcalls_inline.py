@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.api.toolcalls import INLINE_ARGS_BYTES, enrich_inline
+from gateway.gates.toolcall import INLINE_ARGS_BYTES, enrich_inline
 from gateway.approvals.rules import canonical_json
 from gateway.toolcalls.enrich import enrich_toolcall, toolcall_base, toolcall_facts
 from gateway.toolcalls.memo import FactsMemo

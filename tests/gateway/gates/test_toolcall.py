@@ -1,0 +1,136 @@
+"""The tool-call gate in process, on a real SQLite store and the embedded engine with the shipped policies (plus a
+site rule where a test says so): the approval binding includes the way a call came (`via`), `input.via`, who may
+ask, and the refusals adapters map to their answers."""
+from __future__ import annotations
+
+import shutil
+from contextlib import AsyncExitStack
+from pathlib import Path
+
+import pytest
+
+from gateway.approvals.rules import binding_hash, canonical_json
+from gateway.auth.tokens import Principal
+from gateway.config import PolicySettings
+from gateway.gates.toolcall import ToolCallGate, ToolCallRefused, ToolCallRequest
+from gateway.policy.factory import make_engine
+from gateway.toolcalls.memo import FactsMemo
+from tests.support.services import Services, open_services
+
+ROOT = Path(__file__).resolve().parents[3]
+HARNESS = Principal("harness", "h")
+DROP = {"query": "DROP TABLE orders", "database": "prod"}
+SITE_RULE = """package sandgate.toolcall
+
+deny contains {"code": "site.no_wire_drop", "reason": "no DROP over the wire"} if {
+\tinput.via == "postgres"
+\tcontains(input.tool.args.query, "DROP")
+\tinput.session.labels.strict == "yes"
+}
+"""
+
+
+async def gate_on(stack: AsyncExitStack, svc: Services, policy_dir: str = "") -> ToolCallGate:
+    engine = make_engine(PolicySettings(dir=policy_dir, isolation="thread", workers=1, decision_log=False))
+    stack.push_async_callback(engine.close)
+    await engine.start()
+    return ToolCallGate(svc.sessions, svc.approvals, svc.audit, svc.metrics, engine, FactsMemo())
+
+
+@pytest.fixture
+async def env(tmp_path):
+    async with AsyncExitStack() as stack:
+        svc = await open_services(stack, tmp_path)
+        yield svc, await gate_on(stack, svc)
+
+
+def sql(sid: str, via: str = "api", principal: Principal | None = HARNESS, **args) -> ToolCallRequest:
+    return ToolCallRequest(session=sid, tool="sql", args={**DROP, **args}, via=via, principal=principal)
+
+
+@pytest.mark.parametrize("first, second", [("api", "postgres"), ("postgres", "api")])
+async def test_an_approved_call_lets_through_only_the_same_call_by_the_same_way(env, first, second):
+    svc, gate = env
+    session, _ = await svc.session(by="harness:h")
+    asked = await gate.decide(sql(session["id"], first))
+    assert asked.action == "ask" and asked.approval_id
+    await svc.approvals.decide(asked.approval_id, "approver:alice", "approve", None)
+    other = await gate.decide(sql(session["id"], second))          # the same statement, the other way in
+    assert other.action == "ask" and other.approval_id != asked.approval_id and not other.reused
+    again = await gate.decide(sql(session["id"], first))           # the way it was approved for: once
+    assert (again.action, again.reused, again.approval_id) == ("allow", True, asked.approval_id)
+    assert again.codes[-1] == "approval.approved" and again.reasons[-1] == "approved by approver:alice"
+    assert (await gate.decide(sql(session["id"], first))).action == "ask"     # used once
+
+
+async def test_the_binding_hash_counts_via_only_when_given():
+    canonical = canonical_json(DROP)
+    plain = binding_hash("s_1", "toolcall", "sql", canonical)
+    assert plain == binding_hash("s_1", "toolcall", "sql", canonical, via=None)
+    assert binding_hash("s_1", "toolcall", "sql", canonical, via="postgres") != plain
+    assert binding_hash("s_1", "toolcall", "sql", canonical, via="postgres") != binding_hash(
+        "s_1", "toolcall", "sql", canonical, via="mcp")
+
+
+async def test_the_policy_sees_via_and_the_approval_and_audit_name_it(tmp_path):
+    policies = tmp_path / "policies"
+    shutil.copytree(ROOT / "policies", policies, ignore=shutil.ignore_patterns("__pycache__", "*.py"))
+    (policies / "site_via.rego").write_text(SITE_RULE)
+    async with AsyncExitStack() as stack:
+        svc = await open_services(stack, tmp_path / "svc")
+        gate = await gate_on(stack, svc, str(policies))
+        session, _ = await svc.session(by="harness:h", labels={"strict": "yes"})
+        wire = await gate.decide(sql(session["id"], "postgres", principal=None))
+        assert (wire.action, wire.codes) == ("deny", ("site.no_wire_drop",))
+        assert (await gate.decide(sql(session["id"]))).action == "ask"       # no input.via on the API's calls
+        lenient, _ = await svc.session(by="harness:h")
+        held = await gate.decide(sql(lenient["id"], "postgres", principal=None))
+        item = await svc.approvals.get(held.approval_id)
+        assert item["action"] == {"tool": "sql", "args": DROP, "via": "postgres"}
+        assert item["requested_by"] == f"session:{lenient['id']}"
+        assert item["summary"].startswith("postgres sql: DROP TABLE orders")
+        await svc.audit.flush()
+        rows = [e for e in await svc.events(lenient["id"], "toolcall")]
+        assert [(r["request_id"], r["action"], r["detail"]["via"]) for r in rows] == [(held.id, "ask", "postgres")]
+
+
+async def test_who_may_ask_and_what_is_refused(env):
+    svc, gate = env
+    session, _ = await svc.session(by="harness:h")
+    sid = session["id"]
+    with pytest.raises(ToolCallRefused) as other:
+        await gate.decide(sql(sid, principal=Principal("harness", "someone-else")))
+    assert other.value.code == "not_found"
+    assert (await gate.decide(sql(sid, principal=Principal("admin", "root")))).action == "ask"
+    with pytest.raises(ToolCallRefused) as missing:
+        await gate.decide(sql("s_0000000000000000"))
+    assert missing.value.code == "not_found"
+    with pytest.raises(ToolCallRefused) as empty:
+        await gate.decide(sql(""))
+    assert empty.value.code == "bad_request"
+    with pytest.raises(ToolCallRefused) as via:
+        await gate.decide(sql(sid, "telnet"))
+    assert via.value.code == "bad_request"
+    with pytest.raises(ToolCallRefused) as large:
+        await gate.decide(sql(sid, query="x" * 300_000))
+    assert large.value.code == "too_large"
+    await svc.sessions.delete(session, "harness:h")
+    with pytest.raises(ToolCallRefused) as ended:
+        await gate.decide(sql(sid))
+    assert ended.value.code == "session_ended"
+    await svc.audit.flush()
+    assert [e for e in await svc.events(sid, "toolcall")] and all(
+        e["request_id"] != "" for e in await svc.events(sid, "toolcall"))
+
+
+async def test_a_refusal_records_nothing_and_an_audit_outage_refuses(env, monkeypatch):
+    svc, gate = env
+    session, _ = await svc.session(by="harness:h")
+    monkeypatch.setattr(type(svc.audit), "accepting", property(lambda self: False))
+    with pytest.raises(ToolCallRefused) as refused:
+        await gate.decide(sql(session["id"]))
+    assert refused.value.code == "audit.unavailable"
+    monkeypatch.undo()
+    await svc.audit.flush()
+    assert await svc.events(session["id"], "toolcall") == []
+    assert svc.sessions.with_stats(session)["stats"]["toolcalls"] == 0
