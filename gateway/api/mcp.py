@@ -6,16 +6,13 @@ still decided, and denied, like any other).
 """
 from __future__ import annotations
 
-import time
-
 from aiohttp import web
 
 from gateway.api.auth import require
 from gateway.api.errors import ApiError
-from gateway.api.owned import owned_session
-from gateway.api.state import AUDIT, ENGINE, SESSIONS, read_json
+from gateway.api.state import TOOLCALLS, read_json
+from gateway.gates.toolcall import ToolCallRefused
 from gateway.mcp.context import parse_mcp_context
-from gateway.toolcalls.enrich import build_toolcall_input
 
 routes = web.RouteTableDef()
 
@@ -25,14 +22,9 @@ MAX_TOOLS = 1000
 @routes.post("/v1/mcp/tools")
 async def probe_tools(request: web.Request) -> web.Response:
     principal = require(request, "harness")
-    sessions = request.app[SESSIONS]
     body = await read_json(request)
     if not isinstance(body, dict):
         raise ApiError(400, "bad_request", "body must be a JSON object")
-    await owned_session(request, principal, body.get("session"))
-    session = await sessions.live(body["session"])
-    if session is None:
-        raise ApiError(409, "session_ended", "the session has ended")
     tools = body.get("tools")
     if not isinstance(tools, list) or len(tools) > MAX_TOOLS:
         raise ApiError(400, "bad_request", f"tools must be a list of at most {MAX_TOOLS} objects")
@@ -47,16 +39,9 @@ async def probe_tools(request: web.Request) -> web.Response:
         except ValueError as exc:
             raise ApiError(400, "bad_request", str(exc)) from None
         probes.append((name, ctx))
-    session = sessions.with_stats(session)
-    out = []
-    for name, ctx in probes:
-        doc = build_toolcall_input(session=session, tool=name, args={}, step=None, now=time.time())
-        doc["mcp"] = ctx.to_input()
-        decision = await request.app[ENGINE].decide("toolcall", doc)
-        out.append({"name": name, "decision": decision.action, "hidden": decision.action == "deny",
-                    "reasons": list(decision.reasons), "codes": list(decision.codes)})
-    hidden = [t["name"] for t in out if t["hidden"]]
-    if hidden:
-        request.app[AUDIT].record("mcp.tools", session=session["id"], action="hide", codes=["toolcall.mcp_hidden"],
-                        detail={"server": probes[0][1].server, "hidden": hidden[:100]})
-    return web.json_response({"tools": out})
+    try:
+        out = await request.app[TOOLCALLS].probe(body.get("session"), probes, principal)
+    except ToolCallRefused as exc:
+        raise ApiError.of(exc.code, exc.detail) from None
+    return web.json_response({"tools": [{"name": p.name, "decision": p.action, "hidden": p.hidden,
+                                         "reasons": list(p.reasons), "codes": list(p.codes)} for p in out]})

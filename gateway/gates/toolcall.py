@@ -19,7 +19,7 @@ import logging
 import posixpath
 import time
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from gateway.approvals.queue import ApprovalQueue, ApprovalRequest
 from gateway.approvals.rules import binding_hash, canonical_json
@@ -35,7 +35,7 @@ from gateway.sessions.registry import SessionRegistry
 from gateway.sessions.spec import owns
 from gateway.store import StoreError
 from gateway.toolcalls.describe import Effects
-from gateway.toolcalls.enrich import SHELL_TOOLS, toolcall_base, toolcall_facts
+from gateway.toolcalls.enrich import SHELL_TOOLS, build_toolcall_input, toolcall_base, toolcall_facts
 from gateway.toolcalls.history import MAX_SESSION_PATHS, audit_facts, history_entries, path_rows, paths_from_rows
 from gateway.toolcalls.memo import FactsMemo
 
@@ -86,6 +86,20 @@ class ToolCallOutcome:
     approval_id: str | None = None
     rev: str = ""                         # the policy revision that decided
     reused: bool = False
+
+
+@dataclass(frozen=True)
+class ProbeOutcome:
+    """One MCP tool's listing probe: the policy's answer to the tool called with no arguments."""
+
+    name: str
+    action: str
+    reasons: tuple[str, ...]
+    codes: tuple[str, ...]
+
+    @property
+    def hidden(self) -> bool:
+        return self.action == "deny"
 
 
 class ToolCallRefused(Exception):
@@ -222,6 +236,32 @@ class ToolCallGate:
             "toolcall", session=sid, step=step, action=action, reasons=reasons, codes=codes, request_id=tcid,
             policy_rev=decision.rev, detail=detail))
         return ToolCallOutcome(tcid, action, tuple(reasons), tuple(codes), approval_id, decision.rev, reused)
+
+    async def probe(self, session: str, tools: Sequence[tuple[str, McpContext]],
+                    principal: Principal | None = None) -> list[ProbeOutcome]:
+        """Which of an MCP server's tools the policy always denies (hidden from the agent): each tool decided once
+        as a listing probe (`input.tool = {"name": TOOL, "args": {}}`, `input.mcp` with `"listing": true`).
+        Nothing is filed or counted; the tools found hidden are audited (one `mcp.tools` row)."""
+        if not isinstance(session, str) or not session:
+            raise ToolCallRefused("bad_request", "session is required")
+        row = await self._sessions.get(session)
+        if row is None or (principal is not None and not owns(principal.role, principal.ident, row)):
+            raise ToolCallRefused("not_found", "no such session")
+        live = await self._sessions.live(session)
+        if live is None:
+            raise ToolCallRefused("session_ended", "the session has ended")
+        live = self._sessions.with_stats(live)
+        out = []
+        for name, ctx in tools:
+            doc = build_toolcall_input(session=live, tool=name, args={}, step=None, now=time.time())
+            doc["mcp"] = ctx.to_input()
+            decision = await self._engine.decide("toolcall", doc)
+            out.append(ProbeOutcome(name, decision.action, tuple(decision.reasons), tuple(decision.codes)))
+        hidden = [p.name for p in out if p.hidden]
+        if hidden:
+            self._audit.record("mcp.tools", session=session, action="hide", codes=["toolcall.mcp_hidden"],
+                               detail={"server": tools[0][1].server, "hidden": hidden[:100]})
+        return out
 
     @staticmethod
     def _approval_action(req: ToolCallRequest) -> dict:
