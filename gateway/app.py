@@ -40,6 +40,10 @@ from gateway.egress.screen import SecretScreen
 from gateway.egress.tls import sandbox_bundle
 from gateway.egress.transparent import TransparentAddon
 from gateway.gates.toolcall import ToolCallGate
+from gateway.egress.packages import PackageIndexAddon
+from gateway.packages.firewall import PackageFirewall
+from gateway.packages.urls import registries_for
+from gateway.store.packages import PackageStore
 from gateway.runtime.metrics import Metrics
 from gateway.net.synthetic import SyntheticNames
 from gateway.policy.decisionlog import DecisionLog
@@ -228,17 +232,20 @@ async def open_gateway(cfg: Config, stack: AsyncExitStack, worker: bool = False,
     await feed.start()
     stack.push_async_callback(feed.close)
 
+    packages = PackageFirewall(PackageStore(store), registries_for(
+        {"host": h, "ecosystem": e} for h, e in cfg.egress.package_registries), cfg.egress.package_max_bytes)
+    await packages.refresh()
     own_listeners: list[tuple[str, int]] = []        # filled below, once both listeners are bound
     recorder = FlowRecorder(audit, metrics, sessions, engine)
     screen = SecretScreen(placeholders, broker, sessions, recorder, metrics)
     egress = EgressAddon(EgressDeps(settings=cfg.egress, tokens=tokens, sessions=sessions, engine=engine,
                                     audit=audit, metrics=metrics, resolver=_resolver(cfg, resolver), recorder=recorder,
-                                    screen=screen, own_listeners=own_listeners))
+                                    screen=screen, packages=packages, own_listeners=own_listeners))
     gate = LayerGate(raw_tcp=cfg.egress.raw_tcp, passthrough=cfg.egress.passthrough, audit=audit,
                      session_of=egress.session_of, connection_valid=egress.connection_valid,
                      on_refused=lambda code: metrics.decision("egress", "deny"), tunnel_of=egress.tunnel_of)
     addons: list[object] = [gate, egress, HoldAddon(approvals, sessions, placeholders, recorder, cfg.egress),
-                            InjectionAddon(broker, placeholders, screen, recorder, metrics)]
+                            PackageIndexAddon(packages), InjectionAddon(broker, placeholders, screen, recorder, metrics)]
     transparent = cfg.proxy.transparent
     dns: DnsServer | None = None
     dns_addr: tuple[str, int] | None = None
@@ -297,6 +304,7 @@ async def open_gateway(cfg: Config, stack: AsyncExitStack, worker: bool = False,
     _background(stack, _housekeeping(sessions, approvals, metrics, dns, 5), "sandgate-housekeeping")
     _background(stack, revocations.poll(2.0 if notified else 0.25), "sandgate-revocations")
     _background(stack, policy_revisions.announce(), "sandgate-policy-revisions")
+    _background(stack, packages.poll(), "sandgate-packages")
     log.info("sandgate ready: proxy %s:%d, api %s:%d, policy rev %s", *proxy_addr, *api_addr, engine.rev)
     return Listening(proxy_addr, api_addr, transparent_addr, dns_addr, postgres_addr)
 

@@ -37,6 +37,8 @@ DEFAULTS: dict[str, Any] = {
         "inspect_max_bytes": 1048576,
         "hold_timeout_s": 300,
         "resolve": {},                 # static name -> [addresses] map (like curl --resolve)
+        "package_registries": [],      # extra registry hosts: [{"host", "ecosystem": "PyPI" | "npm"}]
+        "package_max_bytes": 33554432, # largest index document rewritten (larger ones pass unmodified)
     },
     "approvals": {"ttl_s": 3600, "quorum": 1, "reuse_window_s": 600},
     "audit": {"max_pending": 100000},
@@ -150,6 +152,8 @@ class EgressSettings:
     inspect_max_bytes: int = 1048576
     hold_timeout_s: float = 300.0
     resolve: Mapping[str, tuple[str, ...]] = MappingProxyType({})     # normalised name -> addresses
+    package_registries: tuple[tuple[str, str], ...] = ()                 # (normalised host, ecosystem)
+    package_max_bytes: int = 33554432
 
 
 @dataclass(frozen=True)
@@ -273,11 +277,33 @@ def _egress(eg: Mapping[str, Any]) -> EgressSettings:
     if eg["upstream_ca"] and not Path(eg["upstream_ca"]).is_file():
         raise ValueError(f"egress.upstream_ca: no such file {eg['upstream_ca']!r}")
     return EgressSettings(
+        package_registries=_package_registries(eg["package_registries"]),
+        package_max_bytes=int(_positive("egress", "package_max_bytes", eg["package_max_bytes"])),
         private_allow=parse_networks(eg["private_allow"]), upstream_ca=str(eg["upstream_ca"]),
         passthrough=tuple(parse_allow_entry(e) for e in eg["passthrough"]), raw_tcp=raw_tcp,
         inspect_max_bytes=int(_positive("egress", "inspect_max_bytes", eg["inspect_max_bytes"])),
         hold_timeout_s=float(_positive("egress", "hold_timeout_s", eg["hold_timeout_s"])),
         resolve=MappingProxyType(names))
+
+
+def _package_registries(raw: Any) -> tuple[tuple[str, str], ...]:
+    """`egress.package_registries`: [{"host": "pypi.corp", "ecosystem": "PyPI"}, ...] (a host may serve both)."""
+    if not isinstance(raw, list):
+        raise ValueError("egress.package_registries must be a list of {host, ecosystem} tables")
+    out = []
+    for item in raw:
+        if not isinstance(item, Mapping) or set(item) != {"host", "ecosystem"}:
+            raise ValueError("egress.package_registries: each entry is {host = \"...\", ecosystem = \"PyPI\" or "
+                             f"\"npm\"}}, got {item!r}")
+        eco = {"pypi": "PyPI", "npm": "npm"}.get(str(item["ecosystem"]).strip().lower())
+        if eco is None:
+            raise ValueError(f"egress.package_registries: unknown ecosystem {item['ecosystem']!r} (PyPI or npm)")
+        try:
+            host = normalise_host(str(item["host"]))
+        except ValueError as exc:
+            raise ValueError(f"egress.package_registries: {exc}") from None
+        out.append((host, eco))
+    return tuple(out)
 
 
 def _approvals(ap: Mapping[str, Any]) -> ApprovalSettings:

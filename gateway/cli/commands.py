@@ -22,6 +22,7 @@ from sandgate.run import cmd_run
 from gateway.runtime.eventloop import loop_factory
 from gateway.cli.workers import run_workers, workers_refusal
 from sandgate.transport import SandgateError, command_endpoint, request_once
+from gateway.cli import packages as package_commands
 
 Handler = Callable[[Config, argparse.Namespace], int]
 
@@ -240,6 +241,8 @@ def build_parser() -> argparse.ArgumentParser:
     policy_commands.register(sub, _common)
     for name in policy_commands.COMMANDS:
         sub.choices[name].set_defaults(func=policy_commands.run)
+
+    package_commands.register(sub, _common)
 
     approvals = sub.add_parser("approvals", help="list and decide approvals on a running sandgate")
     approvals.set_defaults(func=cmd_approvals)

@@ -32,6 +32,7 @@ from gateway.egress.responses import auth_required, denial
 from gateway.egress.screen import SecretScreen
 from gateway.egress.targets import TargetArgs, TargetVerdict, check_target
 from gateway.runtime.metrics import Metrics
+from gateway.packages.firewall import PackageFirewall
 from gateway.policy.base import PolicyEngine
 from gateway.policy.inputs import build_egress_input
 from gateway.sessions.registry import SessionRegistry
@@ -55,6 +56,7 @@ class EgressDeps:
     resolver: Resolver
     recorder: FlowRecorder
     screen: SecretScreen
+    packages: PackageFirewall                # package downloads' facts (input.request.package)
     own_listeners: list[tuple[str, int]]     # sandgate's own listening addresses (always refused), once bound
 
 
@@ -217,13 +219,14 @@ class EgressAddon:
             req.host = host             # dial the name the policy judges (no trailing dot, punycode, canonical IP)
         sid = session["id"]
         own = session["placeholders"]
+        path = "" if is_connect else req.path.split("?", 1)[0]
         doc = build_egress_input(
             session=deps.sessions.with_stats(session), now=time.time(), method=req.method,
             scheme=req.scheme if not is_connect else "", host=host, port=req.port,
-            path="" if is_connect else req.path.split("?", 1)[0],
-            query="" if is_connect else url_query(req), headers=req.headers.items(multi=True),
+            path=path, query="" if is_connect else url_query(req), headers=req.headers.items(multi=True),
             ip=ip, ip_class=ip_class, secrets=[name for owner, name in found if owner == sid],
-            markers=[own[n] for o, n in found if o == sid and n in own])
+            markers=[own[n] for o, n in found if o == sid and n in own],
+            package=None if is_connect else deps.packages.download(host, req.method, path))
         decision = await deps.engine.decide("egress", doc)
         st.decision = decision
         if decision.action == "deny":

@@ -57,8 +57,9 @@ def redact_headers(headers: Iterable[tuple[str, str]], secret_markers: Iterable[
 def build_egress_input(*, session: Mapping[str, Any], now: float, method: str, scheme: str, host: str,
                        port: int, path: str, query: str = "", headers: Iterable[tuple[str, str]] = (),
                        ip: str = "", ip_class: str = "", secrets: Iterable[str] = (),
-                       stats: Mapping[str, Any] | None = None, markers: Iterable[str] = ()) -> dict:
-    return {
+                       stats: Mapping[str, Any] | None = None, markers: Iterable[str] = (),
+                       package: Mapping[str, Any] | None = None) -> dict:
+    doc = {
         "kind": "egress",
         "session": build_session_input(session, now, stats),
         "request": {
@@ -74,3 +75,6 @@ def build_egress_input(*, session: Mapping[str, Any], now: float, method: str, s
             "secrets": sorted(set(secrets)),
         },
     }
+    if package is not None:                 # a package download: {"ecosystem", "name", "version", "advisories"}
+        doc["request"]["package"] = dict(package)
+    return doc

@@ -95,6 +95,31 @@ deny contains item if {
 
 ip_class_name := ip_class if is_string(ip_class) else := "invalid"
 
+# A package file (PyPI sdist or wheel, npm tarball) that an OSV malicious-package record lists. sandgate fills
+# input.request.package for downloads from registry hosts; advisories are the record ids (MAL-...).
+deny contains item if {
+	count(package_advisories) > 0
+	item := {
+		"code": "package.malicious",
+		"reason": sprintf("%s is a known malicious package (%s)", [package_label, concat(", ", package_advisories)]),
+	}
+}
+
+# A package whose facts cannot be read is not downloaded either.
+deny contains {"code": "package.malicious", "reason": "the package download's advisories cannot be read"} if {
+	input.request.package
+	not is_array(input.request.package.advisories)
+}
+
+package_advisories := [sprintf("%v", [a]) | some a in input.request.package.advisories] if {
+	is_array(input.request.package.advisories)
+}
+
+package_label := sprintf("%v %v %v", [pkg.ecosystem, pkg.name, pkg.version]) if {
+	pkg := input.request.package
+	pkg.version != ""
+} else := sprintf("%v %v (its version unreadable)", [input.request.package.ecosystem, input.request.package.name])
+
 # -- ask --------------------------------------------------------------------------------------------------
 
 ask contains item if {

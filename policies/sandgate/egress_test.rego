@@ -182,3 +182,36 @@ test_allow_site_rule_adds_a_host if {
 	d.action == "allow"
 	d.codes == ["site.intranet"]
 }
+
+# -- package downloads ------------------------------------------------------------------------------------
+
+package_download(advisories) := {
+	"host": "registry.npmjs.org", "path": "/@ctrl/tinycolor/-/tinycolor-4.1.1.tgz",
+	"package": {"ecosystem": "npm", "name": "@ctrl/tinycolor", "version": "4.1.1", "advisories": advisories},
+}
+
+test_deny_listed_package_download if {
+	d := egress.decision with input as inp(package_download(["MAL-2025-47141"]), {"allow": ["registry.npmjs.org"]})
+	d.action == "deny"
+	d.codes == ["package.malicious"]
+	d.reasons == ["npm @ctrl/tinycolor 4.1.1 is a known malicious package (MAL-2025-47141)"]
+}
+
+test_allow_clean_package_download if {
+	d := egress.decision with input as inp(package_download([]), {"allow": ["registry.npmjs.org"]})
+	d.action == "allow"
+}
+
+test_deny_package_with_unreadable_version_names_it if {
+	r := json.patch(package_download(["MAL-1", "MAL-2"]), [{"op": "replace", "path": "/package/version", "value": ""}])
+	d := egress.decision with input as inp(r, {"allow": ["registry.npmjs.org"]})
+	d.codes == ["package.malicious"]
+	d.reasons == ["npm @ctrl/tinycolor (its version unreadable) is a known malicious package (MAL-1, MAL-2)"]
+}
+
+test_deny_package_with_malformed_advisories if {
+	r := json.patch(package_download([]), [{"op": "replace", "path": "/package/advisories", "value": "MAL-1"}])
+	d := egress.decision with input as inp(r, {"allow": ["registry.npmjs.org"]})
+	d.action == "deny"
+	d.codes == ["package.malicious"]
+}

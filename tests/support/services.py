@@ -21,6 +21,9 @@ from gateway.egress.injection import InjectionAddon
 from gateway.egress.recorder import FlowRecorder
 from gateway.egress.resolver import StaticResolver
 from gateway.egress.screen import SecretScreen
+from gateway.packages.firewall import PackageFirewall
+from gateway.packages.urls import registries_for
+from gateway.store.packages import PackageStore
 from gateway.runtime.metrics import Metrics
 from gateway.policy.base import CachingEngine
 from gateway.policy.factory import make_engine
@@ -108,6 +111,9 @@ async def egress_addons(stack: AsyncExitStack, services: Services, settings: Egr
     egress = EgressAddon(EgressDeps(settings=settings, tokens=services.tokens, sessions=services.sessions,
                                     engine=engine, audit=services.audit, metrics=services.metrics,
                                     resolver=StaticResolver(names, NoDns()), recorder=recorder, screen=screen,
+                                    packages=PackageFirewall(PackageStore(services.store), registries_for(
+                                        {"host": h, "ecosystem": e} for h, e in settings.package_registries),
+                                        settings.package_max_bytes),
                                     own_listeners=services.own_listeners))
     hold = HoldAddon(services.approvals, services.sessions, services.placeholders, recorder, settings)
     injection = InjectionAddon(services.broker, services.placeholders, screen, recorder, services.metrics)
