@@ -23,6 +23,7 @@ from broker.broker import Broker
 from broker.registry import PlaceholderRegistry
 from gateway.api.state import ApiServices, PageSettings, PostgresEndpoint, ProxyEndpoint, TransparentEndpoint
 from gateway.approvals.queue import ApprovalQueue
+from gateway.audit.checkpoints import CheckpointWriter, load_or_create_audit_key
 from gateway.audit.log import AuditLog
 from gateway.auth.tokens import HARNESS_TOKEN_TTL_S, Revocations, TokenSigner, TokenVerifier, load_or_create_key, write_private
 from gateway.store.changes import Change, ChangeFeed, LocalChangeFeed, PgChangeFeed
@@ -202,6 +203,9 @@ async def open_gateway(cfg: Config, stack: AsyncExitStack, worker: bool = False,
     # Replicas (and --workers processes) on PostgreSQL hear each other's changes by LISTEN/NOTIFY.
     feed: ChangeFeed = PgChangeFeed(store.libpq_url()) if store.is_postgres else LocalChangeFeed()
     metrics = Metrics()
+    checkpoints = CheckpointWriter(store, load_or_create_audit_key(cfg.data_dir), cfg.audit.checkpoint_rows,
+                                   cfg.audit.checkpoint_interval_s)
+    stack.push_async_callback(checkpoints.close)           # after the audit log's last flush: seals the tail
     audit = AuditLog(store, max_pending=cfg.audit.max_pending)
     audit.start()
     stack.push_async_callback(audit.close)
@@ -305,6 +309,7 @@ async def open_gateway(cfg: Config, stack: AsyncExitStack, worker: bool = False,
     _background(stack, revocations.poll(2.0 if notified else 0.25), "sandgate-revocations")
     _background(stack, policy_revisions.announce(), "sandgate-policy-revisions")
     _background(stack, packages.poll(), "sandgate-packages")
+    _background(stack, checkpoints.run(), "sandgate-audit-checkpoints")
     log.info("sandgate ready: proxy %s:%d, api %s:%d, policy rev %s", *proxy_addr, *api_addr, engine.rev)
     return Listening(proxy_addr, api_addr, transparent_addr, dns_addr, postgres_addr)
 

@@ -41,7 +41,7 @@ DEFAULTS: dict[str, Any] = {
         "package_max_bytes": 33554432, # largest index document rewritten (larger ones pass unmodified)
     },
     "approvals": {"ttl_s": 3600, "quorum": 1, "reuse_window_s": 600},
-    "audit": {"max_pending": 100000},
+    "audit": {"max_pending": 100000, "checkpoint_rows": 10000, "checkpoint_interval_s": 60.0},
     "policy": {"dir": "", "engine": "embedded", "opa_url": "http://127.0.0.1:8181", "opa_push": True,
                "timeout_s": 2.0, "workers": 2, "isolation": "process", "shadow_dir": "", "decision_log": True},
     "store": {"url": ""},
@@ -166,6 +166,8 @@ class ApprovalSettings:
 @dataclass(frozen=True)
 class AuditSettings:
     max_pending: int = 100000
+    checkpoint_rows: int = 10000            # a signed checkpoint once this many rows were chained since the last
+    checkpoint_interval_s: float = 60.0     # ... or this long after it (when rows were chained since)
 
 
 @dataclass(frozen=True)
@@ -464,7 +466,9 @@ def settings_from(raw: Mapping[str, Any], data_dir: Path, path: Path | None = No
         data_dir=data_dir, path=path,
         proxy=_proxy(raw["proxy"]),
         api=ApiSettings(parse_hostport(raw["api"]["listen"]), str(raw["api"]["harness_token_file"] or "")),
-        egress=_egress(raw["egress"]), approvals=_approvals(raw["approvals"]), audit=AuditSettings(mp),
+        egress=_egress(raw["egress"]), approvals=_approvals(raw["approvals"]), audit=AuditSettings(
+            mp, int(_positive("audit", "checkpoint_rows", raw["audit"]["checkpoint_rows"])),
+            float(_positive("audit", "checkpoint_interval_s", raw["audit"]["checkpoint_interval_s"]))),
         policy=_policy(raw["policy"]),
         store_url=str(raw["store"]["url"] or "") or f"sqlite:///{data_dir / 'sandgate.db'}",
         broker=broker, oidc=OidcSettings.from_config((raw.get("web") or {}).get("oidc") or {}),

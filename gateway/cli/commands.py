@@ -22,6 +22,7 @@ from sandgate.run import cmd_run
 from gateway.runtime.eventloop import loop_factory
 from gateway.cli.workers import run_workers, workers_refusal
 from sandgate.transport import SandgateError, command_endpoint, request_once
+from gateway.cli import audit as audit_commands
 from gateway.cli import packages as package_commands
 
 Handler = Callable[[Config, argparse.Namespace], int]
@@ -238,9 +239,11 @@ def build_parser() -> argparse.ArgumentParser:
     token.add_argument("--ttl-s", type=int, default=None, help="lifetime in seconds (default 24 h)")
     token.set_defaults(func=cmd_token)
 
-    policy_commands.register(sub, _common)
+    audit_sub = policy_commands.register(sub, _common)
     for name in policy_commands.COMMANDS:
         sub.choices[name].set_defaults(func=policy_commands.run)
+    audit_commands.register(audit_sub, _common)
+    sub.choices["audit"].set_defaults(func=audit_commands.run)     # the trail's commands; decision-log export there
 
     package_commands.register(sub, _common)
 

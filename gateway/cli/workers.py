@@ -67,11 +67,13 @@ def prepare_data_dir(cfg: Config) -> str:
     and the harness token (returned)."""
     from mitmproxy.certs import CertStore
 
+    from gateway.audit.checkpoints import load_or_create_audit_key
     from gateway.auth.tokens import HARNESS_TOKEN_TTL_S, TokenSigner, load_or_create_key, write_private
     from gateway.store import Store
 
     cfg.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     signer = TokenSigner(load_or_create_key(cfg.data_dir))
+    load_or_create_audit_key(cfg.data_dir)
     CertStore.from_store(cfg.data_dir, "mitmproxy", 2048)
     store = Store(cfg.store_url)
     try:

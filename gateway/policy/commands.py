@@ -16,7 +16,8 @@ from typing import Any, Callable, Iterator, TextIO
 COMMANDS = ("policy", "audit")
 
 
-def register(sub: Any, common: Callable[[argparse.ArgumentParser], None]) -> None:
+def register(sub: Any, common: Callable[[argparse.ArgumentParser], None]) -> Any:
+    """The `policy` and `audit` parsers; returns the `audit` subparsers."""
     policy = sub.add_parser("policy", help="test, check, evaluate, replay and compare policies")
     psub = policy.add_subparsers(dest="policy_cmd", required=True)
     ptest = psub.add_parser("test", help="run the *_test.rego tests (like `opa test`)")
@@ -37,7 +38,7 @@ def register(sub: Any, common: Callable[[argparse.ArgumentParser], None]) -> Non
     peval.add_argument("--explain", action="store_true", help="show which rules added which items")
     from gateway.policy import logcommands
 
-    logcommands.register(psub, sub, common)
+    return logcommands.register(psub, sub, common)
 
 
 def run(cfg: Any, args: Any) -> int:

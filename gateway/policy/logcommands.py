@@ -67,7 +67,9 @@ def summarise_change(old: dict, new: dict) -> str | None:
             f"[{', '.join(old.get('codes', []))}] -> [{', '.join(new.get('codes', []))}]")
 
 
-def register(psub: Any, sub: Any, common: Callable[[argparse.ArgumentParser], None]) -> None:
+def register(psub: Any, sub: Any, common: Callable[[argparse.ArgumentParser], None]) -> Any:
+    """The policy subcommands over the decision log, and `audit` with `export`; returns the `audit` subparsers
+    (the CLI adds the trail's own commands to them)."""
     replay = psub.add_parser("replay", help="re-decide logged inputs against a candidate policy")
     common(replay)
     replay.add_argument("--since", required=True, help="1h, 30m, 2d, an RFC 3339 time or Unix seconds")
@@ -80,15 +82,17 @@ def register(psub: Any, sub: Any, common: Callable[[argparse.ArgumentParser], No
     diff.add_argument("--since", default="0", help="1h, 30m, 2d, an RFC 3339 time or Unix seconds")
     diff.add_argument("--kind", choices=KINDS)
     diff.add_argument("--json", action="store_true", help="JSON Lines instead of text")
-    audit = sub.add_parser("audit", help="export the decision log")
+    audit = sub.add_parser("audit", help="export the decision log or the audit trail; verify the trail")
     asub = audit.add_subparsers(dest="audit_cmd", required=True)
-    export = asub.add_parser("export", help="write logged decisions as JSON Lines")
+    export = asub.add_parser("export", help="write logged decisions (opa-decision-log) or audit events (ocsf) as "
+                                            "JSON Lines")
     common(export)
-    export.add_argument("--format", required=True, choices=["opa-decision-log"])
+    export.add_argument("--format", required=True, choices=["opa-decision-log", "ocsf"])
     export.add_argument("--since", default="0", help="1h, 30m, 2d, an RFC 3339 time or Unix seconds")
     export.add_argument("--until")
     export.add_argument("--kind", choices=KINDS)
     export.add_argument("--output", "-o", help="file to write (default stdout)")
+    return asub
 
 
 async def _read(cfg: Any, what: str, since: float, until: float | None, kind: str | None) -> list[dict]:

@@ -73,6 +73,32 @@ class EventRow(SQLModel, table=True):
     bytes_out: Optional[int] = None
     policy_rev: Optional[str] = None
     detail: dict = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
+    chain_n: Optional[int] = Field(default=None, sa_column=Column(BigInteger, nullable=True))  # place in the chain
+    hash: Optional[str] = None         # SHA-256 of the previous row's hash and this row (gateway/store/chain.py)
+
+
+class AuditChainRow(SQLModel, table=True):
+    """One row (id 1): the chain's head (rows chained, last row id, its hash). Every audit batch locks it first:
+    one chain over all rows, in id order, across replicas."""
+    __tablename__ = "audit_chain"
+    id: int = Field(primary_key=True)
+    count: int = Field(default=0, sa_column=Column(BigInteger, nullable=False))
+    last_id: int = Field(default=0, sa_column=Column(BigInteger, nullable=False))
+    hash: str
+
+
+class AuditCheckpointRow(SQLModel, table=True):
+    """A signed point of the chain (Ed25519 over chain.checkpoint_message); the migration's genesis checkpoint,
+    sealing the rows from before the chain, has no signature."""
+    __tablename__ = "audit_checkpoints"
+    id: Optional[int] = Field(default=None, primary_key=True)
+    count: int = Field(sa_column=Column(BigInteger, nullable=False, unique=True))
+    last_id: int = Field(sa_column=Column(BigInteger, nullable=False))
+    hash: str
+    ts: float
+    key_id: str = ""
+    signature: str = Field(default="", sa_column=Column(Text, nullable=False))
+    kind: str = "signed"
 
 
 class AuditSeqRow(SQLModel, table=True):

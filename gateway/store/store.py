@@ -19,6 +19,7 @@ from sqlmodel import Session, create_engine
 
 from gateway.store import migrate
 from gateway.store.bulk import insert_statements, placeholder
+from gateway.store.chain import chained
 from gateway.store.groupcommit import GroupCommit
 from gateway.store.presence import Presence
 from gateway.store.writer import PriorityWriter
@@ -349,13 +350,21 @@ class Store:
         return text(f"INSERT INTO audit_seqs (session, last) VALUES {values} ON CONFLICT (session) DO UPDATE "
                     "SET last = audit_seqs.last + excluded.last RETURNING session, last")
 
+    _CHAIN_LOCK = text("UPDATE audit_chain SET count = count WHERE id = 1")
+    _CHAIN_HEAD = text("SELECT count, hash FROM audit_chain WHERE id = 1")
+    _CHAIN_MOVE = text("UPDATE audit_chain SET count = :c, last_id = (SELECT MAX(id) FROM events), hash = :h "
+                       "WHERE id = 1")
+
     def _append_events(self, rows: list[dict]) -> None:
-        """One transaction per batch: take every session's next sequence numbers from `audit_seqs` in one upsert
-        (sessions in sorted order, so two writers never wait on each other in a cycle), then one executemany
-        INSERT."""
+        """One transaction per batch: lock the chain head (one chain over all rows, in id order, across replicas:
+        chain.py), take every session's next sequence numbers from `audit_seqs` in one upsert (sessions in sorted
+        order, so two writers never wait on each other in a cycle), chain the rows (their place and hash, computed
+        here on the writer's thread), then multi-row INSERTs and the head moved on."""
         counts = Counter(r.get("session") for r in rows)
         order = sorted(counts, key=lambda s: s or "")
         with self.engine.begin() as conn:
+            conn.execute(self._CHAIN_LOCK)     # first: the head's row lock (the write lock on SQLite) orders writers
+            count, prev = conn.execute(self._CHAIN_HEAD).one()
             for sid in order:                  # a session this process has not written yet: continue its trail
                 if (sid or "") not in self._seq_known:
                     conn.execute(self._SEQ_INIT_NONE if sid is None else self._SEQ_INIT, {"key": sid or ""})
@@ -364,15 +373,17 @@ class Store:
                 params[f"k{i}"], params[f"n{i}"] = sid or "", counts[sid]
             last = {key: int(n) for key, n in conn.execute(self._seq_take(len(order)), params)}
             nxt = {sid: last[sid or ""] - counts[sid] for sid in order}
-            values = []
-            cols, json_cols = self._EVENT_COLS[1:], self._JSON_COLS        # _EVENT_COLS[0] is "seq"
+            numbered = []
             for r in rows:
                 sid = r.get("session")
                 nxt[sid] += 1
-                values.append((nxt[sid], *(json.dumps(r.get(c)) if c in json_cols else r.get(c) for c in cols)))
-            for sql, params in insert_statements("events", self._EVENT_COLS, values,
+                numbered.append({**r, "seq": nxt[sid]})
+            values = [tuple(v[c] for c in self._EVENT_COLS) + (n, h)
+                      for v, n, h in chained(numbered, int(count), prev)]
+            for sql, params in insert_statements("events", self._EVENT_COLS + ("chain_n", "hash"), values,
                                                  placeholder(self.engine.dialect.paramstyle)):
                 conn.exec_driver_sql(sql, params)
+            conn.execute(self._CHAIN_MOVE, {"c": values[-1][-2], "h": values[-1][-1]})
         self._seq_known.update(s or "" for s in counts)
 
     async def append_events(self, rows: list[dict]) -> None:
