@@ -21,6 +21,8 @@ from gateway.store import Store
 from tests.conftest import need, need_binary
 from tests.support.pg import PG_DSN, PG_URL, pg_available
 
+pytestmark = pytest.mark.timeout(600)        # real CLI processes and two writers; slow on a loaded machine
+
 
 def event(sid: str | None, i: int) -> dict:
     return {"session": sid, "step": i, "kind": "egress" if i % 3 else "toolcall", "action": "allow" if i % 4 else "deny",

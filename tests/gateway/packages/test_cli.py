@@ -10,6 +10,8 @@ import zipfile
 
 import pytest
 
+pytestmark = pytest.mark.timeout(600)        # a dozen CLI processes; on a loaded machine each takes seconds
+
 
 def cli(data, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "gateway", "packages", *args, "--data-dir", str(data)],
