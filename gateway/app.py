@@ -19,6 +19,7 @@ from typing import Any, Coroutine
 
 from aiohttp import web
 
+from broker.backends import CachedResolver, VaultBackend, parse_source
 from broker.broker import Broker
 from broker.registry import PlaceholderRegistry
 from gateway.api.state import ApiServices, PageSettings, PostgresEndpoint, ProxyEndpoint, TransparentEndpoint
@@ -40,6 +41,7 @@ from gateway.egress.resolver import Resolver, StaticResolver, SystemResolver, in
 from gateway.egress.screen import SecretScreen
 from gateway.egress.tls import sandbox_bundle
 from gateway.egress.transparent import TransparentAddon
+from gateway.egress.upstream import UpstreamProxyAddon
 from gateway.gates.toolcall import ToolCallGate
 from gateway.egress.packages import PackageIndexAddon
 from gateway.packages.firewall import PackageFirewall
@@ -176,6 +178,16 @@ async def _last_counts(sessions: SessionRegistry) -> None:
                   str(exc) or type(exc).__name__)
 
 
+def _operator_secrets(broker: Broker, sources: list[str], cfg: Config) -> CachedResolver:
+    """A reader of secret sources the operator configured outside `[secrets]` (the upstream proxy's credentials),
+    with a Vault backend of its own when only these use Vault."""
+    backends = dict(broker.resolver.backends)
+    kinds = {parse_source(s).kind for s in sources if s}
+    if "vault" in kinds and "vault" not in backends:
+        backends["vault"] = VaultBackend.from_config(cfg.broker.vault.as_mapping())
+    return CachedResolver(backends, ttl_s=cfg.broker.cache_ttl_s)
+
+
 def _resolver(cfg: Config, given: Resolver | None = None) -> Resolver:
     """The resolver of upstream dials, with the guard installed on the loop (`given`: a test's own)."""
     system = SystemResolver(install_guard(asyncio.get_running_loop()))
@@ -250,6 +262,11 @@ async def open_gateway(cfg: Config, stack: AsyncExitStack, worker: bool = False,
                      on_refused=lambda code: metrics.decision("egress", "deny"), tunnel_of=egress.tunnel_of)
     addons: list[object] = [gate, egress, HoldAddon(approvals, sessions, placeholders, recorder, cfg.egress),
                             PackageIndexAddon(packages), InjectionAddon(broker, placeholders, screen, recorder, metrics)]
+    if cfg.egress.upstream_proxy is not None:
+        # last: the proxy is handed requests already decided, vetted and injected
+        addons.append(UpstreamProxyAddon(cfg.egress.upstream_proxy, _operator_secrets(
+            broker, [cfg.egress.upstream_proxy.user, cfg.egress.upstream_proxy.password], cfg),
+            egress.check_address, recorder))
     transparent = cfg.proxy.transparent
     dns: DnsServer | None = None
     dns_addr: tuple[str, int] | None = None

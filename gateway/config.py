@@ -21,6 +21,7 @@ from broker.sources import parse_source
 from broker.specs import SecretSpec, parse_secret_specs
 from gateway.net.addresses import IPNetwork, parse_networks
 from gateway.net.hosts import AllowEntry, normalise_host, parse_allow_entry, split_hostport
+from gateway.net.upstream_proxy import UpstreamProxy, parse_upstream_proxy
 
 DEFAULTS: dict[str, Any] = {
     "proxy": {"listen": "127.0.0.1:8080", "advertise_url": "",
@@ -39,6 +40,11 @@ DEFAULTS: dict[str, Any] = {
         "resolve": {},                 # static name -> [addresses] map (like curl --resolve)
         "package_registries": [],      # extra registry hosts: [{"host", "ecosystem": "PyPI" | "npm"}]
         "package_max_bytes": 33554432, # largest index document rewritten (larger ones pass unmodified)
+        "upstream_proxy": "",          # a corporate proxy every allowed request goes through (gateway/net/upstream_proxy.py)
+        "upstream_proxy_user": "",     # secret sources (Basic auth to the proxy)
+        "upstream_proxy_password": "",
+        "upstream_proxy_resolve": "local",   # or "proxy": the proxy resolves names (no address check for them)
+        "upstream_proxy_bypass": [],   # NO_PROXY-style exceptions, dialled direct
     },
     "approvals": {"ttl_s": 3600, "quorum": 1, "reuse_window_s": 600},
     "audit": {"max_pending": 100000, "checkpoint_rows": 10000, "checkpoint_interval_s": 60.0},
@@ -154,6 +160,7 @@ class EgressSettings:
     resolve: Mapping[str, tuple[str, ...]] = MappingProxyType({})     # normalised name -> addresses
     package_registries: tuple[tuple[str, str], ...] = ()                 # (normalised host, ecosystem)
     package_max_bytes: int = 33554432
+    upstream_proxy: UpstreamProxy | None = None
 
 
 @dataclass(frozen=True)
@@ -285,7 +292,21 @@ def _egress(eg: Mapping[str, Any]) -> EgressSettings:
         passthrough=tuple(parse_allow_entry(e) for e in eg["passthrough"]), raw_tcp=raw_tcp,
         inspect_max_bytes=int(_positive("egress", "inspect_max_bytes", eg["inspect_max_bytes"])),
         hold_timeout_s=float(_positive("egress", "hold_timeout_s", eg["hold_timeout_s"])),
-        resolve=MappingProxyType(names))
+        resolve=MappingProxyType(names), upstream_proxy=_upstream_proxy(eg))
+
+
+def _upstream_proxy(eg: Mapping[str, Any]) -> UpstreamProxy | None:
+    for key in ("upstream_proxy_user", "upstream_proxy_password"):
+        if eg[key]:
+            try:
+                parse_source(str(eg[key]))
+            except ValueError as exc:
+                raise ValueError(f"egress.{key}: {exc}") from None
+    if not isinstance(eg["upstream_proxy_bypass"], list):
+        raise ValueError("egress.upstream_proxy_bypass must be a list")
+    return parse_upstream_proxy(eg["upstream_proxy"], str(eg["upstream_proxy_user"] or ""),
+                                str(eg["upstream_proxy_password"] or ""), str(eg["upstream_proxy_resolve"]),
+                                eg["upstream_proxy_bypass"])
 
 
 def _package_registries(raw: Any) -> tuple[tuple[str, str], ...]:

@@ -26,6 +26,7 @@ from gateway.egress.credentials import parse_proxy_authorization, take_proxy_aut
 from gateway.egress.flows import ConnState, FlowState, attach, flow_state
 from gateway.egress.guard import fail_closed
 from gateway.net.hosts import normalise_host
+from gateway.net.upstream_proxy import proxy_resolves
 from gateway.egress.recorder import FlowRecorder
 from gateway.egress.resolver import UPSTREAM_DIAL, DialGuard, Resolver, VettedResolver
 from gateway.egress.responses import auth_required, denial
@@ -231,9 +232,10 @@ class EgressAddon:
         st.decision = decision
         if decision.action == "deny":
             return self.deny(flow, decision.code, decision.reason)
-        verdict = await self.check_address(flow, host, req.port)
-        if not verdict.allowed:
-            return self.deny(flow, verdict.code, verdict.reason)
+        if not proxy_resolves(deps.settings.upstream_proxy, host, req.port):
+            verdict = await self.check_address(flow, host, req.port)
+            if not verdict.allowed:
+                return self.deny(flow, verdict.code, verdict.reason)
         if decision.action == "ask":
             if is_connect:
                 return self.deny(flow, decision.code, decision.reason)
@@ -361,6 +363,11 @@ class EgressAddon:
         try:
             address = data.server.address
             if address is None:
+                return
+            proxy = self.deps.settings.upstream_proxy
+            if proxy is not None and (normalise_host(str(address[0])), int(address[1])) == proxy.address:
+                # the configured upstream proxy: an operator endpoint, dialled as configured (upstream.py)
+                UPSTREAM_DIAL.set(None)
                 return
             literal = parse_ip_literal(str(address[0]))
             if literal is not None:

@@ -16,6 +16,7 @@ from mitmproxy.proxy import commands, layer, layers
 from mitmproxy.proxy.context import Context
 from mitmproxy.proxy.layers import modes
 from mitmproxy.proxy.layers.http import ErrorCode, HttpStream, HTTPMode, ResponseProtocolError
+from mitmproxy.proxy.layers.http._upstream_proxy import HttpUpstreamProxy
 
 from gateway.net.hosts import AllowEntry, match_allowlist, normalise_host
 from gateway.egress.tunnels import Choice, LayerArgs, LayerDecision, Level, decide_layer
@@ -146,6 +147,11 @@ class LayerGate:
             return server_tls
         if choice in (Choice.RAW_TCP, Choice.PASSTHROUGH):
             self._modes[context.server] = choice.value
+            if context.server.via is not None:
+                # the tunnel goes through the upstream proxy (upstream.py set `via` at its CONNECT)
+                stack = HttpUpstreamProxy.make(context, True)
+                stack /= layers.TCPLayer(context)
+                return stack[0]
             return layers.TCPLayer(context)
         self.refused(context, decision)
         return Refused(context)
