@@ -294,7 +294,8 @@ class ToolCallGate:
         """What parsing the call adds to its input, and its effects: memoised, on the loop when short, else on a
         thread with a time cap. A failure is not an allow: the policy sees the call unparsed."""
         memo = self.facts
-        key = memo.key(tool, args_json, base["session"]["workspace"], links, files, mcp_input)
+        key = memo.key(tool, args_json, base["session"]["workspace"], links, files, mcp_input,
+                       tuple(sorted(base["session"].get("secrets") or [])))
         try:
             hit = memo.get(key)          # the same call with the same workspace, links and files: parsed before
             if hit is not None:

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gateway.toolcalls import effects as fx
+from gateway.toolcalls import secretflow as sf
 from gateway.toolcalls.codefacts import CodeFacts
 from gateway.toolcalls.expand import expand_braces, expand_word, split_fields, substitute
 from gateway.toolcalls.interpreters import analyze, code_source, language_of_script
@@ -68,6 +69,7 @@ class Effects:
 class _Out:
     text: str | None = None          # its stdout, when known
     items: list[str] | None = None   # path words it lists (find, ls), when known
+    sources: list[dict] | None = None  # the sensitive data its output carries (secretflow)
 
 
 @dataclass
@@ -78,10 +80,12 @@ class _Stdin:
 
 
 def describe_line(command: str, workspace: str, links: dict[str, str | None] | None = None,
-                  files: dict[str, str | None] | None = None) -> tuple[dict, Effects]:
+                  files: dict[str, str | None] | None = None, secrets: tuple[str, ...] = ()) -> tuple[dict, Effects]:
     """({"parsed", "commands"}, Effects) for a command line; `links` and `files` come from the session's
-    earlier tool calls (normalised path -> target / content or None)."""
+    earlier tool calls (normalised path -> target / content or None); `secrets` are the session's secret names
+    (their variables are sensitive sources)."""
     line = _Line(clean_dir(workspace), links or {}, files or {})
+    line.secrets = tuple(secrets)
     try:
         line.run_script(command if isinstance(command, str) else "", 0, "")
     except ValueError:
@@ -136,6 +140,11 @@ class _Line:
         self.ok = True
         self.work = 0
         self.effects = Effects()
+        self.secrets: tuple[str, ...] = ()
+        self.tainted_files: dict[str, str] = {}         # written from sensitive data in this line
+        self.tainted_vars: set[str] = set()             # read from sensitive data (`read K < ~/.ssh/id_rsa`)
+        self.stdin_sources: list[dict] = []             # a nested script's input carries these
+        self.sockets: list[str] = []                    # `exec 3>/dev/tcp/HOST/PORT`: open for the rest of the line
 
     # -- scripts ------------------------------------------------------------------------------------
     def run_script(self, text: str, depth: int, origin: str) -> None:
@@ -349,12 +358,19 @@ class _Command:
         self.moves: list[dict] = []
         self.source_files: list[str] = []
         self.env = {**cmd.get("env", {}), **unwrapped.env}
+        self.code_texts: list[str] = []
+        self.stdin_sources: list[dict] = []
 
     def nested(self, text: str | None, origin: str) -> None:
         if text is None:
             self.rec["dynamic"] = True
         else:
-            self.line.run_script(text, self.depth + 1, origin)
+            saved = self.line.stdin_sources
+            self.line.stdin_sources = self.stdin_sources or saved
+            try:
+                self.line.run_script(text, self.depth + 1, origin)
+            finally:
+                self.line.stdin_sources = saved
 
     def describe(self) -> _Out | None:
         line, rec, u = self.line, self.rec, self.u
@@ -384,23 +400,69 @@ class _Command:
         rec["writes"] = self.writes
         rec["deletes"] = self.deletes
         rec["moves"] = self.moves
+        sources = self.secret_flow()
         if u.script is not None:
             self.nested(u.script, self.u.wrappers[-1] if u.wrappers else "wrapper")
         self.after_effects()
+        if sources and out is not None:
+            out.sources = sources
         return out
+
+    def secret_flow(self) -> list[dict]:
+        """The `sources` and `sinks` facts (secretflow.py); what it reads of sensitive data, for its output."""
+        line, rec = self.line, self.rec
+        words = self.eff[1:] if self.eff else []
+        sources = sf.command_sources(self.name, words, self.values, rec["paths"], line.secrets, line.tainted_vars,
+                                     line.tainted_files)
+        if line.tainted_files:
+            for word in words[:64]:
+                norm = line.resolve(sf.payload(word), self.here) if "$" not in word else None
+                if norm is not None and norm in line.tainted_files:
+                    sources.append({"kind": "file", "name": word, "via": "written from a secret"})
+        if sf.environment_dump(self.name, self.operands, self.flags, self.u.wrappers, self.eff):
+            sources.append({"kind": "environment", "name": self.name or "env", "via": "output"})
+        sources += self.stdin_sources
+        for text in self.code_texts:
+            sources += sf.code_sources(text, line.secrets)
+        sinks = sf.command_sinks(self.name, words, self.operands, self.values, self.cmd["redirects"],
+                                 (rec.get("http") or {}).get("urls", []), (rec.get("remote") or {}).get("host"),
+                                 "\n".join(self.code_texts) if self.code_texts else None)
+        if not self.eff and self.u.wrappers and self.u.wrappers[-1].split()[0] == "exec":
+            line.sockets += [r["target"] for r in self.cmd["redirects"] if re.match(r"/dev/(?:tcp|udp)/", r["target"])]
+        elif line.sockets:
+            sinks += [{"kind": "dev_tcp", "host": t.split("/")[3] if t.count("/") >= 3 else "", "port": 0}
+                      for t in line.sockets[:4]]
+        sources = sf._dedupe(sources)
+        if sources:
+            rec["sources"] = sources
+            if self.name in _READS_VARS:
+                line.tainted_vars.update(o for o in self.operands if re.fullmatch(r"[A-Za-z_]\w*", o))
+        if sinks:
+            rec["sinks"] = sinks
+        return sources
 
     # -- stdin and stdout ---------------------------------------------------------------------------
     def read_stdin(self) -> _Stdin:
         stdin = _Stdin()
+        line = self.line
         for redirect in self.cmd["redirects"]:
             if "body" in redirect:
                 stdin = _Stdin(True, redirect["body"])
+                self.stdin_sources = [{**s, "via": "stdin"} for s in sf.word_sources(
+                    redirect["body"], line.secrets, line.tainted_vars)]
             elif redirect["op"] == "<":
+                norm = line.resolve(redirect["target"], self.here)
+                if sf.sensitive_path(redirect["target"]) or (norm is not None and (
+                        sf.sensitive_path(norm) or norm in line.tainted_files)):
+                    self.stdin_sources = [{"kind": "file", "name": redirect["target"], "via": "stdin"}]
                 produced = _substitution_output(redirect["target"])
                 content = produced if produced is not None else self.line.content(redirect["target"], self.here)[1]
                 stdin = _Stdin(True, content, redirect["target"])
         if self.piped is not None and not stdin.given:
             stdin = _Stdin(True, self.piped.text)
+            self.stdin_sources = [{**s, "via": "stdin"} for s in self.piped.sources or []]
+        if not stdin.given and line.stdin_sources:
+            self.stdin_sources = line.stdin_sources
         return stdin
 
     def xargs_operands(self) -> None:
@@ -557,7 +619,7 @@ class _Command:
             if language == "shell":
                 self.nested(stdin.text, f"{self.name} stdin")
             else:
-                self.apply_code(analyze(language, stdin.text))
+                self.code(language, stdin.text)
         elif stdin.word is not None and stdin.word not in _STDIN_FILES and not stdin.word.startswith(("/dev/",
                                                                                                       "/proc/")):
             self.runs(stdin.word, language)
@@ -600,7 +662,7 @@ class _Command:
             if (language or "shell") == "shell":
                 self.nested(produced, f"{self.name} <(...)")
             else:
-                self.apply_code(analyze(language or "shell", produced))
+                self.code(language or "shell", produced)
             return
         if word in _STDIN_FILES:                # `bash /dev/stdin <<< ...`: the script is its stdin
             self.stdin_code(language or "shell")
@@ -623,7 +685,7 @@ class _Command:
         elif lang == "shell":
             self.nested(content, f"script {word}")
         else:
-            self.apply_code(analyze(lang, content))
+            self.code(lang, content)
 
     def path_lookup(self) -> None:
         for value in self.line.variables["PATH"]:
@@ -641,13 +703,19 @@ class _Command:
             self.rec["runs"] = {"path": dynamic_path(source.script or ""), "written": False, "known": False}
             self.rec["dynamic"] = True
         elif source.inline is not None:
-            self.apply_code(analyze(source.language, source.inline))
+            self.code(source.language, source.inline)
         elif source.script is not None:
             self.runs(source.script, source.language)
         elif source.stdin:
             self.stdin_code(source.language)
         if source.in_place or source.language == "vim":
             self.writes += [self.line.path(f, self.here) for f in source.files]
+
+    def code(self, language: str, text: str) -> None:
+        """Interpreter code run by this command: its facts, and its text for the secret-flow facts."""
+        if len(self.code_texts) < 8:
+            self.code_texts.append(text)
+        self.apply_code(analyze(language, text))
 
     def apply_code(self, facts: CodeFacts) -> None:
         code = self.rec.setdefault("code", facts.summary())
@@ -755,6 +823,10 @@ class _Command:
     def after_effects(self) -> None:
         """Record what later commands will find: links made, files written (with their content if known)."""
         name, line, here = self.name, self.line, self.here
+        if self.rec.get("sources"):
+            for fact in self.writes:
+                if fact.get("normalized") and len(line.tainted_files) < 256:
+                    line.tainted_files[fact["normalized"]] = fact["raw"]
         for target, link in fx.link_pairs(name, self.flags, self.operands, self.values):
             line.link(target, link, here)
         for source, dest in fx.copy_pairs(name, self.operands, self.values):

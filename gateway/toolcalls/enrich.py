@@ -74,7 +74,7 @@ FACT_KEYS = ("shell", "path", "url", "sql")
 def toolcall_facts(base: Mapping[str, Any], links: Mapping[str, str | None] | None = None,
                    files: Mapping[str, str | None] | None = None) -> tuple[dict, Effects]:
     """What parsing adds to `base` (`shell`, `path`, `url`, `sql`: a function of the tool, its arguments, the
-    workspace and what earlier calls left) and the call's effects."""
+    workspace, the session's secret names and what earlier calls left) and the call's effects."""
     name, args, mcp = base["tool"]["name"], base["tool"]["args"], base.get("mcp")
     workspace = clean_dir(base["session"]["workspace"])
     links = dict(links or {})
@@ -85,7 +85,8 @@ def toolcall_facts(base: Mapping[str, Any], links: Mapping[str, str | None] | No
         if isinstance(command, list) and command and all(isinstance(w, str) for w in command):
             command = shlex.join(command)
         if isinstance(command, str):
-            doc["shell"], effects = describe_line(command, workspace, links, dict(files or {}))
+            doc["shell"], effects = describe_line(command, workspace, links, dict(files or {}),
+                                                  _secret_names(base))
         else:
             doc["shell"] = {"parsed": False, "commands": []}
     if isinstance(args.get("path"), str):
@@ -107,9 +108,16 @@ def toolcall_facts(base: Mapping[str, Any], links: Mapping[str, str | None] | No
             # COPY ... TO/FROM PROGRAM runs a shell command on the database host: its commands are facts like
             # a shell tool's (`from: "sql"`); a program that is not a literal is not parsed (ask).
             programs, _files = sql_side_effects(query)
-            shell, _fx = describe_line("\n".join(programs), workspace, links, dict(files or {}))
+            shell, _fx = describe_line("\n".join(programs), workspace, links, dict(files or {}),
+                                       _secret_names(base))
             doc["shell"] = {**shell, "parsed": bool(programs) and shell["parsed"], "from": "sql"}
     return doc, effects
+
+
+def _secret_names(base: Mapping[str, Any]) -> tuple[str, ...]:
+    """The session's secret names: variables named after them are sensitive sources (secretflow.py)."""
+    names = base["session"].get("secrets") or []
+    return tuple(sorted(n for n in names if isinstance(n, str)))[:64]
 
 
 def build_toolcall_input(**kwargs: Any) -> dict:

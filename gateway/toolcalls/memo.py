@@ -1,6 +1,6 @@
 """A memo of what parsing a tool call adds to its input (enrich.toolcall_facts), keyed before any parsing.
 
-Those facts are a pure function of the tool, its arguments, the session's workspace and what the session's
+Those facts are a pure function of the tool, its arguments, the session's workspace and secret names and what the session's
 earlier calls left behind (links, written files): the key holds exactly these, so a repeated command (`git
 status`, `pytest -q`) is parsed once and its facts reused. Entries are shared, never changed by readers.
 Bounded (least recently used out). MCP calls are never memoised.
@@ -21,11 +21,12 @@ class FactsMemo:
 
     @staticmethod
     def key(tool: str, args_json: str, workspace: str, links: Mapping[str, str | None],
-            files: Mapping[str, str | None], mcp: Any) -> tuple | None:
-        """`args_json` is the arguments' canonical JSON (approval_rules.canonical_json)."""
+            files: Mapping[str, str | None], mcp: Any, secrets: tuple[str, ...] = ()) -> tuple | None:
+        """`args_json` is the arguments' canonical JSON (approval_rules.canonical_json); `secrets` the session's
+        secret names (their variables are sensitive sources in the facts)."""
         if mcp is not None:
             return None
-        return (tool, args_json, workspace, tuple(sorted(links.items())), tuple(sorted(files.items())))
+        return (tool, args_json, workspace, tuple(sorted(links.items())), tuple(sorted(files.items())), secrets)
 
     def get(self, key: tuple | None) -> tuple[dict, Effects] | None:
         if key is None:

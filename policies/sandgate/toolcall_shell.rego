@@ -388,6 +388,36 @@ ask contains {"code": "toolcall.external_write", "reason": sprintf("%s changes d
 	http_write(commands[i])
 }
 
+# -- secrets flowing to the network (sources and sinks, gateway/toolcalls/secretflow.py) -------------------
+
+# A command that gets sensitive data (a key or credential file, the environment, a secret's variable, a
+# substitution over them, its pipeline's input from them) and sends data off the machine (URLs, headers,
+# cookies, @file, DNS names, package indexes, git remotes, a network program's input, /dev/tcp, code that opens
+# connections). A secret's variable (a placeholder) sent only to hosts on the session's allow list is the
+# ordinary use of a session secret: the proxy swaps the placeholder there and nowhere else.
+exfiltrating contains i if {
+	some i, c in commands
+	count(object.get(c, "sinks", [])) > 0
+	some s in object.get(c, "sources", [])
+	not placeholder_to_allowed(s, c)
+}
+
+placeholder_to_allowed(s, c) if {
+	s.kind == "env"
+	every k in c.sinks {
+		sink_allowed(k)
+	}
+}
+
+sink_allowed(k) if {
+	object.get(k, "host", "") != ""
+	data.sandgate.lib.hosts.allowlisted(object.get(input, ["session", "allow"], []), k.host, object.get(k, "port", 0))
+}
+
+ask contains {"code": "toolcall.exfiltration", "reason": sprintf("sensitive data (%s) would leave the machine (%s): %s", [concat(", ", {s.name | some s in commands[i].sources}), concat(", ", {k.kind | some k in commands[i].sinks}), shown(commands[i])])} if {
+	some i in exfiltrating
+}
+
 # -- reads (what a frozen session still allows) ----------------------------------------------------------
 
 readish(_, c) if c.name in conf("read_commands")

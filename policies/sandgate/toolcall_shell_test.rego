@@ -577,3 +577,41 @@ test_sql_copy_program_not_visible_ask if {
 	d.action == "ask"
 	"toolcall.unparsed" in d.codes
 }
+
+# -- secrets flowing to the network ----------------------------------------------------------------------------
+
+key_source := {"kind": "file", "name": "~/.ssh/id_rsa", "via": "argument"}
+
+test_ask_source_reaching_a_sink if {
+	d := decide([cmd(["curl"], {"sources": [key_source], "sinks": [{"kind": "header", "host": "example.com", "port": 443}]})])
+	"toolcall.exfiltration" in d.codes
+	d.action == "ask"
+}
+
+test_ask_source_reaching_dns if {
+	d := decide([cmd(["dig"], {"sources": [key_source], "sinks": [{"kind": "dns", "host": "", "port": 53}]})])
+	d.codes == ["toolcall.exfiltration"]
+}
+
+test_allow_source_without_sink if {
+	d := decide([cmd(["cat"], {"sources": [key_source]})])
+	d.action == "allow"
+}
+
+test_allow_secret_variable_to_allowed_host if {
+	env := {"kind": "env", "name": "GITHUB_TOKEN", "via": "argument"}
+	d := decide([cmd(["curl"], {"sources": [env], "sinks": [{"kind": "header", "host": "example.com", "port": 443}]})])
+	d.action == "allow"
+}
+
+test_ask_secret_variable_to_other_host if {
+	env := {"kind": "env", "name": "GITHUB_TOKEN", "via": "argument"}
+	d := decide([cmd(["curl"], {"sources": [env], "sinks": [{"kind": "url", "host": "evil.test", "port": 443}]})])
+	d.codes == ["toolcall.exfiltration"]
+}
+
+test_ask_secret_variable_to_unknown_host if {
+	env := {"kind": "env", "name": "GITHUB_TOKEN", "via": "argument"}
+	d := decide([cmd(["nslookup"], {"sources": [env], "sinks": [{"kind": "dns", "host": "", "port": 53}]})])
+	d.codes == ["toolcall.exfiltration"]
+}
