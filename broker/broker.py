@@ -16,12 +16,18 @@ from typing import Any
 from broker.backends import (Backend, CachedResolver, EnvBackend, LocalBackend, SecretUnavailable, VaultBackend,
                              parse_source)
 from broker.inject import Binding
+from broker.oauth2 import MemoryTokenState, OAuth2Tokens, TokenState, TransportFactory
 from broker.placeholders import RandomSource, make_placeholder
 from broker.specs import (DEFAULT_INJECT_IN, RESERVED_ENV, SPEC_KEYS, HostNormaliser, SecretSpec, local_spec,
                           parse_secret_specs)
 
 __all__ = ["DEFAULT_INJECT_IN", "RESERVED_ENV", "SPEC_KEYS", "Broker", "BrokerError", "HostNormaliser",
            "SecretSpec", "local_spec", "parse_secret_specs"]
+
+
+def spec_sources(spec: SecretSpec) -> tuple[str, ...]:
+    """The secret sources a spec reads (its value's, or an oauth2 secret's client and refresh token)."""
+    return spec.oauth2.sources() if spec.oauth2 is not None else (spec.source,)
 
 
 class BrokerError(Exception):
@@ -38,11 +44,16 @@ class Broker:
 
     def __init__(self, specs: Mapping[str, SecretSpec], resolver: CachedResolver, *,
                  normalise_host: HostNormaliser, local: LocalBackend | None = None,
-                 lookup_timeout_s: float = 2.0, rand: RandomSource | None = None) -> None:
+                 lookup_timeout_s: float = 2.0, rand: RandomSource | None = None,
+                 oauth2: OAuth2Tokens | None = None) -> None:
         for spec in specs.values():
-            kind = parse_source(spec.source).kind
-            if kind not in resolver.backends:
-                raise ValueError(f"secrets.{spec.name}: source kind {kind!r} has no backend configured")
+            for source in spec_sources(spec):
+                kind = parse_source(source).kind
+                if kind not in resolver.backends:
+                    raise ValueError(f"secrets.{spec.name}: source kind {kind!r} has no backend configured")
+            if spec.kind == "oauth2" and (oauth2 is None or spec.name not in oauth2.specs):
+                raise ValueError(f"secrets.{spec.name}: an oauth2 secret needs the token minter")
+        self.oauth2 = oauth2
         self.specs = dict(specs)
         self.configured = frozenset(specs)           # defined in the configuration: never changed at run time
         self.resolver = resolver
@@ -62,14 +73,23 @@ class Broker:
     @classmethod
     def from_specs(cls, specs: Mapping[str, SecretSpec], vault: Mapping[str, Any] | None,
                    data_dir: str | os.PathLike, *, normalise_host: HostNormaliser, cache_ttl_s: float = 30.0,
-                   environ: Mapping[str, str] | None = None) -> Broker:
+                   environ: Mapping[str, str] | None = None, oauth2_transport: TransportFactory | None = None,
+                   token_state: TokenState | None = None) -> Broker:
         """Build from validated specs: the local and environment backends always, Vault only if a secret uses
-        it (ValueError if it is then not configured)."""
+        it (ValueError if it is then not configured). OAuth2 secrets need `oauth2_transport` (the gateway's
+        vetted dialler) and, with replicas, the store's `token_state`."""
         local = LocalBackend(Path(data_dir))
         backends: dict[str, Backend] = {"local": local, "env": EnvBackend(environ)}
-        if any(parse_source(s.source).kind == "vault" for s in specs.values()):
+        if any(parse_source(src).kind == "vault" for s in specs.values() for src in spec_sources(s)):
             backends["vault"] = VaultBackend.from_config(vault, environ=environ)
-        return cls(specs, CachedResolver(backends, ttl_s=cache_ttl_s), normalise_host=normalise_host, local=local)
+        resolver = CachedResolver(backends, ttl_s=cache_ttl_s)
+        flows = {s.name: s.oauth2 for s in specs.values() if s.oauth2 is not None}
+        tokens = None
+        if flows:
+            if oauth2_transport is None:
+                raise ValueError("oauth2 secrets need a transport to their token endpoints")
+            tokens = OAuth2Tokens(flows, resolver, oauth2_transport, token_state or MemoryTokenState())
+        return cls(specs, resolver, normalise_host=normalise_host, local=local, oauth2=tokens)
 
     # -- secrets stored with `sandgate secrets put` ------------------------------------------------
     async def load_local_specs(self) -> None:
@@ -90,7 +110,7 @@ class Broker:
         """Store a secret locally (encrypted) and make it usable at once. A secret defined in the configuration
         keeps its configured hosts, format and injection points; one with another backend is `not_local`."""
         existing = self.specs.get(name)
-        if existing is not None and parse_source(existing.source).kind != "local":
+        if existing is not None and (existing.kind != "token" or parse_source(existing.source).kind != "local"):
             raise BrokerError("not_local", f"secret {name} is defined in the configuration with another backend")
         try:
             spec = existing if existing is not None and name in self.configured else \
@@ -107,7 +127,7 @@ class Broker:
         spec = self.specs.get(name)
         if spec is None:
             raise BrokerError("not_found", "no such secret")
-        if parse_source(spec.source).kind != "local" or name in self.configured:
+        if spec.kind != "token" or parse_source(spec.source).kind != "local" or name in self.configured:
             raise BrokerError("not_local", "only secrets stored with `sandgate secrets put` can be removed here")
         await self._local_backend().delete(name)
         self.specs.pop(name, None)
@@ -129,6 +149,8 @@ class Broker:
             raise ValueError(f"unknown secret {name!r}") from None
 
     async def _value_or_none(self, spec: SecretSpec) -> str | None:
+        if spec.kind != "token":
+            return None                                 # a minted token: the placeholder takes the default shape
         try:
             return await asyncio.wait_for(self.resolver.get(spec.source), self.lookup_timeout_s)
         except (SecretUnavailable, asyncio.TimeoutError):
@@ -154,7 +176,10 @@ class Broker:
     async def binding(self, name: str, placeholder: str) -> Binding:
         """The binding for one session's placeholder; SecretUnavailable propagates."""
         spec = self._spec(name)
-        value = await self.resolver.get(spec.source)
+        if spec.kind == "oauth2" and self.oauth2 is not None:
+            value = await self.oauth2.token(name)
+        else:
+            value = await self.resolver.get(spec.source)
         if value == placeholder:
             raise SecretUnavailable("secret.invalid", f"{name}: placeholder equals the value")
         return Binding(name=name, placeholder=placeholder, value=value,
@@ -170,7 +195,7 @@ class Broker:
         out = []
         for name, placeholder in placeholders.items():
             spec = self.specs.get(name)
-            value = self.resolver.fresh(spec.source) if spec is not None else None
+            value = self._fresh_value(spec) if spec is not None else None
             if value is None or value == placeholder:
                 return None
             out.append(Binding(name=name, placeholder=placeholder, value=value, hosts=frozenset(spec.hosts),
@@ -180,10 +205,10 @@ class Broker:
     def fresh_scrub_replacements(self, placeholders: Mapping[str, str]) -> dict[bytes, bytes] | None:
         """What `scrub_replacements` answers when every value it needs is fresh in the resolver's cache, computed
         without awaiting; None otherwise."""
-        pairs = []
+        pairs = self._minted_pairs(placeholders)
         for name in placeholders:
             spec = self.specs.get(name)
-            if spec is None:
+            if spec is None or spec.kind != "token":
                 continue
             value = self.resolver.fresh(spec.source)
             if value is None:
@@ -195,7 +220,7 @@ class Broker:
         """{real value: placeholder} for scrubbing a session's responses, for every secret it holds that is still
         defined. A value the backend cannot give now is the last one read (scrubbing a stale value is safe);
         SecretUnavailable if there is none."""
-        names = [n for n in placeholders if n in self.specs]
+        names = [n for n in placeholders if n in self.specs and self.specs[n].kind == "token"]
 
         async def value(name: str) -> str:
             source = self.specs[name].source
@@ -208,8 +233,19 @@ class Broker:
                 return known
 
         values = await asyncio.gather(*(value(n) for n in names))
-        return {v.encode("utf-8"): placeholders[n].encode("utf-8") for n, v in zip(names, values)
-                if v != placeholders[n]}
+        pairs = self._minted_pairs(placeholders) + list(zip(names, values))
+        return {v.encode("utf-8"): placeholders[n].encode("utf-8") for n, v in pairs if v != placeholders[n]}
+
+    def _fresh_value(self, spec: SecretSpec) -> str | None:
+        if spec.kind == "oauth2":
+            return self.oauth2.fresh(spec.name) if self.oauth2 is not None else None
+        return self.resolver.fresh(spec.source)
+
+    def _minted_pairs(self, placeholders: Mapping[str, str]) -> list[tuple[str, str]]:
+        """(name, access token) for each token lately minted for the session's oauth2 secrets (scrubbed)."""
+        if self.oauth2 is None:
+            return []
+        return [(n, token) for n in placeholders if n in self.oauth2.specs for token in self.oauth2.recent(n)]
 
     def env(self, placeholders: Mapping[str, str]) -> dict[str, str]:
         """{env variable: placeholder} for the sandbox."""

@@ -13,11 +13,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from broker.inject import LOCATIONS
+from broker.oauth2 import OAUTH2_KEYS, OAuth2Params, parse_oauth2
 from broker.placeholders import PlaceholderFormat, parse_format
 from broker.sources import parse_source
 
 DEFAULT_INJECT_IN = frozenset({"header", "query"})
-SPEC_KEYS = frozenset({"source", "hosts", "env", "format", "inject_in", "allow_plaintext", "ports"})
+SPEC_KEYS = frozenset({"source", "hosts", "env", "format", "inject_in", "allow_plaintext", "ports", "kind"})
+KIND_KEYS = {"token": frozenset(), "oauth2": OAUTH2_KEYS}      # the keys each kind adds
 HostNormaliser = Callable[[str], str]     # the gateway's one normalise_host (ValueError for a bad host)
 # Variables sandgate itself sets in the sandbox: a secret must not shadow them.
 RESERVED_ENV = frozenset({
@@ -39,6 +41,8 @@ class SecretSpec:
     format: PlaceholderFormat | None = None
     allow_plaintext: bool = False              # inject over cleartext http too (default: TLS only)
     ports: frozenset[int] = frozenset()        # only these destination ports (empty: any)
+    kind: str = "token"                        # "token": the value swapped in; "oauth2": a minted access token
+    oauth2: OAuth2Params | None = None         # kind = "oauth2" (source is "" then)
 
     def __post_init__(self) -> None:
         if not self.env:
@@ -75,13 +79,20 @@ def _spec(name: str, table: Any, normalise: HostNormaliser) -> SecretSpec:
         raise ValueError(f"secret name {name!r}: use letters, digits, '_', '.', '-' (max 64)")
     if not isinstance(table, Mapping):
         raise ValueError(f"secrets.{name} must be a table")
-    unknown = set(table) - SPEC_KEYS
+    kind = table.get("kind", "token")
+    if kind not in KIND_KEYS:
+        raise ValueError(f"secrets.{name}.kind: one of {sorted(KIND_KEYS)}")
+    unknown = set(table) - SPEC_KEYS - KIND_KEYS[kind]
     if unknown:
         raise ValueError(f"secrets.{name}: unknown keys {sorted(unknown)}")
-    if "source" not in table:
+    oauth2 = parse_oauth2(name, table) if kind == "oauth2" else None
+    if oauth2 is not None and "source" in table:
+        raise ValueError(f"secrets.{name}: an oauth2 secret has no 'source' (its token is minted at token_url)")
+    if oauth2 is None and "source" not in table:
         raise ValueError(f"secrets.{name}: 'source' is required")
     try:
-        parse_source(table["source"])
+        if oauth2 is None:
+            parse_source(table["source"])
     except ValueError as exc:
         raise ValueError(f"secrets.{name}.source: {exc}") from None
     hosts = table.get("hosts")
@@ -103,10 +114,13 @@ def _spec(name: str, table: Any, normalise: HostNormaliser) -> SecretSpec:
     allow_plaintext = table.get("allow_plaintext", False)
     if not isinstance(allow_plaintext, bool):
         raise ValueError(f"secrets.{name}.allow_plaintext must be true or false")
-    spec = SecretSpec(name=name, source=table["source"].strip(),
+    spec = SecretSpec(name=name, source="" if oauth2 is not None else table["source"].strip(), kind=kind,
+                      oauth2=oauth2,
                       hosts=tuple(dict.fromkeys(_host(name, h, normalise) for h in hosts)),
                       inject_in=frozenset(inject_in), env=env, format=fmt, allow_plaintext=allow_plaintext,
                       ports=_ports(name, table.get("ports", [])))
+    if oauth2 is not None and allow_plaintext:
+        raise ValueError(f"secrets.{name}.allow_plaintext: an oauth2 token is only ever sent over TLS")
     if spec.env.upper() in RESERVED_ENV or not _ENV.match(spec.env):
         raise ValueError(f"secrets.{name}.env: {spec.env!r} is reserved or invalid; set env explicitly")
     return spec

@@ -42,6 +42,9 @@ from gateway.egress.screen import SecretScreen
 from gateway.egress.tls import sandbox_bundle
 from gateway.egress.transparent import TransparentAddon
 from gateway.egress.upstream import UpstreamProxyAddon
+from gateway.egress.token_transport import VettedTransport, tls_context
+from gateway.egress.tls import write_upstream_bundle
+from gateway.net.addresses import AddressVerdict, vet_addresses
 from gateway.gates.toolcall import ToolCallGate
 from gateway.egress.packages import PackageIndexAddon
 from gateway.packages.firewall import PackageFirewall
@@ -188,6 +191,15 @@ def _operator_secrets(broker: Broker, sources: list[str], cfg: Config) -> Cached
     return CachedResolver(backends, ttl_s=cfg.broker.cache_ttl_s)
 
 
+def _token_transport(cfg: Config, resolver: Resolver, own_listeners: list[tuple[str, int]]):
+    """What sandgate's OAuth2 client dials token endpoints with: names resolved and vetted as egress does."""
+    tls = tls_context(str(write_upstream_bundle(cfg.data_dir, cfg.egress.upstream_ca)))
+
+    def vet(addresses: list[str], port: int) -> AddressVerdict:
+        return vet_addresses(addresses, port, private_allow=cfg.egress.private_allow, own_listeners=own_listeners)
+    return lambda: VettedTransport(resolver, vet, tls)
+
+
 def _resolver(cfg: Config, given: Resolver | None = None) -> Resolver:
     """The resolver of upstream dials, with the guard installed on the loop (`given`: a test's own)."""
     system = SystemResolver(install_guard(asyncio.get_running_loop()))
@@ -231,8 +243,11 @@ async def open_gateway(cfg: Config, stack: AsyncExitStack, worker: bool = False,
     stack.push_async_callback(engine.close)
     await engine.start()
     engine.watch()
+    dial_resolver = _resolver(cfg, resolver)
+    own_listeners: list[tuple[str, int]] = []        # filled below, once both listeners are bound
     broker = Broker.from_specs(cfg.broker.secrets, cfg.broker.vault.as_mapping(), cfg.data_dir,
-                               normalise_host=normalise_host, cache_ttl_s=cfg.broker.cache_ttl_s)
+                               normalise_host=normalise_host, cache_ttl_s=cfg.broker.cache_ttl_s,
+                               oauth2_transport=_token_transport(cfg, dial_resolver, own_listeners))
     await broker.load_local_specs()
     placeholders = PlaceholderRegistry()
     approvals = ApprovalQueue(store, audit, metrics, cfg.approvals, feed)
@@ -251,11 +266,10 @@ async def open_gateway(cfg: Config, stack: AsyncExitStack, worker: bool = False,
     packages = PackageFirewall(PackageStore(store), registries_for(
         {"host": h, "ecosystem": e} for h, e in cfg.egress.package_registries), cfg.egress.package_max_bytes)
     await packages.refresh()
-    own_listeners: list[tuple[str, int]] = []        # filled below, once both listeners are bound
     recorder = FlowRecorder(audit, metrics, sessions, engine)
     screen = SecretScreen(placeholders, broker, sessions, recorder, metrics)
     egress = EgressAddon(EgressDeps(settings=cfg.egress, tokens=tokens, sessions=sessions, engine=engine,
-                                    audit=audit, metrics=metrics, resolver=_resolver(cfg, resolver), recorder=recorder,
+                                    audit=audit, metrics=metrics, resolver=dial_resolver, recorder=recorder,
                                     screen=screen, packages=packages, own_listeners=own_listeners))
     gate = LayerGate(raw_tcp=cfg.egress.raw_tcp, passthrough=cfg.egress.passthrough, audit=audit,
                      session_of=egress.session_of, connection_valid=egress.connection_valid,

@@ -15,7 +15,7 @@ routes = web.RouteTableDef()
 @routes.get("/v1/secrets")
 async def list_secrets(request: web.Request) -> web.Response:
     require(request, "admin")
-    out = [{"name": s.name, "hosts": list(s.hosts), "backend": parse_source(s.source).kind, "env": s.env,
+    out = [{"name": s.name, "hosts": list(s.hosts), "backend": parse_source(s.source).kind if s.kind == "token" else s.kind, "env": s.env,
             "inject_in": sorted(s.inject_in), "allow_plaintext": s.allow_plaintext, "ports": sorted(s.ports)}
            for s in request.app[BROKER].listing()]
     return web.json_response(out)

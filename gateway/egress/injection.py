@@ -23,6 +23,7 @@ from mitmproxy import http
 from broker.backends import SecretUnavailable
 from broker.broker import Broker
 from broker.inject import substitute_body, substitute_headers, substitute_query
+from broker.oauth2 import REFRESH_FAILED
 from broker.registry import MASK_PREFIX, PlaceholderRegistry
 from broker.scrub import Scrubber, StreamScrubber, replacements_for, scrubber_for
 from gateway.egress.flows import FlowState, StreamFilter, chain, flow_state
@@ -130,6 +131,9 @@ class InjectionAddon:
         except (SecretUnavailable, asyncio.TimeoutError) as exc:
             code = exc.code if isinstance(exc, SecretUnavailable) else "secret.backend_unavailable"
             log.warning("secret lookup failed for session %s: %s", st.session["id"], code)
+            if code == REFRESH_FAILED:          # the token endpoint said no: the upstream is never asked
+                return self.deny(flow, code, f"a fresh token could not be obtained for {', '.join(sorted(mine))}",
+                                 status=502)
             return self.deny(flow, code, f"the secret store is unavailable for {', '.join(sorted(mine or own))}",
                              status=503)
         st.scrub = {**scrub, **replacements_for(bindings)} or None

@@ -1,0 +1,54 @@
+"""The transport sandgate's own OAuth2 client dials token endpoints with (broker/oauth2.py uses it through authlib).
+
+A name in `token_url` is resolved with the egress resolver and every address vetted as a sandbox's destination would
+be; the connection goes to the vetted address (TLS still verifies the name, sent as SNI), so the address dialled is
+the address classified. An address literal in `token_url` is the operator's own choice and is dialled as
+configured (DESIGN: operator endpoints). Answers are capped.
+"""
+from __future__ import annotations
+
+import ssl
+from typing import Callable
+
+import httpx2 as httpx
+
+from gateway.net.addresses import AddressVerdict, parse_ip_literal
+from gateway.egress.resolver import Resolver
+
+MAX_ANSWER_BYTES = 65536
+
+
+class VettedTransport(httpx.AsyncBaseTransport):
+    def __init__(self, resolver: Resolver, vet: Callable[[list[str], int], AddressVerdict], tls: ssl.SSLContext):
+        self._resolver = resolver
+        self._vet = vet
+        self._inner = httpx.AsyncHTTPTransport(verify=tls, trust_env=False)
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        host = request.url.host
+        port = request.url.port or (443 if request.url.scheme == "https" else 80)
+        if parse_ip_literal(host) is None:
+            verdict = self._vet(await self._resolver.resolve(host, port), port)
+            if not verdict.allowed or not verdict.addresses:
+                raise httpx.ConnectError(f"sandgate refused the token endpoint's address: {verdict.code}")
+            request.url = request.url.copy_with(host=verdict.addresses[0])
+            request.extensions = {**request.extensions, "sni_hostname": host}
+        response = await self._inner.handle_async_request(request)
+        body = bytearray()
+        try:
+            async for chunk in response.stream:          # type: ignore[union-attr]
+                body += chunk
+                if len(body) > MAX_ANSWER_BYTES:
+                    raise httpx.DecodingError("the token endpoint's answer is too large")
+        finally:
+            await response.aclose()
+        return httpx.Response(response.status_code, headers=response.headers, content=bytes(body),
+                              extensions=response.extensions)
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
+def tls_context(bundle: str) -> ssl.SSLContext:
+    """Public roots plus egress.upstream_ca (the bundle proxy.py writes for mitmproxy)."""
+    return ssl.create_default_context(cafile=bundle)

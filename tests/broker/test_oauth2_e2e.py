@@ -1,0 +1,111 @@
+"""OAuth2 access tokens minted by sandgate: the sandbox holds a placeholder bearer token; sandgate gets, caches and
+refreshes the real one at the token endpoint. Real sandgate, a real OAuth2 server on loopback (tokens that live
+2 s, rotating refresh tokens), real clients."""
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+import pytest
+import requests
+
+from broker.local import LocalBackend
+from tests.conftest import LOOPBACK_CONFIG
+from tests.support.gateway import Sandgate
+from tests.support.oauth_server import OAuthServer
+from tests.support.upstream import make_cert
+
+CLIENT_ID, CLIENT_SECRET = "sandgate-client", "cs-" + "C" * 30
+NAMES = ["auth.test", "api.test", "other.test"]
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("oauth2")
+    cert = make_cert(tmp / "certs", NAMES)
+    with OAuthServer(cert, CLIENT_ID, CLIENT_SECRET, lifetime_s=2) as auth:
+        first_refresh = auth.state.new_refresh_token()
+        gw = tmp / "gw"
+        asyncio.run(LocalBackend(gw / "data").put("crm_refresh", first_refresh, []))
+        token_url = f"https://auth.test:{auth.port}/token"
+        cfg = {"egress": {**LOOPBACK_CONFIG["egress"], "upstream_ca": cert.cert,
+                          "resolve": {n: ["127.0.0.1"] for n in NAMES}},
+               "secrets": {
+                   "crm": {"kind": "oauth2", "token_url": token_url, "grant": "refresh_token",
+                           "client_id": "env:SG_CLIENT_ID", "client_secret": "env:SG_CLIENT_SECRET",
+                           "refresh_token": "local:crm_refresh", "hosts": ["api.test"]},
+                   "svc": {"kind": "oauth2", "token_url": token_url, "client_id": "env:SG_CLIENT_ID",
+                           "client_secret": "env:SG_CLIENT_SECRET", "hosts": ["api.test"], "env": "SVC_TOKEN"},
+               }}
+        environ = {"SG_CLIENT_ID": CLIENT_ID, "SG_CLIENT_SECRET": CLIENT_SECRET}
+        with Sandgate(gw, cfg, env=environ) as sg:
+            yield sg, auth, first_refresh
+        secrets_seen = [CLIENT_SECRET, first_refresh, *auth.state.access]
+        for path in Path(gw).rglob("*"):
+            if path.is_file() and path.name != "secrets.json":      # the local store holds the refresh token
+                data = path.read_bytes()
+                for value in secrets_seen:
+                    assert value.encode() not in data, f"a real token or secret in {path}"
+
+
+def session(sg, *secrets):
+    return sg.session(allow=["api.test", "other.test"], secrets=list(secrets))
+
+
+def call(sess, url, placeholder, **kw):
+    return requests.get(url, headers={"Authorization": f"Bearer {placeholder}"}, proxies=sess["proxies"],
+                        verify=sess["ca_file"], timeout=20, **kw)
+
+
+def test_twenty_calls_over_ten_seconds_all_succeed_across_refreshes(env):
+    sg, auth, first_refresh = env
+    sess = session(sg, "crm")
+    ph = sess["env"]["CRM"]
+    assert ph and ph not in auth.state.access
+    grants_before = len(auth.state.grants)
+    statuses, bodies = [], []
+    with requests.Session() as client:
+        for _ in range(20):
+            resp = client.get(f"https://api.test:{auth.port}/api/things", headers={"Authorization": f"Bearer {ph}"},
+                              proxies=sess["proxies"], verify=sess["ca_file"], timeout=20)
+            statuses.append(resp.status_code)
+            bodies.append(resp.text)
+            time.sleep(0.5)
+    assert statuses == [200] * 20, statuses
+    refreshes = auth.state.grants[grants_before:]
+    assert len(refreshes) >= 4 and set(refreshes) == {"refresh_token"}      # tokens live 2 s, the run 10 s
+    # the API saw only real tokens, the sandbox only its placeholder (echoed back, scrubbed)
+    seen = auth.state.api_auth[-20:]
+    assert all(a.startswith("Bearer at-") for a in seen) and not any(ph in a for a in seen)
+    assert all(f"Bearer {ph}" in body and "at-" not in body for body in bodies)
+    # the rotated refresh token went back to its (writable) source: the local store holds the current one
+    stored = asyncio.run(LocalBackend(sg.data_dir).get("crm_refresh"))
+    assert stored != first_refresh and stored in auth.state.refresh_tokens
+
+
+def test_client_credentials_and_the_placeholder_only_to_bound_hosts_over_tls(env):
+    sg, auth, _ = env
+    sess = session(sg, "svc")
+    ph = sess["env"]["SVC_TOKEN"]
+    resp = call(sess, f"https://api.test:{auth.port}/api/x", ph)
+    assert resp.status_code == 200 and "client_credentials" in auth.state.grants
+    # another host: the placeholder blocks the request (and is an exfiltration event)
+    auth.state.api_auth.clear()
+    resp = call(sess, f"https://other.test:{auth.port}/api/x", ph)
+    assert resp.status_code == 403 and resp.json()["code"] == "secret.exfiltration"
+    assert auth.state.api_auth == []
+
+
+def test_a_revoked_refresh_token_is_a_clear_502_and_never_the_placeholder_upstream(env):
+    sg, auth, _ = env
+    sess = session(sg, "crm")
+    ph = sess["env"]["CRM"]
+    auth.state.revoke_refresh_tokens()
+    time.sleep(2.1)                                   # the cached access token is past its refresh time
+    auth.state.api_auth.clear()
+    resp = call(sess, f"https://api.test:{auth.port}/api/after-revoke", ph)
+    assert resp.status_code == 502
+    assert resp.json()["code"] == "secret.refresh_failed"
+    assert auth.state.api_auth == []                  # the API was never asked, least of all with the placeholder
+    assert CLIENT_SECRET not in resp.text
