@@ -12,7 +12,7 @@ import os
 import secrets as pysecrets
 import stat
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -108,6 +108,25 @@ class LocalBackend:
             doc = json.dumps({"version": 1, "secrets": entries}, indent=1, sort_keys=True).encode("utf-8")
             _write_private(self.path, doc, exclusive=False)
             return True
+
+    def sealer(self) -> tuple[Callable[[str], str], Callable[[str], str]]:
+        """(seal, unseal) with this data dir's key (created if missing), for values sandgate keeps elsewhere (the
+        OAuth2 tokens in the store). unseal raises ValueError for text this key did not seal. Reads the key file:
+        call once, at start."""
+        from cryptography.fernet import InvalidToken
+
+        self.data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        fernet = self._fernet(create=True)
+
+        def seal(text: str) -> str:
+            return fernet.encrypt(text.encode("utf-8")).decode("ascii")
+
+        def unseal(text: str) -> str:
+            try:
+                return fernet.decrypt(text.encode("ascii")).decode("utf-8")
+            except (InvalidToken, UnicodeError):
+                raise ValueError("sealed with another key, or damaged") from None
+        return seal, unseal
 
     # -- async API
 

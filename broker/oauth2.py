@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
-from broker.sources import SecretUnavailable, parse_source
+from broker.sources import UNAVAILABLE, SecretUnavailable, parse_source
 
 log = logging.getLogger("sandgate.broker")
 
@@ -187,16 +187,22 @@ class OAuth2Tokens:
             value = self.fresh(name)
             if value is not None:
                 return value
-            async with self._state.lease(name):      # ... and across replicas
-                stored, rotated = await self._state.load(name)
-                if stored is not None and self._clock() < stored.refresh_at \
-                        and (name, stored.value) not in self._refused:
-                    self._keep(name, stored)         # another replica minted it meanwhile
-                    return stored.value
-                token = await self._mint(name, rotated)
-                await self._state.save(name, token, token.refresh_token or rotated)
-                if token.refresh_token:
-                    await self._write_back(name, token.refresh_token)
+            try:
+                async with self._state.lease(name):      # ... and across replicas
+                    stored, rotated = await self._state.load(name)
+                    if stored is not None and self._clock() < stored.refresh_at \
+                            and (name, stored.value) not in self._refused:
+                        self._keep(name, stored)         # another replica minted it meanwhile
+                        return stored.value
+                    token = await self._mint(name, rotated)
+                    await self._state.save(name, token, token.refresh_token or rotated)
+                    if token.refresh_token:
+                        await self._write_back(name, token.refresh_token)
+            except SecretUnavailable:
+                raise
+            except Exception as exc:  # noqa: BLE001 - the store failed: no token (fail closed)
+                log.warning("oauth2 %s: the token state is unavailable (%s)", name, type(exc).__name__)
+                raise SecretUnavailable(UNAVAILABLE, f"{name}: the token state is unavailable") from None
             self._keep(name, token)
             return token.value
 
@@ -218,8 +224,14 @@ class OAuth2Tokens:
         try:
             async with client:
                 if params.grant == "refresh_token":
-                    current = rotated or await self._secrets.get(params.refresh_token)
-                    doc = await client.refresh_token(params.token_url, refresh_token=current)
+                    configured = await self._secrets.get(params.refresh_token)
+                    try:
+                        doc = await client.refresh_token(params.token_url, refresh_token=rotated or configured)
+                    except OAuthError:
+                        if not rotated or rotated == configured:
+                            raise
+                        # the kept rotated token was refused: the operator may have put a new one in the source
+                        doc = await client.refresh_token(params.token_url, refresh_token=configured)
                 else:
                     doc = await client.fetch_token(params.token_url, grant_type="client_credentials")
             return parse_token_response(dict(doc), self._clock())

@@ -19,7 +19,7 @@ from typing import Any, Coroutine
 
 from aiohttp import web
 
-from broker.backends import CachedResolver, VaultBackend, parse_source
+from broker.backends import CachedResolver, LocalBackend, VaultBackend, parse_source
 from broker.broker import Broker
 from broker.registry import PlaceholderRegistry
 from gateway.api.state import ApiServices, PageSettings, PostgresEndpoint, ProxyEndpoint, TransparentEndpoint
@@ -60,6 +60,7 @@ from gateway.sessions.spec import proxy_authority
 from gateway.server import create_app
 from gateway.sessions.registry import SessionCache, SessionRegistry
 from gateway.store import Store, StoreError
+from gateway.store.oauth2 import StoreTokenState
 from gateway.postgres.bridge import ApiJudge
 from gateway.postgres.connection import GatewayDeps
 from gateway.postgres.registry import ConnectionRegistry
@@ -200,6 +201,13 @@ def _token_transport(cfg: Config, resolver: Resolver, own_listeners: list[tuple[
     return lambda: VettedTransport(resolver, vet, tls)
 
 
+def _token_state(cfg: Config, store: Store) -> StoreTokenState | None:
+    """OAuth2 secrets' tokens and refresh lease in the store (shared by replicas), sealed with the data dir's key."""
+    if not any(s.kind == "oauth2" for s in cfg.broker.secrets.values()):
+        return None
+    return StoreTokenState(store, *LocalBackend(cfg.data_dir).sealer())
+
+
 def _resolver(cfg: Config, given: Resolver | None = None) -> Resolver:
     """The resolver of upstream dials, with the guard installed on the loop (`given`: a test's own)."""
     system = SystemResolver(install_guard(asyncio.get_running_loop()))
@@ -247,7 +255,8 @@ async def open_gateway(cfg: Config, stack: AsyncExitStack, worker: bool = False,
     own_listeners: list[tuple[str, int]] = []        # filled below, once both listeners are bound
     broker = Broker.from_specs(cfg.broker.secrets, cfg.broker.vault.as_mapping(), cfg.data_dir,
                                normalise_host=normalise_host, cache_ttl_s=cfg.broker.cache_ttl_s,
-                               oauth2_transport=_token_transport(cfg, dial_resolver, own_listeners))
+                               oauth2_transport=_token_transport(cfg, dial_resolver, own_listeners),
+                               token_state=_token_state(cfg, store))
     await broker.load_local_specs()
     placeholders = PlaceholderRegistry()
     approvals = ApprovalQueue(store, audit, metrics, cfg.approvals, feed)
