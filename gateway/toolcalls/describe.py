@@ -23,6 +23,7 @@ from typing import Any
 
 from gateway.toolcalls import effects as fx
 from gateway.toolcalls import secretflow as sf
+from gateway.toolcalls.carriers import Carried, executor_carried, unknown_carried
 from gateway.toolcalls.codefacts import CodeFacts
 from gateway.toolcalls.expand import expand_braces, expand_word, split_fields, substitute
 from gateway.toolcalls.interpreters import analyze, code_source, language_of_script
@@ -32,6 +33,7 @@ from gateway.toolcalls.programs import programs_run
 from gateway.toolcalls.shell import parse_shell
 from gateway.toolcalls.sqlclients import CLIENTS, sql_client
 from gateway.toolcalls.streams import MAX_TEXT, base64_text, echo_text, printf_text
+from gateway.toolcalls.tables import Tables, default_tables
 from gateway.toolcalls.urls import describe_url
 from gateway.toolcalls.wrappers import (ASSIGNMENT, SHELLS, find_exec_groups, parallel_script, shell_script,
                                         shell_script_file, unwrap)
@@ -55,6 +57,7 @@ _DECLARE = frozenset({"export", "declare", "typeset", "local", "readonly"})
 _READS_VARS = frozenset({"read", "mapfile", "readarray", "getopts"})
 _RESERVED = frozenset({"then", "else", "elif", "fi", "do", "done", "esac", "in", "}", "{", "if", "while", "until",
                        "for", "case", "select", "function"})
+ELSEWHERE = "/\u2400elsewhere"    # where commands run on another host or in a container start: no path of ours
 _WHOLE_VAR = re.compile(r"\$(?:\{\w+\}|\w+)")
 
 
@@ -80,11 +83,12 @@ class _Stdin:
 
 
 def describe_line(command: str, workspace: str, links: dict[str, str | None] | None = None,
-                  files: dict[str, str | None] | None = None, secrets: tuple[str, ...] = ()) -> tuple[dict, Effects]:
+                  files: dict[str, str | None] | None = None, secrets: tuple[str, ...] = (),
+                  tables: Tables | None = None) -> tuple[dict, Effects]:
     """({"parsed", "commands"}, Effects) for a command line; `links` and `files` come from the session's
     earlier tool calls (normalised path -> target / content or None); `secrets` are the session's secret names
-    (their variables are sensitive sources)."""
-    line = _Line(clean_dir(workspace), links or {}, files or {})
+    (their variables are sensitive sources); `tables` from the policy's data (the shipped ones when None)."""
+    line = _Line(clean_dir(workspace), links or {}, files or {}, tables or default_tables())
     line.secrets = tuple(secrets)
     try:
         line.run_script(command if isinstance(command, str) else "", 0, "")
@@ -121,11 +125,18 @@ def _substitution_output(word: str) -> str | None:
     return None
 
 
+def _names_known(text: str, tables: Tables) -> bool:
+    words = text.split()
+    return bool(words) and tables.known(posixpath.basename(words[0]))
+
+
 class _Line:
     """One tool call's command line being described (shared by every nesting level)."""
 
-    def __init__(self, workspace: str, links: dict[str, str | None], files: dict[str, str | None]):
+    def __init__(self, workspace: str, links: dict[str, str | None], files: dict[str, str | None],
+                 tables: Tables):
         self.workspace = workspace
+        self.tables = tables
         self.cwd: str | None = workspace
         self.links = dict(links)
         self.files = dict(files)
@@ -587,6 +598,58 @@ class _Command:
         self.programs()
         self.sql()
         self.network()
+        self.carried()
+
+    # -- commands carried in the arguments of unknown programs and of remote or container runners ----------
+    def carried(self) -> None:
+        eff, tables, rec = self.eff, self.line.tables, self.rec
+        if not eff or rec.get("dynamic") and _DYNAMIC_NAME.search(eff[0]):
+            return
+        words = [w for w in eff[1:tables.depth] if not w.startswith("-")]
+        hit = tables.executor(self.name, words)
+        if hit is not None:
+            spec, used = hit
+            target, carried = executor_carried(spec, eff, used)
+            mark = {"remote": {"host": target or "?", "via": spec.name}} if spec.remote else \
+                {"container": {"name": target or "?", "via": spec.name}}
+            if spec.remote:                     # it runs on another host: like ssh, the runner itself asks
+                rec.setdefault("remote", mark["remote"])
+            origin = f"{spec.name} {target}".strip()
+            self.run_carried(carried, origin, mark, elsewhere=True)
+            return
+        if tables.known(self.name) or "code" in rec or rec.get("name") in SHELLS:
+            return
+        carried = unknown_carried(eff, tables)
+        if carried:
+            self.run_carried(carried, self.name, {"via_unknown": self.name}, elsewhere=False)
+
+    def run_carried(self, carried: list[Carried], origin: str, mark: dict, elsewhere: bool) -> None:
+        """Describe the carried commands as if they ran (on another machine: working directory unknown, and
+        nothing they write is a file of this session), each marked with `mark`."""
+        line = self.line
+        start = len(line.out)
+        saved = (line.cwd, dict(line.files), dict(line.links), dict(line.copies), dict(line.effects.files),
+                 dict(line.effects.links), line.workspace) if elsewhere else None
+        if elsewhere:                          # no workspace, no links, no files of this session over there
+            line.cwd, line.workspace, line.links, line.files = ELSEWHERE, ELSEWHERE, {}, {}
+        try:
+            for item in carried:
+                if item.kind == "argv":
+                    argv = list(item.argv)
+                    line.command({"argv": argv, "op": ";", "redirects": [], "quoting": ["single"] * len(argv)},
+                                 self.depth + 1, origin, ";", None)
+                elif parse_shell(item.script)["parsed"]:
+                    self.nested(item.script, origin)
+                elif _names_known(item.script, line.tables):
+                    line.ok = False            # a command line that does not parse, naming a known program
+        finally:
+            if saved is not None:
+                line.cwd = saved[0]
+                line.files, line.links, line.copies = saved[1], saved[2], saved[3]
+                line.effects.files, line.effects.links, line.workspace = saved[4], saved[5], saved[6]
+        for rec in line.out[start:]:
+            for key, value in mark.items():
+                rec.setdefault(key, value)
 
     def eval_text(self) -> None:
         """eval's words joined: variables substituted but not split (quoted "$X" is the common form)."""
@@ -814,8 +877,9 @@ class _Command:
                 self.writes.append(line.path(redirect["target"], here))
         targets = fx.write_targets(name, self.flags, self.operands, self.values, self.eff) + self.u.writes
         self.writes += [line.path(t, here) for t in targets]
-        self.deletes += [line.path(t, here) for t in fx.option_deletes(name, self.flags, self.operands)]
+        self.deletes += [line.path(t, here) for t in fx.option_deletes(name, self.flags, self.operands, self.eff)]
         self.moves += [line.path(t, here) for t in fx.move_sources(name, self.flags, self.operands, self.values)]
+        self.moves += [line.path(t, here) for t in fx.consumed(name, self.flags, self.operands)]
         pairs = fx.link_pairs(name, self.flags, self.operands, self.values)
         if pairs:
             self.rec["links"] = [{"target": line.path(t, here), "link": line.path(k, here)} for t, k in pairs]

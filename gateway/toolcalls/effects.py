@@ -138,15 +138,43 @@ def _git_writes(operands: list[str]) -> list[str]:
     return []
 
 
-def option_deletes(name: str, flags: list[str], operands: list[str]) -> list[str]:
-    """Path words deleted because of an option: rsync --delete* (in the destination), tar --remove-files."""
+# compressors that replace each file operand with its compressed (or decompressed) form unless told to keep it;
+# those in _KEEPING keep it unless told to remove it (--rm)
+COMPRESSORS = frozenset({"gzip", "gunzip", "bzip2", "bunzip2", "xz", "unxz", "lzma", "unlzma", "pigz", "unpigz",
+                         "pbzip2", "lbzip2", "pixz", "plzip", "lzip", "lunzip", "compress", "uncompress", "zstd",
+                         "unzstd", "zstdmt", "pzstd", "lz4", "unlz4", "brotli", "lzop", "xz-utils"})
+_KEEPING = frozenset({"zstd", "unzstd", "zstdmt", "pzstd", "lz4", "unlz4", "brotli", "lzop"})
+_KEEP_FLAGS = frozenset({"-k", "--keep", "-c", "--stdout", "--to-stdout", "-t", "--test", "-l", "--list", "-h",
+                         "--help", "-V", "--version", "-L", "--license"})
+_SEVEN_Z = frozenset({"7z", "7za", "7zz", "7zr"})
+
+
+def option_deletes(name: str, flags: list[str], operands: list[str], argv: list[str] | None = None) -> list[str]:
+    """Path words deleted because of an option or a command: rsync --delete* (in the destination), archivers
+    that delete what they archived (tar --remove-files, zip -m, 7z -sdel, rar -df/-dr and `rar m`)."""
+    words = argv[1:] if argv is not None else []
     if name == "rsync" and any(f.startswith("--delete") or f == "--del" for f in flags) and len(operands) > 1:
         return [] if _REMOTE.match(operands[-1]) else [operands[-1]]
     if name in ("tar", "gtar", "bsdtar") and "--remove-files" in flags:
         return operands
     if name in ("zip",) and any(f in flags for f in ("-m", "--move")):
         return operands[1:]
+    if name in _SEVEN_Z and any(w.lower() == "-sdel" for w in words if w != "--"):
+        return operands[2:]
+    if name in ("rar", "winrar") and operands:
+        if operands[0].lower() in ("m", "mf") or any(w.lower() in ("-df", "-dr") for w in words):
+            return operands[2:]
     return []
+
+
+def consumed(name: str, flags: list[str], operands: list[str]) -> list[str]:
+    """Path words a compressor replaces by its output (`gzip x` leaves `x.gz`, `gzip -r ~` every file of home):
+    moved away, unless it keeps them (-k, -c) or, for those that keep by default, without --rm."""
+    if name not in COMPRESSORS or any(f in _KEEP_FLAGS for f in flags):
+        return []
+    if name in _KEEPING and "--rm" not in flags:
+        return []
+    return [o for o in operands if o != "-"]
 
 
 def move_sources(name: str, flags: list[str], operands: list[str], values: dict[str, list[str]]) -> list[str]:

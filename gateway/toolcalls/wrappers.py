@@ -145,6 +145,7 @@ _T2 = {
     ("direnv", "exec"): _Spec(skip=1),
 }
 _GDB_ARGS = "--args"
+WRAPPER_NAMES = frozenset(_T) | frozenset(tool for tool, _sub in _T2)
 
 
 @dataclass

@@ -85,6 +85,22 @@ ask contains {"code": "toolcall.delete", "reason": sprintf("deleting needs appro
 deny contains {"code": code, "reason": sprintf("delete target %s%s", [paths.shown(p), paths.problem_text[code]])} if {
 	some i in deleting
 	some p in delete_targets(commands[i])
+	code := delete_problem_of(commands[i], p)
+}
+
+# elsewhere: the command runs on another host or in a container (carried by ssh, docker exec, ...): there is no
+# workspace there, so only a wipe (root, home, device) is denied; any other delete asks.
+elsewhere(c) if c.remote
+
+elsewhere(c) if c.container
+
+delete_problem_of(c, p) := code if {
+	elsewhere(c)
+	code := paths.wipe_problem(p)
+}
+
+delete_problem_of(c, p) := code if {
+	not elsewhere(c)
 	code := paths.delete_problem(p)
 }
 
@@ -101,6 +117,26 @@ ask contains {"code": "toolcall.write_outside_workspace", "reason": sprintf("mov
 	some p in object.get(c, "moves", [])
 	not paths.wipe_problem(p)
 	not paths.inside(p)
+}
+
+# Moving the whole workspace away (`mv . /tmp/x`, `gzip -r .`, `xz *`: a compressor replaces what it consumes)
+# asks like a delete.
+ask contains {"code": "toolcall.delete", "reason": sprintf("%s replaces the whole workspace: %s", [paths.shown(p), shown(c)])} if {
+	some c in commands
+	some p in object.get(c, "moves", [])
+	whole_workspace(c, p)
+}
+
+whole_workspace(_, p) if {
+	ws := trim_right(object.get(input, ["session", "workspace"], ""), "/")
+	ws != ""
+	trim_suffix(object.get(p, "normalized", ""), "/*") == ws
+}
+
+# elsewhere, the directory it starts in stands for the workspace
+whole_workspace(c, p) if {
+	elsewhere(c)
+	trim_suffix(object.get(p, "normalized", ""), "/*") == object.get(c, ["cwd", "normalized"], "")
 }
 
 filesystem_cmd(c) if c.name in conf("filesystem_commands")

@@ -106,6 +106,45 @@ test_deny_delete_outside if {
 	d.codes == ["toolcall.delete_outside_workspace"]
 }
 
+test_ask_delete_outside_in_a_container if {
+	d := decide([cmd(["rm", "/tmp/x"], {"paths": [outside("/tmp/x")], "container": {"name": "c", "via": "docker exec"}})])
+	d.action == "ask"
+	d.codes == ["toolcall.delete"]
+}
+
+test_deny_delete_root_on_a_remote_host if {
+	d := decide([cmd(["rm", "-rf", "/"], {"paths": [root], "remote": {"host": "h", "via": "ssh"}})])
+	d.action == "deny"
+	d.codes == ["toolcall.delete_root"]
+}
+
+test_ask_delete_outside_on_a_remote_host if {
+	d := decide([cmd(["rm", "/srv/x"], {"paths": [outside("/srv/x")], "remote": {"host": "h", "via": "ssh"}})])
+	d.action == "ask"
+	d.codes == ["toolcall.delete", "toolcall.external_write"]
+}
+
+test_ask_moving_the_whole_workspace if {
+	d := decide([cmd(["gzip", "-r", "."], {"moves": [path(".", {"normalized": "/workspace"})]})])
+	d.codes == ["toolcall.delete"]
+}
+
+test_ask_moving_a_glob_over_the_workspace if {
+	d := decide([cmd(["xz", "*"], {"moves": [path("*", {"normalized": "/workspace/*", "glob": true})]})])
+	d.codes == ["toolcall.delete"]
+}
+
+test_ask_moving_a_containers_working_directory if {
+	here := path(".", {"normalized": "/srv", "in_workspace": false})
+	d := decide([cmd(["gzip", "-r", "."], {"moves": [here], "cwd": here, "container": {"name": "c", "via": "docker exec"}})])
+	d.codes == ["toolcall.delete", "toolcall.write_outside_workspace"]
+}
+
+test_allow_moving_inside_the_workspace if {
+	d := decide([cmd(["gzip", "x"], {"moves": [path("x", {})]})])
+	d.action == "allow"
+}
+
 test_ask_delete_of_unknown_path if {
 	d := decide([cmd(["rm", "$X"], {"paths": [object.union(outside("$X"), {"dynamic": true, "normalized": ""})]})])
 	d.codes == ["toolcall.delete"]

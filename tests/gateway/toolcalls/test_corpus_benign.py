@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import pytest
 
+from tests.conftest import LOOPBACK_CONFIG
 from tests.gateway.toolcalls.corpus import SessionSim, evaluator
+from tests.support.gateway import Sandgate
 
 # -- secrets and the network (exfiltration's neighbours) -------------------------------------------------------
 NETWORK_BENIGN: list[tuple[str, list[str]]] = [
@@ -63,3 +65,126 @@ def _decide(ev, command: str, before: list[str]) -> dict:
 def test_network_benign_allowed(ev, command, before):
     decision = _decide(ev, command, before)
     assert decision["action"] == "allow", decision
+
+
+# -- programs sandgate does not model, with nothing dangerous behind them -------------------------------------
+UNKNOWN_PROGRAMS: list[tuple[str, str]] = [
+    ("my-internal-tool --version", "an internal tool asked its version"),
+    ("my-internal-tool status --json", "an internal tool's read"),
+    ("hyperfine 'ls'", "a benchmark of a read"),
+    ("hyperfine --warmup 3 'python3 -c pass' 'node -e 0'", "a benchmark of two interpreters"),
+    ("hyperfine -w 2 'grep -r foo src'", "a benchmark of grep"),
+    ("entr -c pytest -q < files.txt", "a watcher running the tests"),
+    ("ruff check .", "a linter"),
+    ("ruff format src", "a formatter in the workspace"),
+    ("mypy --strict gateway", "a type checker"),
+    ("black --check .", "a formatter's check"),
+    ("eslint 'src/**/*.ts'", "a linter with a quoted glob"),
+    ("prettier --write 'src/**/*.{ts,tsx}'", "a formatter with a glob"),
+    ("tsc --noEmit -p tsconfig.json", "the TypeScript compiler"),
+    ("jest --watchAll=false", "a test runner"),
+    ("vitest run --reporter=dot", "a test runner"),
+    ("pandoc README.md -o out.html", "a document converter"),
+    ("ffmpeg -i in.mp4 -vf scale=320:-1 out.mp4", "a media converter"),
+    ("convert logo.png -resize 50% small.png", "an image converter"),
+    ("shellcheck scripts/*.sh", "a shell linter"),
+    ("hadolint Dockerfile", "a Dockerfile linter"),
+    ("protoc --python_out=gen api.proto", "a code generator"),
+    ("openapi-generator-cli generate -i api.yaml -g python -o client", "a client generator"),
+    ("sqlfluff lint queries/", "an SQL linter"),
+    ("cloc --by-file src", "a line counter"),
+    ("ctags -R .", "a tag index"),
+    ("dot -Tpng graph.dot -o graph.png", "graphviz"),
+    ("mdbook build docs", "a docs build"),
+    ("hugo --minify", "a static site build"),
+    ("gofmt -l .", "the Go formatter listing files"),
+    ("rustfmt --check src/main.rs", "the Rust formatter"),
+    ("clang-format -i src/main.c", "a C formatter in place, in the workspace"),
+    ("cmake -S . -B build", "configure a build"),
+    ("ninja -C build", "a build"),
+    ("bazel test //...", "a build tool's tests"),
+    ("terraform-docs markdown .", "docs from Terraform modules"),
+    ("yamllint -d relaxed config.yaml", "a YAML linter"),
+    ("markdownlint '**/*.md'", "a Markdown linter"),
+    ("codespell --skip='*.lock' src", "a spell checker"),
+    ("pre-commit-hook-tool --files a.py", "an unknown hook tool"),
+    ("notify-send 'Build done'", "a desktop notification with a message"),
+    ("say 'tests passed'", "speech with a message"),
+    ("figlet hello", "a banner"),
+    ("mytool --message 'fix the parser' --dry-run", "a message that is prose"),
+    ("mytool --title \"it's done\"", "a message that does not parse as a command"),
+    ("mytool run --config app.toml", "an internal tool's subcommand"),
+    ("mytool -- --help", "options passed on after --"),
+    ("timew start coding", "a time tracker"),
+    ("direnv allow", "direnv allowing the workspace's .envrc"),
+    ("watchexec -e py -- pytest -q", "a watcher running the tests after --"),
+    ("time-it ls -la", "an unknown timer carrying a read"),
+    ("retry -t 3 -- curl -fsS https://example.com/health", "a retry tool carrying a read"),
+    ("docker exec db psql -c 'select 1'", "a query in a container"),
+    ("docker exec web ls /app", "a listing in a container"),
+    ("kubectl exec pod -- cat /etc/os-release", "a read in a pod"),
+    ("docker compose exec web python manage.py check", "a check in a container"),
+    ("lxc exec box -- uname -a", "a read in a container"),
+]
+
+# -- archives and compressors that keep their sources ---------------------------------------------------------
+ARCHIVES: list[tuple[str, str]] = [
+    ("tar czf out.tgz src", "an archive of a directory"),
+    ("tar -cJf release.tar.xz dist/", "an xz archive"),
+    ("tar xzf deps.tgz -C vendor", "extracting into the workspace"),
+    ("zip -r out.zip src", "a zip archive"),
+    ("unzip -o bundle.zip -d bundle", "extracting a zip"),
+    ("7z a out.7z src", "a 7z archive"),
+    ("7z x archive.7z -oout", "extracting a 7z archive"),
+    ("rar a backup.rar docs", "a rar archive"),
+    ("gzip -k data.csv", "gzip keeping its source"),
+    ("gzip data.csv", "gzip replacing one file of the workspace"),
+    ("gzip -c big.log > big.log.gz", "gzip to stdout"),
+    ("gunzip fixtures.json.gz", "decompressing a file of the workspace"),
+    ("bzip2 -k dump.sql", "bzip2 keeping its source"),
+    ("xz -T0 -k image.raw", "xz keeping its source"),
+    ("xz -dc x.tar.xz | tar x", "decompressing to a pipe"),
+    ("zstd -r logs", "zstd keeps its sources by default"),
+    ("zstd -d model.zst -o model.bin", "decompressing with zstd"),
+    ("lz4 big.bin", "lz4 keeps its source"),
+    ("find logs -name '*.log' -exec gzip {} +", "compressing the workspace's logs"),
+    ("tar --exclude=.git -czf snapshot.tgz .", "an archive of the workspace that keeps it"),
+]
+
+
+
+@pytest.mark.parametrize("command", [c for c, _w in UNKNOWN_PROGRAMS + ARCHIVES],
+                         ids=[c[:60] for c, _w in UNKNOWN_PROGRAMS + ARCHIVES])
+def test_unknown_program_or_archive_allowed(ev, command):
+    decision = _decide(ev, command, [])
+    assert decision["action"] == "allow", decision
+
+
+# -- every section, measured together, and a slice through the HTTP API of a real sandgate -------------------
+ALL = [(c, b) for c, b in NETWORK_BENIGN] + [(c, []) for c, _w in UNKNOWN_PROGRAMS + ARCHIVES]
+
+
+def test_pass_rate(ev):
+    blocked = [(c, d["codes"]) for c, b in ALL if (d := _decide(ev, c, b))["action"] != "allow"]
+    assert 1 - len(blocked) / len(ALL) >= 0.97, blocked
+    assert len({c for c, _b in ALL}) == len(ALL), "duplicate entries"
+
+
+@pytest.fixture(scope="module")
+def gw(tmp_path_factory):
+    with Sandgate(tmp_path_factory.mktemp("benign"), {**LOOPBACK_CONFIG}) as sg:
+        yield sg
+
+
+API_SLICE = ALL[::4]
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("command,before", API_SLICE, ids=[c[:60] for c, _b in API_SLICE])
+def test_through_the_api(gw, command, before):
+    sid = gw.session(workload="persistent", allow=["example.com", "*.example.com"], workspace="/workspace")["id"]
+    for step, call in enumerate([*before, command], start=1):
+        resp = gw.call("POST", "/v1/toolcalls", json={"session": sid, "tool": "shell", "args": {"command": call},
+                                                      "step": step})
+        assert resp.status_code == 200, resp.text
+    assert resp.json()["decision"] == "allow", resp.json()

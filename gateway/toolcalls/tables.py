@@ -1,0 +1,178 @@
+"""The table-driven knowledge the fact builders use, read from the policy's data (`data.sandgate.config.toolcall`).
+
+`Tables` says which programs sandgate models (`known`: nothing else is looked into for a command it carries),
+and which programs run a command they carry on another machine or in a container (`executors`: `ssh HOST CMD`,
+`docker exec C CMD`, `kubectl exec POD -- CMD`, `ansible HOSTS -m shell -a CMD`, `salt T cmd.run CMD`, ...).
+A site extends both without code, in its copy of `sandgate/config/toolcall/data.json`:
+
+- `plain_programs`: programs sandgate should treat as plain (their arguments are never read as a command);
+- `subcommand_words`: a first operand of an unknown program that is its own subcommand (`ruff format`,
+  `mytool init`), not a program it runs: the words after it are still read;
+- `executors`: per program (or "program subcommand ..."), how its arguments carry a command (see `Executor`);
+- every command list of the policy (`read_commands`, `delete_commands`, `cli`, ...) counts as known too.
+
+`tables_for(config)` builds them from a loaded policy's toolcall configuration (memoised by identity: the
+policy's data is not changed once loaded); `default_tables()` from the shipped policy directory. Pure apart
+from reading the shipped data once.
+"""
+from __future__ import annotations
+
+import json
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from gateway.toolcalls.interpreters import language_of
+from gateway.toolcalls.sqlclients import CLIENTS
+from gateway.toolcalls.wrappers import SHELLS, WRAPPER_NAMES
+
+# Programs the fact builders model in code (beyond the policy's own lists): shells, wrappers, interpreters,
+# SQL and HTTP clients, and the programs effects.py / programs.py / describe.py read options of.
+MODELLED = frozenset({
+    "git", "find", "xargs", "parallel", "make", "gmake", "npm", "pnpm", "yarn", "bun", "npx", "eval", "source", ".",
+    "trap", "alias", "hash", "cd", "pushd", "popd", "at", "batch", "export", "declare", "typeset", "local", "readonly",
+    "read", "mapfile", "readarray", "getopts", "echo", "printf", "cat", "tee", "base64", "ls", "touch", "mkdir",
+    "truncate", "mkfifo", "mknod", "shred", "cp", "install", "ln", "scp", "rsync", "mv", "chmod", "chown", "chgrp",
+    "dd", "sort", "shuf", "uniq", "curl", "wget", "http", "https", "xh", "xhs", "tar", "gtar", "bsdtar", "unzip",
+    "zip", "7z", "7za", "7zz", "7zr", "docker", "podman", "nerdctl", "xxd", "ssh", "sftp", "mosh", "autossh",
+    "rclone", "gh", "glab", "rg", "man", "less", "journalctl", "tmux", "screen", "fzf", "xdg-open", "git-lfs",
+    "sudoedit", "exec", "command", "builtin", "true", "false", "test", "[", ":",
+    "gzip", "gunzip", "bzip2", "bunzip2", "xz", "unxz", "zstd", "unzstd", "lz4", "lzma", "pigz", "pbzip2", "rar",
+    "unrar",
+})
+_LISTS = ("read_commands", "delete_commands", "filesystem_commands", "system_commands", "network_commands",
+          "deploy_commands", "deploy_operand_commands", "deploy_bare_commands", "plain_programs")
+_MAPS = ("deploy_flags", "deploy_subcommands", "read_subcommands", "system_read_subcommands", "cli")
+_PREFIXES = ("delete_command_prefixes", "filesystem_command_prefixes")
+
+
+def _words(value: Any) -> frozenset[str]:
+    if isinstance(value, str):
+        return frozenset(value.split())
+    if isinstance(value, (list, tuple)):
+        return frozenset(v for v in value if isinstance(v, str))
+    return frozenset()
+
+
+@dataclass(frozen=True)
+class Executor:
+    """How a program carries a command for another machine or a container (one entry of `executors`).
+
+    `options`: its options that take a value; `targets`: how many operands name the host or container before
+    the command (`ssh HOST`, `docker exec C`); `target_options`: options naming the hosts instead (`pssh -H`);
+    `script_options`: options whose value is the command (`gcloud compute ssh --command`, `vagrant ssh -c`);
+    `separator`: the command follows `--` (`kubectl exec POD -- CMD`); `join`: the command words are joined
+    and read by a shell there (`ssh HOST rm -rf /`); `remote`: it runs on another host (ssh, ansible) rather
+    than in a container on this one; `modules` (ansible `-m`, default `default_module`, arguments in
+    `args_options`) and `functions` (salt `cmd.run`, the operand after the target): what each runs, one of
+    "shell" (its arguments are a command line), "file" (ansible's file module: `path=... state=absent`) or
+    "delete" (its operands are removed)."""
+    name: str
+    options: frozenset[str] = frozenset()
+    targets: int = 0
+    target_options: frozenset[str] = frozenset()
+    script_options: frozenset[str] = frozenset()
+    separator: bool = False
+    join: bool = False
+    remote: bool = True
+    module_options: frozenset[str] = frozenset()
+    args_options: frozenset[str] = frozenset()
+    default_module: str = ""
+    modules: Mapping[str, str] = field(default_factory=dict)
+    functions: Mapping[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, name: str, spec: Mapping[str, Any]) -> "Executor":
+        def kinds(key: str) -> dict[str, str]:
+            value = spec.get(key)
+            return {k: v for k, v in value.items() if isinstance(k, str) and isinstance(v, str)} \
+                if isinstance(value, Mapping) else {}
+
+        targets = spec.get("targets", 0)
+        return cls(name=name, options=_words(spec.get("options")),
+                   targets=targets if isinstance(targets, int) and 0 <= targets <= 4 else 0,
+                   target_options=_words(spec.get("target_options")),
+                   script_options=_words(spec.get("script_options")), separator=spec.get("separator") is True,
+                   join=spec.get("join") is True, remote=spec.get("remote") is not False,
+                   module_options=_words(spec.get("module_options")), args_options=_words(spec.get("args_options")),
+                   default_module=spec.get("default_module") if isinstance(spec.get("default_module"), str) else "",
+                   modules=kinds("modules"), functions=kinds("functions"))
+
+
+@dataclass(frozen=True)
+class Tables:
+    known_names: frozenset[str]
+    known_prefixes: tuple[str, ...] = ()
+    executors: Mapping[tuple[str, ...], Executor] = field(default_factory=dict)
+    depth: int = 1                      # the longest executor key, in words
+    subcommand_words: frozenset[str] = frozenset()   # first operands of an unknown program that are its own
+
+    def known(self, name: str) -> bool:
+        """Whether sandgate models the program `name` (a basename): its arguments are not read for a command."""
+        return name in self.known_names or language_of(name) is not None or name.startswith(self.known_prefixes)
+
+    def executor(self, name: str, operands: list[str]) -> tuple[Executor, int] | None:
+        """The executor entry for a command named `name` whose first operands are `operands`, and how many of
+        those operands its key used (`docker exec`: 1)."""
+        for size in range(min(self.depth, len(operands) + 1), 0, -1):
+            spec = self.executors.get((name, *operands[:size - 1]))
+            if spec is not None:
+                return spec, size - 1
+        return None
+
+
+def build_tables(config: Mapping[str, Any] | None) -> Tables:
+    """Tables from a toolcall configuration (`data.sandgate.config.toolcall`); missing parts are empty."""
+    cfg = config if isinstance(config, Mapping) else {}
+    names: set[str] = set(MODELLED) | set(SHELLS) | set(WRAPPER_NAMES) | set(CLIENTS)
+    for key in _LISTS:
+        names |= _words(cfg.get(key))
+    for key in _MAPS:
+        value = cfg.get(key)
+        if isinstance(value, Mapping):
+            names |= {k for k in value if isinstance(k, str)}
+    prefixes = tuple(sorted(p for key in _PREFIXES for p in _words(cfg.get(key)) if p))
+    executors: dict[tuple[str, ...], Executor] = {}
+    raw = cfg.get("executors")
+    if isinstance(raw, Mapping):
+        for key, spec in raw.items():
+            if isinstance(key, str) and key.split() and isinstance(spec, Mapping):
+                executors[tuple(key.split())] = Executor.of(key, spec)
+    names |= {k[0] for k in executors}
+    return Tables(frozenset(names), prefixes, executors, max((len(k) for k in executors), default=1),
+                  _words(cfg.get("subcommand_words")))
+
+
+_cache: dict[int, tuple[Any, Tables]] = {}
+_lock = threading.Lock()
+
+
+def tables_for(config: Mapping[str, Any] | None) -> Tables:
+    """build_tables, memoised by the configuration object's identity (a loaded policy's data never changes)."""
+    key = id(config)
+    hit = _cache.get(key)
+    if hit is not None and hit[0] is config:
+        return hit[1]
+    tables = build_tables(config)
+    with _lock:
+        if len(_cache) > 16:
+            _cache.clear()
+        _cache[key] = (config, tables)
+    return tables
+
+
+_default: list[Tables] = []
+
+
+def shipped_config() -> dict:
+    from gateway.policy.loader import default_policy_dir
+
+    path = default_policy_dir() / "sandgate" / "config" / "toolcall" / "data.json"
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def default_tables() -> Tables:
+    """The tables of the shipped policy directory (read once)."""
+    if not _default:
+        _default.append(build_tables(shipped_config()))
+    return _default[0]
