@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import secrets
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -17,9 +18,18 @@ from broker.backends import (Backend, CachedResolver, EnvBackend, LocalBackend, 
                              parse_source)
 from broker.inject import Binding
 from broker.oauth2 import MemoryTokenState, OAuth2Tokens, TokenState, TransportFactory
-from broker.placeholders import RandomSource, make_placeholder
+from broker.placeholders import BASE62, RandomSource, make_placeholder
+from broker.sigv4 import Credentials
 from broker.specs import (DEFAULT_INJECT_IN, RESERVED_ENV, SPEC_KEYS, HostNormaliser, SecretSpec, local_spec,
                           parse_secret_specs)
+
+AWS_SECRET_PART = "#secret"             # a session's placeholders: {"aws": key id, "aws#secret": secret access key}
+AWS_KEY_ALPHABET = "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
+
+
+def secret_of(placeholder_name: str) -> str:
+    """The secret a session's placeholder entry belongs to ("aws#secret" -> "aws")."""
+    return placeholder_name.partition("#")[0]
 
 __all__ = ["DEFAULT_INJECT_IN", "RESERVED_ENV", "SPEC_KEYS", "Broker", "BrokerError", "HostNormaliser",
            "SecretSpec", "local_spec", "parse_secret_specs"]
@@ -27,7 +37,7 @@ __all__ = ["DEFAULT_INJECT_IN", "RESERVED_ENV", "SPEC_KEYS", "Broker", "BrokerEr
 
 def spec_sources(spec: SecretSpec) -> tuple[str, ...]:
     """The secret sources a spec reads (its value's, or an oauth2 secret's client and refresh token)."""
-    return spec.oauth2.sources() if spec.oauth2 is not None else (spec.source,)
+    return spec.oauth2.sources() if spec.oauth2 is not None else spec.all_sources()
 
 
 class BrokerError(Exception):
@@ -166,15 +176,30 @@ class Broker:
                 return candidate
         raise RuntimeError("could not draw a placeholder distinct from the value")  # pragma: no cover
 
+    def _aws_placeholders(self, spec: SecretSpec) -> dict[str, str]:
+        """An AKIA-shaped key id (AKIA + 16 of A-Z 0-9: 82 random bits; the key id only names the key, the secret
+        placeholder beside it, 40 characters of 238 bits, is what signs) and a secret access key."""
+        rand = self._rand or secrets.SystemRandom()
+        key_id = "AKIA" + "".join(rand.choice(AWS_KEY_ALPHABET) for _ in range(16))
+        secret = "".join(rand.choice(BASE62) for _ in range(40))
+        return {spec.name: key_id, spec.name + AWS_SECRET_PART: secret}
+
     async def new_placeholders(self, names: Sequence[str]) -> dict[str, str]:
-        """A fresh placeholder for each named secret. Uses the real value's length when it
-        can be read; if the backend is down, still issues one (format or default shape)."""
+        """A fresh placeholder for each named secret (an `aws` secret has two: its key id under its name, its
+        secret access key under NAME#secret). Uses the real value's length when it can be read; if the backend is
+        down, still issues one (format or default shape)."""
         specs = [self._spec(n) for n in dict.fromkeys(names)]
-        values = await asyncio.gather(*(self._value_or_none(s) for s in specs))
-        return {s.name: self._placeholder(s, v) for s, v in zip(specs, values)}
+        token_specs = [s for s in specs if s.kind != "aws"]
+        values = await asyncio.gather(*(self._value_or_none(s) for s in token_specs))
+        out = {s.name: self._placeholder(s, v) for s, v in zip(token_specs, values)}
+        for spec in specs:
+            if spec.kind == "aws":
+                out |= self._aws_placeholders(spec)
+        return out
 
     async def binding(self, name: str, placeholder: str) -> Binding:
-        """The binding for one session's placeholder; SecretUnavailable propagates."""
+        """The binding for one session's placeholder; SecretUnavailable propagates. An `aws` secret's binding is
+        its key id, injected nowhere (its requests are signed again instead)."""
         spec = self._spec(name)
         if spec.kind == "oauth2" and self.oauth2 is not None:
             value = await self.oauth2.token(name)
@@ -186,7 +211,28 @@ class Broker:
                        hosts=frozenset(spec.hosts), inject_in=spec.inject_in)
 
     async def bindings(self, placeholders: Mapping[str, str]) -> list[Binding]:
-        return list(await asyncio.gather(*(self.binding(n, p) for n, p in placeholders.items())))
+        return list(await asyncio.gather(*(self.binding(n, p) for n, p in placeholders.items() if "#" not in n)))
+
+    async def aws_credentials(self, name: str) -> Credentials:
+        """The real AWS credentials of an `aws` secret; SecretUnavailable propagates."""
+        spec = self._spec(name)
+        token_source = spec.source_of("session_token")
+        key, secret, token = await asyncio.gather(
+            self.resolver.get(spec.source), self.resolver.get(spec.source_of("secret_access_key")),
+            self.resolver.get(token_source) if token_source else _none())
+        return Credentials(key, secret, token)
+
+    def fresh_aws_credentials(self, name: str) -> Credentials | None:
+        """What `aws_credentials` answers when every value is fresh in the cache, without awaiting; else None."""
+        spec = self.specs.get(name)
+        if spec is None or spec.kind != "aws":
+            return None
+        token_source = spec.source_of("session_token")
+        key, secret = self.resolver.fresh(spec.source), self.resolver.fresh(spec.source_of("secret_access_key"))
+        token = self.resolver.fresh(token_source) if token_source else ""
+        if key is None or secret is None or token is None:
+            return None
+        return Credentials(key, secret, token or None)
 
     def fresh_bindings(self, placeholders: Mapping[str, str]) -> list[Binding] | None:
         """What `bindings` answers when every value is fresh in the resolver's cache (so that it would not wait for
@@ -194,6 +240,8 @@ class Broker:
         placeholder included: `bindings` then gives the answer, or the error)."""
         out = []
         for name, placeholder in placeholders.items():
+            if "#" in name:
+                continue
             spec = self.specs.get(name)
             value = self._fresh_value(spec) if spec is not None else None
             if value is None or value == placeholder:
@@ -206,24 +254,34 @@ class Broker:
         """What `scrub_replacements` answers when every value it needs is fresh in the resolver's cache, computed
         without awaiting; None otherwise."""
         pairs = self._minted_pairs(placeholders)
-        for name in placeholders:
-            spec = self.specs.get(name)
-            if spec is None or spec.kind != "token":
-                continue
-            value = self.resolver.fresh(spec.source)
+        for name, source in self._scrub_sources(placeholders):
+            value = self.resolver.fresh(source)
             if value is None:
                 return None
             pairs.append((name, value))
         return {v.encode("utf-8"): placeholders[n].encode("utf-8") for n, v in pairs if v != placeholders[n]}
 
+    def _scrub_sources(self, placeholders: Mapping[str, str]) -> list[tuple[str, str]]:
+        """(placeholder entry, source) for every value scrubbed from a session's responses: an `aws` secret's key id,
+        secret access key and session token (scrubbed to the secret placeholder) included."""
+        out = []
+        for name in placeholders:
+            spec = self.specs.get(name)
+            if spec is None or spec.kind not in ("token", "aws"):
+                continue                            # an oauth2 secret's minted tokens: _minted_pairs
+            out.append((name, spec.source))
+            if spec.kind == "aws" and name + AWS_SECRET_PART in placeholders:
+                out += [(name + AWS_SECRET_PART, src) for src in spec.all_sources()[1:]]
+        return out
+
     async def scrub_replacements(self, placeholders: Mapping[str, str]) -> dict[bytes, bytes]:
         """{real value: placeholder} for scrubbing a session's responses, for every secret it holds that is still
         defined. A value the backend cannot give now is the last one read (scrubbing a stale value is safe);
         SecretUnavailable if there is none."""
-        names = [n for n in placeholders if n in self.specs and self.specs[n].kind == "token"]
+        sources = self._scrub_sources(placeholders)
+        names = [n for n, _src in sources]
 
-        async def value(name: str) -> str:
-            source = self.specs[name].source
+        async def value(name: str, source: str) -> str:
             try:
                 return await asyncio.wait_for(self.resolver.get(source), self.lookup_timeout_s)
             except (SecretUnavailable, asyncio.TimeoutError):
@@ -232,7 +290,7 @@ class Broker:
                     raise SecretUnavailable("secret.backend_unavailable", f"{name}: no value to scrub with") from None
                 return known
 
-        values = await asyncio.gather(*(value(n) for n in names))
+        values = await asyncio.gather(*(value(n, src) for n, src in sources))
         pairs = self._minted_pairs(placeholders) + list(zip(names, values))
         return {v.encode("utf-8"): placeholders[n].encode("utf-8") for n, v in pairs if v != placeholders[n]}
 
@@ -247,6 +305,20 @@ class Broker:
             return []
         return [(n, token) for n in placeholders if n in self.oauth2.specs for token in self.oauth2.recent(n)]
 
-    def env(self, placeholders: Mapping[str, str]) -> dict[str, str]:
-        """{env variable: placeholder} for the sandbox."""
-        return {self._spec(name).env: ph for name, ph in placeholders.items()}
+    def env(self, placeholders: Mapping[str, str], ca_path: str = "") -> dict[str, str]:
+        """{env variable: placeholder} for the sandbox; an `aws` secret's AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and
+        AWS_CA_BUNDLE (= `ca_path`)."""
+        out = {}
+        for name, ph in placeholders.items():
+            spec = self._spec(secret_of(name))
+            if "#" in name:
+                out["AWS_SECRET_ACCESS_KEY"] = ph
+                if ca_path:
+                    out["AWS_CA_BUNDLE"] = ca_path
+            else:
+                out[spec.env] = ph
+        return out
+
+
+async def _none() -> None:
+    return None

@@ -29,7 +29,7 @@ class PlaceholderRegistry:
     def add(self, session_id: str, placeholders: Mapping[str, str]) -> None:
         """Register a session's placeholders ({secret name: placeholder})."""
         for name, placeholder in placeholders.items():
-            self.owners[placeholder] = (session_id, name)
+            self.owners[placeholder] = (session_id, name.partition("#")[0])   # "aws#secret" belongs to "aws"
         self._masker = None
 
     def remove(self, placeholders: Mapping[str, str]) -> None:

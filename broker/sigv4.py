@@ -139,8 +139,10 @@ def parse_signature(req: Request) -> Signature | None:
     presigned = "x-amz-algorithm" in query or "x-amz-signature" in query or "x-amz-credential" in query
     aws_auth = [v for v in auth if v.strip().startswith(ALGORITHM)]
     if not aws_auth and not presigned:
-        if any(v.strip().upper().startswith("AWS ") or v.strip().startswith("AWS4-") for v in auth):
-            raise SigV4Error("only AWS4-HMAC-SHA256 signatures are accepted")
+        if any(v.strip().upper().startswith("AWS ") or v.strip().startswith("AWS4-") for v in auth) or (
+                "awsaccesskeyid" in query and "signature" in query):
+            raise SigV4Error("only AWS4-HMAC-SHA256 (SigV4) signatures are accepted, not Signature Version 2 "
+                             "(for `aws s3 presign`: s3 signature_version = s3v4)")
         return None
     if len(auth) > 1 or (aws_auth and presigned):
         raise SigV4Error("a request carries one signature")

@@ -19,12 +19,16 @@ from broker.sources import parse_source
 
 DEFAULT_INJECT_IN = frozenset({"header", "query"})
 SPEC_KEYS = frozenset({"source", "hosts", "env", "format", "inject_in", "allow_plaintext", "ports", "kind"})
-KIND_KEYS = {"token": frozenset(), "oauth2": OAUTH2_KEYS}      # the keys each kind adds
+KIND_KEYS = {"token": frozenset(), "oauth2": OAUTH2_KEYS, "aws": frozenset()}      # the keys each kind adds
+AWS_KEYS = frozenset({"kind", "access_key_id", "secret_access_key", "session_token", "hosts", "allow_plaintext",
+                      "ports"})
+AWS_ENV = "AWS_ACCESS_KEY_ID"
 HostNormaliser = Callable[[str], str]     # the gateway's one normalise_host (ValueError for a bad host)
 # Variables sandgate itself sets in the sandbox: a secret must not shadow them.
 RESERVED_ENV = frozenset({
     "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "ALL_PROXY", "SSL_CERT_FILE", "REQUESTS_CA_BUNDLE",
     "CURL_CA_BUNDLE", "PIP_CERT", "GIT_SSL_CAINFO", "NODE_EXTRA_CA_CERTS",
+    "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_CA_BUNDLE",     # an `aws` secret's
 })
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}\Z")
 _ENV = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
@@ -43,6 +47,17 @@ class SecretSpec:
     ports: frozenset[int] = frozenset()        # only these destination ports (empty: any)
     kind: str = "token"                        # "token": the value swapped in; "oauth2": a minted access token
     oauth2: OAuth2Params | None = None         # kind = "oauth2" (source is "" then)
+    # More secret sources by field, for kinds made of several values ("aws": secret_access_key, session_token;
+    # `source` is then the access key id's).
+    sources: tuple[tuple[str, str], ...] = ()
+
+    def source_of(self, field_name: str) -> str:
+        """The source of one of the spec's values ("" when it has none)."""
+        return dict(self.sources).get(field_name, "")
+
+    def all_sources(self) -> tuple[str, ...]:
+        """`source` and every other source the spec reads."""
+        return (self.source,) + tuple(src for _f, src in self.sources if src)
 
     def __post_init__(self) -> None:
         if not self.env:
@@ -82,6 +97,8 @@ def _spec(name: str, table: Any, normalise: HostNormaliser) -> SecretSpec:
     kind = table.get("kind", "token")
     if kind not in KIND_KEYS:
         raise ValueError(f"secrets.{name}.kind: one of {sorted(KIND_KEYS)}")
+    if kind == "aws":
+        return _aws_spec(name, table, normalise)
     unknown = set(table) - SPEC_KEYS - KIND_KEYS[kind]
     if unknown:
         raise ValueError(f"secrets.{name}: unknown keys {sorted(unknown)}")
@@ -126,6 +143,38 @@ def _spec(name: str, table: Any, normalise: HostNormaliser) -> SecretSpec:
     return spec
 
 
+def _source_field(name: str, table: Mapping, key: str, required: bool) -> str:
+    value = table.get(key, "")
+    if not isinstance(value, str) or (required and not value.strip()):
+        raise ValueError(f"secrets.{name}.{key}: a secret source is required (vault:..., local:..., env:...)")
+    if not value.strip():
+        return ""
+    try:
+        parse_source(value)
+    except ValueError as exc:
+        raise ValueError(f"secrets.{name}.{key}: {exc}") from None
+    return value.strip()
+
+
+def _aws_spec(name: str, table: Mapping, normalise: HostNormaliser) -> SecretSpec:
+    """`kind = "aws"`: every value a secret source; the sandbox holds placeholder keys, requests are signed again."""
+    unknown = set(table) - AWS_KEYS
+    if unknown:
+        raise ValueError(f"secrets.{name}: unknown keys {sorted(unknown)} (kind = \"aws\")")
+    hosts = table.get("hosts", ["*.amazonaws.com"])
+    if isinstance(hosts, str) or not isinstance(hosts, Sequence) or not hosts:
+        raise ValueError(f"secrets.{name}.hosts: a non-empty list of host names is required")
+    allow_plaintext = table.get("allow_plaintext", False)
+    if not isinstance(allow_plaintext, bool):
+        raise ValueError(f"secrets.{name}.allow_plaintext must be true or false")
+    sources = (("secret_access_key", _source_field(name, table, "secret_access_key", True)),
+               ("session_token", _source_field(name, table, "session_token", False)))
+    return SecretSpec(name=name, source=_source_field(name, table, "access_key_id", True),
+                      hosts=tuple(dict.fromkeys(_host(name, h, normalise) for h in hosts)), inject_in=frozenset(),
+                      env=AWS_ENV, allow_plaintext=allow_plaintext, ports=_ports(name, table.get("ports", [])),
+                      kind="aws", sources=sources)
+
+
 def parse_secret_specs(config_secrets: Mapping[str, Mapping], normalise: HostNormaliser) -> dict[str, SecretSpec]:
     """Validate the `[secrets.NAME]` tables (hosts put in canonical form by `normalise`). ValueError on anything
     wrong."""
@@ -134,10 +183,19 @@ def parse_secret_specs(config_secrets: Mapping[str, Mapping], normalise: HostNor
     specs = {name: _spec(name, table, normalise) for name, table in config_secrets.items()}
     seen: dict[str, str] = {}
     for spec in specs.values():
+        if spec.kind == "aws":
+            continue                               # several may be defined; a session holds one
         if spec.env in seen:
             raise ValueError(f"secrets.{spec.name}.env: {spec.env!r} is also used by secrets.{seen[spec.env]}")
         seen[spec.env] = spec.name
     return specs
+
+
+def check_session_secrets(names: Sequence[str], specs: Mapping[str, SecretSpec]) -> None:
+    """ValueError when a session asks for more than one `aws` secret (the sandbox's AWS_* variables hold one)."""
+    aws = [n for n in dict.fromkeys(names) if n in specs and specs[n].kind == "aws"]
+    if len(aws) > 1:
+        raise ValueError(f"a session holds one aws secret; asked for {', '.join(aws)}")
 
 
 def local_spec(name: str, hosts: Sequence[str], normalise: HostNormaliser) -> SecretSpec:

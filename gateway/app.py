@@ -30,6 +30,7 @@ from gateway.auth.tokens import HARNESS_TOKEN_TTL_S, Revocations, TokenSigner, T
 from gateway.store.changes import Change, ChangeFeed, LocalChangeFeed, PgChangeFeed
 from gateway.config import Config, DatabaseSettings, postgres_authority
 from gateway.egress.addon import EgressAddon, EgressDeps
+from gateway.egress.aws import AwsSigning
 from gateway.egress.dns import DnsServer, open_resolver
 from gateway.egress.hold import HoldAddon
 from gateway.net.hosts import normalise_host
@@ -284,7 +285,8 @@ async def open_gateway(cfg: Config, stack: AsyncExitStack, worker: bool = False,
                      session_of=egress.session_of, connection_valid=egress.connection_valid,
                      on_refused=lambda code: metrics.decision("egress", "deny"), tunnel_of=egress.tunnel_of)
     addons: list[object] = [gate, egress, HoldAddon(approvals, sessions, placeholders, recorder, cfg.egress),
-                            PackageIndexAddon(packages), InjectionAddon(broker, placeholders, screen, recorder, metrics)]
+                            PackageIndexAddon(packages), InjectionAddon(broker, placeholders, screen, recorder, metrics,
+                                                           AwsSigning(broker, cfg.egress.inspect_max_bytes))]
     if cfg.egress.upstream_proxy is not None:
         # last: the proxy is handed requests already decided, vetted and injected
         addons.append(UpstreamProxyAddon(cfg.egress.upstream_proxy, _operator_secrets(

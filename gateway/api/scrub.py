@@ -47,9 +47,13 @@ async def scrub(request: web.Request) -> web.Response:
     try:
         broker = request.app[BROKER]
         bindings = await asyncio.wait_for(broker.bindings(placeholders), broker.lookup_timeout_s + 1)
+        replacements = replacements_for(bindings)
+        aws = {n: p for n, p in placeholders.items() if "#" in n or getattr(broker.specs.get(n), "kind", "") == "aws"}
+        if aws:                                     # an aws secret's secret access key and session token too
+            replacements |= await asyncio.wait_for(broker.scrub_replacements(aws), broker.lookup_timeout_s + 1)
     except (SecretUnavailable, asyncio.TimeoutError):
         raise ApiError(503, "secret_unavailable", "the secret store is unavailable; nothing was scrubbed") from None
-    scrubber = scrubber_for(replacements_for(bindings))
+    scrubber = scrubber_for(replacements)
     if sum(len(t) for t in texts) > OFF_LOOP_BYTES:
         clean, changed = await asyncio.to_thread(scrub_texts, scrubber, texts)
     else:

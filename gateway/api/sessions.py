@@ -6,6 +6,7 @@ import time
 
 from aiohttp import web
 
+from broker.specs import check_session_secrets
 from gateway.api.auth import require
 from gateway.api.errors import ApiError
 from gateway.api.owned import owned_session
@@ -38,8 +39,9 @@ async def create_session(request: web.Request) -> web.Response:
     sessions = request.app[SESSIONS]
     try:
         spec = parse_session_spec(body, broker.specs, proxy.postgres.env_names if proxy.postgres else ())
+        check_session_secrets(spec.secrets, broker.specs)
         source = _source(body, proxy.transparent)
-    except BadRequest as exc:
+    except ValueError as exc:                      # BadRequest included
         raise ApiError(400, "bad_request", str(exc)) from None
     if source is not None and sessions.source_holder(source) is not None:
         raise ApiError(409, "source_in_use", f"another live session is bound to {source}")
@@ -62,8 +64,7 @@ async def create_session(request: web.Request) -> web.Response:
             raise ApiError(409, "source_in_use", f"another live session is bound to {source}") from None
         extra["transparent"] = {"listen": proxy.transparent.listen, "dns": proxy.transparent.dns}
     proxy_url = f"http://sandgate:{token}@{proxy.authority}"
-    env_names = broker.env_names(spec.secrets)
-    env = build_env(proxy_url, spec.ca_path, {env_names[n]: placeholders[n] for n in spec.secrets})
+    env = build_env(proxy_url, spec.ca_path, broker.env(placeholders, spec.ca_path))
     if spec.databases and proxy.postgres is not None:
         env |= {proxy.postgres.env_names[n]: database_url(sid, db_password, proxy.postgres.advertise, n, spec.ca_path)
                 for n in spec.databases}

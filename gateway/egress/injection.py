@@ -17,15 +17,18 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 
 from mitmproxy import http
 
 from broker.backends import SecretUnavailable
-from broker.broker import Broker
+from broker.broker import AWS_SECRET_PART, Broker
+from broker.sigv4 import SigV4Error
 from broker.inject import substitute_body, substitute_headers, substitute_query
 from broker.oauth2 import REFRESH_FAILED
 from broker.registry import MASK_PREFIX, PlaceholderRegistry
 from broker.scrub import Scrubber, StreamScrubber, replacements_for, scrubber_for
+from gateway.egress.aws import AwsSigning, Checked
 from gateway.egress.flows import FlowState, StreamFilter, chain, flow_state
 from gateway.egress.guard import fail_closed
 from gateway.egress.recorder import FlowRecorder
@@ -39,8 +42,9 @@ OFF_LOOP_BYTES = 64 * 1024           # bodies larger than this are scanned on a 
 
 class InjectionAddon:
     def __init__(self, broker: Broker, placeholders: PlaceholderRegistry, screen: SecretScreen,
-                 recorder: FlowRecorder, metrics: Metrics):
+                 recorder: FlowRecorder, metrics: Metrics, aws: AwsSigning):
         self._broker = broker
+        self._aws = aws
         self._placeholders = placeholders
         self._screen = screen
         self._recorder = recorder
@@ -119,6 +123,20 @@ class InjectionAddon:
             return
         mine = {name: own[name] for _owner, name in found if name in own}
         timeout = self._broker.lookup_timeout_s + 1
+        now = time.time()
+        signed: dict[str, Checked] = {}
+        for name in mine:
+            spec = self._broker.specs.get(name)
+            if spec is None or spec.kind != "aws":
+                continue
+            try:
+                # checked before anything in the head changes; None: no signature of this session's key id
+                checked = self._aws.check(flow, name, own, None if callable(flow.request.stream) else body, now)
+            except SigV4Error as exc:
+                return self.deny(flow, exc.code, f"AWS signature refused: {exc}",
+                                 status=413 if exc.code == "secret.body_too_large" else 403)
+            if checked is not None:
+                signed[name] = checked
         try:
             # Values still fresh in the broker's cache are taken without awaiting (what the lookups would answer);
             # anything else goes to the backends, with the timeout.
@@ -128,6 +146,7 @@ class InjectionAddon:
             scrub = self._broker.fresh_scrub_replacements(own)
             if scrub is None:
                 scrub = await asyncio.wait_for(self._broker.scrub_replacements(own), timeout)
+            creds = {name: await self._aws.credentials(name) for name in signed}
         except (SecretUnavailable, asyncio.TimeoutError) as exc:
             code = exc.code if isinstance(exc, SecretUnavailable) else "secret.backend_unavailable"
             log.warning("secret lookup failed for session %s: %s", st.session["id"], code)
@@ -142,7 +161,7 @@ class InjectionAddon:
             for name in ("range", "if-range"):
                 # A byte range could cut a kept value in pieces that no scrubber recognises: whole bodies only.
                 flow.request.headers.pop(name, None)
-        if not bindings:
+        if not bindings and not signed:
             return
         uses: list[tuple[str, str]] = []
         headers, used = substitute_headers(flow.request.headers.items(multi=True), bindings)
@@ -162,6 +181,9 @@ class InjectionAddon:
                 if "content-length" in flow.request.headers:
                     flow.request.headers["content-length"] = str(len(new_body))
             uses += used
+        for name, checked in signed.items():          # last: over the head as it leaves
+            self._aws.apply(flow, checked, own[name + AWS_SECRET_PART], creds[name], now)
+            uses.append((name, "sigv4"))
         st.secrets_used = tuple(sorted({f"{n}@{where}" for n, where in uses}))
         for name in sorted({n for n, _ in uses}):
             self._recorder.record("secret.use", session=st.session["id"], action="inject", request_id=flow.id,

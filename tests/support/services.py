@@ -14,6 +14,7 @@ from gateway.approvals.queue import ApprovalQueue
 from gateway.audit.log import AuditLog
 from gateway.auth.tokens import Revocations, TokenSigner, TokenVerifier
 from gateway.config import ApprovalSettings, EgressSettings, PolicySettings, load_config
+from gateway.egress.aws import AwsSigning
 from gateway.egress.addon import EgressAddon, EgressDeps
 from gateway.egress.hold import HoldAddon
 from gateway.net.hosts import normalise_host
@@ -116,5 +117,6 @@ async def egress_addons(stack: AsyncExitStack, services: Services, settings: Egr
                                         settings.package_max_bytes),
                                     own_listeners=services.own_listeners))
     hold = HoldAddon(services.approvals, services.sessions, services.placeholders, recorder, settings)
-    injection = InjectionAddon(services.broker, services.placeholders, screen, recorder, services.metrics)
+    injection = InjectionAddon(services.broker, services.placeholders, screen, recorder, services.metrics,
+                               AwsSigning(services.broker, settings.inspect_max_bytes))
     return EgressAddons(egress, hold, injection)
