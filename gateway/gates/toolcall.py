@@ -38,6 +38,7 @@ from gateway.toolcalls.describe import Effects
 from gateway.toolcalls.enrich import SHELL_TOOLS, build_toolcall_input, toolcall_base, toolcall_facts
 from gateway.toolcalls.history import MAX_SESSION_PATHS, audit_facts, history_entries, path_rows, paths_from_rows
 from gateway.toolcalls.memo import FactsMemo
+from gateway.toolcalls.tables import tables_of_policy
 
 log = logging.getLogger("sandgate.toolcalls")
 
@@ -293,20 +294,21 @@ class ToolCallGate:
                      mcp: McpContext | None, mcp_input: object) -> tuple[dict, Effects]:
         """What parsing the call adds to its input, and its effects: memoised, on the loop when short, else on a
         thread with a time cap. A failure is not an allow: the policy sees the call unparsed."""
-        memo = self.facts
+        memo, engine = self.facts, self._engine
+        rev, tables = engine.rev, tables_of_policy(getattr(engine, "data", None))   # the active revision's tables
         key = memo.key(tool, args_json, base["session"]["workspace"], links, files, mcp_input,
-                       tuple(sorted(base["session"].get("secrets") or [])))
+                       tuple(sorted(base["session"].get("secrets") or [])), rev)
         try:
             hit = memo.get(key)          # the same call with the same workspace, links and files: parsed before
             if hit is not None:
                 return hit
             if enrich_inline(tool, args_json, files, mcp):
-                facts, effects = toolcall_facts(base, links, files)
+                facts, effects = toolcall_facts(base, links, files, tables)
             else:
                 # Parsing (tree-sitter, sqlglot, ast) can take a while on long or hostile input: off the loop,
                 # bounded.
-                facts, effects = await asyncio.wait_for(asyncio.to_thread(toolcall_facts, base, links, files),
-                                                        ENRICH_TIMEOUT_S)
+                facts, effects = await asyncio.wait_for(
+                    asyncio.to_thread(toolcall_facts, base, links, files, tables), ENRICH_TIMEOUT_S)
             if key is not None:   # memoised facts are shared and never changed: the decision cache knows
                 facts = {k: Shared(v) if isinstance(v, dict) else v for k, v in facts.items()}
                 memo.put(key, facts, effects)

@@ -42,6 +42,7 @@ log = logging.getLogger("sandgate.policy")
 class PolicyEngine(Protocol):
     rev: str
     last_error: str | None
+    data: dict | None               # the active revision's data (None: not loaded here, an OPA server's own)
 
     def health(self) -> dict: ...
 
@@ -211,9 +212,15 @@ class CachingEngine:
         self.decision_log = decision_log
         self.rev = ""
         self.last_error: str | None = None
+        self.data: dict | None = None            # the active revision's data (the fact builders read tables there)
         self.cache = DecisionCache()
         self._stamp: tuple = ()
         self._watch_task: asyncio.Task | None = None
+
+    def _configure(self, source: PolicySource) -> None:
+        """A new revision is active: key the cache on what its modules read, and keep its data."""
+        self.cache.configure(source)
+        self.data = source.data
 
     def _stamp_now(self) -> tuple:
         try:

@@ -105,7 +105,7 @@ class EmbeddedEngine(CachingEngine):
 
     def _activate(self, source: PolicySource) -> None:
         self._source, self.rev = source, source.rev
-        self.cache.configure(source)
+        self._configure(source)
 
     async def reload(self) -> bool:
         """Recompile; swap in only a policy that compiles. Returns True when a new revision is active."""

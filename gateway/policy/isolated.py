@@ -49,7 +49,7 @@ class IsolatedEngine(CachingEngine):
     async def start(self) -> None:
         self._pool, self._stamp, source = await self._new_pool()
         self.rev = self._pool.rev
-        self.cache.configure(source)
+        self._configure(source)
         log.info("policy loaded rev=%s dir=%s (%d worker processes)", self.rev, self.policy_dir, self.workers)
 
     async def reload(self) -> bool:
@@ -61,7 +61,7 @@ class IsolatedEngine(CachingEngine):
             log.error("policy reload rejected; keeping rev=%s: %s", self.rev, exc)
             return False
         old, self._pool, self._stamp, self.last_error = self._pool, pool, stamp, None
-        self.cache.configure(source)
+        self._configure(source)
         changed = pool.rev != self.rev
         self.rev = pool.rev
         if old is not None:

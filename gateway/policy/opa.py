@@ -97,7 +97,7 @@ class OpaEngine(CachingEngine):
                 return False
             changed = source.rev != self.rev
             self._stamp, self.rev, self.last_error, self.state = stamp, source.rev, None, "ok"
-            self.cache.configure(source)
+            self._configure(source)
             return changed
 
     def _load(self) -> PolicySource:

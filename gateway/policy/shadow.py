@@ -37,6 +37,10 @@ class ShadowedEngine:
         return self.live.rev
 
     @property
+    def data(self) -> dict | None:
+        return self.live.data
+
+    @property
     def last_error(self) -> str | None:
         return self.live.last_error
 

@@ -28,6 +28,7 @@ from gateway.toolcalls.options import parse_options
 from gateway.toolcalls.paths import clean_dir, describe_path
 from gateway.toolcalls.sql import MAX_SQL_LENGTH, describe_sql, sql_side_effects
 from gateway.toolcalls.streams import MAX_TEXT
+from gateway.toolcalls.tables import Tables
 from gateway.toolcalls.urls import describe_url
 
 __all__ = ["MAX_SQL_LENGTH", "SHELL_TOOLS", "Enriched", "build_toolcall_input", "describe_path", "describe_shell",
@@ -46,10 +47,10 @@ class Enriched:
 def enrich_toolcall(*, session: Mapping[str, Any], tool: str, args: Mapping[str, Any] | None, step: int | None,
                     now: float, history: Sequence[Mapping[str, Any]] = (),
                     links: Mapping[str, str | None] | None = None, files: Mapping[str, str | None] | None = None,
-                    mcp: Mapping[str, Any] | None = None) -> Enriched:
+                    mcp: Mapping[str, Any] | None = None, tables: Tables | None = None) -> Enriched:
     """The `sandgate.toolcall` policy input for one tool call and what the call leaves behind."""
     doc = toolcall_base(session=session, tool=tool, args=args, step=step, now=now, history=history, mcp=mcp)
-    facts, effects = toolcall_facts(doc, links, files)
+    facts, effects = toolcall_facts(doc, links, files, tables)
     doc.update(facts)
     return Enriched(doc, effects)
 
@@ -72,9 +73,10 @@ FACT_KEYS = ("shell", "path", "url", "sql")
 
 
 def toolcall_facts(base: Mapping[str, Any], links: Mapping[str, str | None] | None = None,
-                   files: Mapping[str, str | None] | None = None) -> tuple[dict, Effects]:
+                   files: Mapping[str, str | None] | None = None, tables: Tables | None = None) -> tuple[dict, Effects]:
     """What parsing adds to `base` (`shell`, `path`, `url`, `sql`: a function of the tool, its arguments, the
-    workspace, the session's secret names and what earlier calls left) and the call's effects."""
+    workspace, the session's secret names, what earlier calls left and the policy's tables: `tables_of_policy`
+    of the active revision's data, the shipped ones when None) and the call's effects."""
     name, args, mcp = base["tool"]["name"], base["tool"]["args"], base.get("mcp")
     workspace = clean_dir(base["session"]["workspace"])
     links = dict(links or {})
@@ -86,7 +88,7 @@ def toolcall_facts(base: Mapping[str, Any], links: Mapping[str, str | None] | No
             command = shlex.join(command)
         if isinstance(command, str):
             doc["shell"], effects = describe_line(command, workspace, links, dict(files or {}),
-                                                  _secret_names(base))
+                                                  _secret_names(base), tables)
         else:
             doc["shell"] = {"parsed": False, "commands": []}
     if isinstance(args.get("path"), str):
@@ -109,7 +111,7 @@ def toolcall_facts(base: Mapping[str, Any], links: Mapping[str, str | None] | No
             # a shell tool's (`from: "sql"`); a program that is not a literal is not parsed (ask).
             programs, _files = sql_side_effects(query)
             shell, _fx = describe_line("\n".join(programs), workspace, links, dict(files or {}),
-                                       _secret_names(base))
+                                       _secret_names(base), tables)
             doc["shell"] = {**shell, "parsed": bool(programs) and shell["parsed"], "from": "sql"}
     return doc, effects
 

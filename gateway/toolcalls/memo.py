@@ -21,12 +21,14 @@ class FactsMemo:
 
     @staticmethod
     def key(tool: str, args_json: str, workspace: str, links: Mapping[str, str | None],
-            files: Mapping[str, str | None], mcp: Any, secrets: tuple[str, ...] = ()) -> tuple | None:
+            files: Mapping[str, str | None], mcp: Any, secrets: tuple[str, ...] = (), rev: str = "") -> tuple | None:
         """`args_json` is the arguments' canonical JSON (approval_rules.canonical_json); `secrets` the session's
-        secret names (their variables are sensitive sources in the facts)."""
+        secret names (their variables are sensitive sources in the facts); `rev` the policy revision whose tables
+        (wrappers, executors, known programs) the facts were built with."""
         if mcp is not None:
             return None
-        return (tool, args_json, workspace, tuple(sorted(links.items())), tuple(sorted(files.items())), secrets)
+        return (tool, args_json, workspace, tuple(sorted(links.items())), tuple(sorted(files.items())), secrets,
+                rev)
 
     def get(self, key: tuple | None) -> tuple[dict, Effects] | None:
         if key is None:

@@ -11,7 +11,7 @@ A site extends both without code, in its copy of `sandgate/config/toolcall/data.
 - `executors`: per program (or "program subcommand ..."), how its arguments carry a command (see `Executor`);
 - every command list of the policy (`read_commands`, `delete_commands`, `cli`, ...) counts as known too.
 
-`tables_for(config)` builds them from a loaded policy's toolcall configuration (memoised by identity: the
+`tables_of_policy(data)` builds them from a loaded policy's data, at each revision (memoised by identity: the
 policy's data is not changed once loaded); `default_tables()` from the shipped policy directory. Pure apart
 from reading the shipped data once.
 """
@@ -159,6 +159,15 @@ def tables_for(config: Mapping[str, Any] | None) -> Tables:
             _cache.clear()
         _cache[key] = (config, tables)
     return tables
+
+
+def tables_of_policy(data: Mapping[str, Any] | None) -> Tables:
+    """The tables of a loaded policy's data (`data.sandgate.config.toolcall`); the shipped ones when the policy
+    has none here (an OPA server that loads its own policy)."""
+    config: Any = data
+    for key in ("sandgate", "config", "toolcall"):
+        config = config.get(key) if isinstance(config, Mapping) else None
+    return tables_for(config) if isinstance(config, Mapping) else default_tables()
 
 
 _default: list[Tables] = []

@@ -17,6 +17,7 @@ from gateway.policy.evaluator import Evaluator
 from gateway.policy.loader import load_policy_dir
 from gateway.toolcalls.enrich import enrich_toolcall
 from gateway.toolcalls.history import audit_facts, history_entries, path_rows, paths_from_rows
+from gateway.toolcalls.tables import tables_of_policy
 
 HERE = Path(__file__).resolve().parent
 POLICY_DIR = HERE.parents[2] / "policies"
@@ -50,7 +51,8 @@ class SessionSim:
         now = 100.0 + len(self.events)
         links, files = paths_from_rows(self.rows)
         enriched = enrich_toolcall(session={**SESSION, "frozen": frozen}, tool=tool, args=args, step=len(self.events),
-                                   now=now, history=history_entries(self.events, now), links=links, files=files)
+                                   now=now, history=history_entries(self.events, now), links=links, files=files,
+                                   tables=tables_of_policy(self.evaluator.source.data))
         decision = self.evaluator.decide("toolcall", enriched.doc)
         if decision["action"] != "deny":
             self.rows += path_rows(SESSION["id"], enriched.effects, now)

@@ -112,3 +112,14 @@ def test_archivers_and_compressors_consume_their_inputs():
     assert fx.consumed("gzip", ["-k"], ["x"]) == [] and fx.consumed("xz", ["-c"], ["x"]) == []
     assert fx.consumed("zstd", [], ["x"]) == [] and fx.consumed("zstd", ["--rm"], ["x"]) == ["x"]
     assert fx.consumed("gzip", [], ["-"]) == [] and fx.consumed("cat", [], ["x"]) == []
+
+
+def test_tables_of_a_policy_revision_and_the_memo_key():
+    from gateway.toolcalls.memo import FactsMemo
+    from gateway.toolcalls.tables import tables_of_policy
+
+    data = {"sandgate": {"config": {"toolcall": {**shipped_config(), "plain_programs": ["zz-tool"]}}}}
+    assert tables_of_policy(data).known("zz-tool") and not T.known("zz-tool")
+    assert tables_of_policy(None) is default_tables() and tables_of_policy({"sandgate": 1}) is default_tables()
+    key = FactsMemo.key("shell", "{}", "/w", {}, {}, None, (), "rev-a")
+    assert key != FactsMemo.key("shell", "{}", "/w", {}, {}, None, (), "rev-b")
