@@ -13,6 +13,7 @@ import json
 import logging
 import signal
 import socket
+import ssl
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from typing import Any, Coroutine
@@ -44,6 +45,7 @@ from gateway.egress.tls import sandbox_bundle
 from gateway.egress.transparent import TransparentAddon
 from gateway.egress.upstream import UpstreamProxyAddon
 from gateway.egress.token_transport import VettedTransport, tls_context
+from gateway.egress.oauth_retry import OAuth2RetryAddon
 from gateway.egress.tls import write_upstream_bundle
 from gateway.net.addresses import AddressVerdict, vet_addresses
 from gateway.gates.toolcall import ToolCallGate
@@ -193,9 +195,14 @@ def _operator_secrets(broker: Broker, sources: list[str], cfg: Config) -> Cached
     return CachedResolver(backends, ttl_s=cfg.broker.cache_ttl_s)
 
 
+def _upstream_tls(cfg: Config) -> ssl.SSLContext:
+    """Public roots plus egress.upstream_ca, for the connections sandgate's own clients open upstream."""
+    return tls_context(str(write_upstream_bundle(cfg.data_dir, cfg.egress.upstream_ca)))
+
+
 def _token_transport(cfg: Config, resolver: Resolver, own_listeners: list[tuple[str, int]]):
     """What sandgate's OAuth2 client dials token endpoints with: names resolved and vetted as egress does."""
-    tls = tls_context(str(write_upstream_bundle(cfg.data_dir, cfg.egress.upstream_ca)))
+    tls = _upstream_tls(cfg)
 
     def vet(addresses: list[str], port: int) -> AddressVerdict:
         return vet_addresses(addresses, port, private_allow=cfg.egress.private_allow, own_listeners=own_listeners)
@@ -287,6 +294,10 @@ async def open_gateway(cfg: Config, stack: AsyncExitStack, worker: bool = False,
     addons: list[object] = [gate, egress, HoldAddon(approvals, sessions, placeholders, recorder, cfg.egress),
                             PackageIndexAddon(packages), InjectionAddon(broker, placeholders, screen, recorder, metrics,
                                                            AwsSigning(broker, cfg.egress.inspect_max_bytes))]
+    if broker.oauth2 is not None:
+        # before the credential addon: the answer the sandbox gets (the retry's or the 401) is scrubbed like any
+        addons.insert(-1, OAuth2RetryAddon(broker.oauth2, dial_resolver, egress.vet, _upstream_tls(cfg), recorder,
+                                           cfg.egress.inspect_max_bytes, cfg.egress.upstream_proxy))
     if cfg.egress.upstream_proxy is not None:
         # last: the proxy is handed requests already decided, vetted and injected
         addons.append(UpstreamProxyAddon(cfg.egress.upstream_proxy, _operator_secrets(

@@ -86,8 +86,8 @@ def chain(first: StreamFilter, then: StreamFilter) -> StreamFilter:
         if isinstance(out, (bytes, bytearray)):
             return then(bytes(out))
         pieces: list[bytes] = []
-        for piece in out:
+        for piece in [p for p in out if p] + ([b""] if not chunk else []):     # b"": the end, passed on
             result = then(piece)
             pieces.extend([result] if isinstance(result, (bytes, bytearray)) else result)
-        return pieces
+        return [p for p in pieces if p]
     return run

@@ -1,4 +1,5 @@
-"""The transport sandgate's own OAuth2 client dials token endpoints with (broker/oauth2.py uses it through authlib).
+"""The transport sandgate's own HTTP clients dial with: token endpoints (broker/oauth2.py, through authlib) and the
+retry of a request after an upstream 401 (oauth_retry.py).
 
 A name in `token_url` is resolved with the egress resolver and every address vetted as a sandbox's destination would
 be; the connection goes to the vetted address (TLS still verifies the name, sent as SNI), so the address dialled is
@@ -19,9 +20,12 @@ MAX_ANSWER_BYTES = 65536
 
 
 class VettedTransport(httpx.AsyncBaseTransport):
-    def __init__(self, resolver: Resolver, vet: Callable[[list[str], int], AddressVerdict], tls: ssl.SSLContext):
+    def __init__(self, resolver: Resolver, vet: Callable[[list[str], int], AddressVerdict], tls: ssl.SSLContext,
+                 max_bytes: int = MAX_ANSWER_BYTES, truncate: bool = False):
         self._resolver = resolver
         self._vet = vet
+        self._max = max_bytes
+        self._truncate = truncate           # stop reading past max_bytes (the caller sees it) instead of raising
         self._inner = httpx.AsyncHTTPTransport(verify=tls, trust_env=False)
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
@@ -38,8 +42,10 @@ class VettedTransport(httpx.AsyncBaseTransport):
         try:
             async for chunk in response.stream:          # type: ignore[union-attr]
                 body += chunk
-                if len(body) > MAX_ANSWER_BYTES:
-                    raise httpx.DecodingError("the token endpoint's answer is too large")
+                if len(body) > self._max:
+                    if self._truncate:
+                        break
+                    raise httpx.DecodingError("the answer is too large")
         finally:
             await response.aclose()
         return httpx.Response(response.status_code, headers=response.headers, content=bytes(body),

@@ -97,6 +97,45 @@ def test_client_credentials_and_the_placeholder_only_to_bound_hosts_over_tls(env
     assert auth.state.api_auth == []
 
 
+def test_an_upstream_401_refreshes_the_token_and_retries_once(env):
+    sg, auth, _ = env
+    sess = session(sg, "svc")
+    ph = sess["env"]["SVC_TOKEN"]
+    assert call(sess, f"https://api.test:{auth.port}/api/warm", ph).status_code == 200
+    grants = len(auth.state.grants)
+    auth.state.expire_access_tokens()                 # revoked early: sandgate's cached token is still "fresh"
+    auth.state.api_status.clear()
+    resp = requests.post(f"https://api.test:{auth.port}/api/retry", data=b"payload=1",
+                         headers={"Authorization": f"Bearer {ph}"}, proxies=sess["proxies"], verify=sess["ca_file"],
+                         timeout=20)
+    assert resp.status_code == 200, resp.text
+    assert auth.state.api_status == [401, 200] and len(auth.state.grants) == grants + 1
+    assert resp.json()["body"] == "payload=1" and resp.json()["authorization"] == f"Bearer {ph}"   # scrubbed
+    # a retry that is refused again is passed on (once: no loop)
+    auth.state.lifetime_s = 0.0001
+    auth.state.expire_access_tokens()
+    auth.state.api_status.clear()
+    resp = call(sess, f"https://api.test:{auth.port}/api/again", ph)
+    auth.state.lifetime_s = 2
+    assert resp.status_code == 401 and auth.state.api_status == [401, 401]
+    assert "at-" not in resp.text
+
+
+def test_a_streamed_request_is_not_replayed_but_the_next_one_gets_a_fresh_token(env):
+    sg, auth, _ = env
+    sess = session(sg, "svc")
+    ph = sess["env"]["SVC_TOKEN"]
+    assert call(sess, f"https://api.test:{auth.port}/api/warm", ph).status_code == 200
+    auth.state.expire_access_tokens()
+    auth.state.api_status.clear()
+    big = b"x" * (2 * 1024 * 1024)                    # above inspect_max_bytes: streamed, cannot be replayed
+    resp = requests.post(f"https://api.test:{auth.port}/api/upload", data=big,
+                         headers={"Authorization": f"Bearer {ph}"}, proxies=sess["proxies"], verify=sess["ca_file"],
+                         timeout=30)
+    assert resp.status_code == 401 and auth.state.api_status == [401]
+    assert call(sess, f"https://api.test:{auth.port}/api/next", ph).status_code == 200
+
+
 def test_a_revoked_refresh_token_is_a_clear_502_and_never_the_placeholder_upstream(env):
     sg, auth, _ = env
     sess = session(sg, "crm")
