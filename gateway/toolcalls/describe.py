@@ -14,6 +14,7 @@ See policies/README.md for every fact.
 """
 from __future__ import annotations
 
+import fnmatch
 import json
 import posixpath
 import re
@@ -22,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gateway.toolcalls import effects as fx
+from gateway.toolcalls import implicit as im
 from gateway.toolcalls import secretflow as sf
 from gateway.toolcalls.carriers import Carried, executor_carried, unknown_carried
 from gateway.toolcalls.codefacts import CodeFacts
@@ -29,7 +31,7 @@ from gateway.toolcalls.expand import expand_braces, expand_word, split_fields, s
 from gateway.toolcalls.interpreters import analyze, code_source, language_of_script
 from gateway.toolcalls.options import parse_options
 from gateway.toolcalls.paths import clean_dir, describe_path, dynamic_path, resolve_path
-from gateway.toolcalls.programs import programs_run
+from gateway.toolcalls.programs import git_stored_programs, programs_run
 from gateway.toolcalls.shell import parse_shell
 from gateway.toolcalls.sqlclients import CLIENTS, sql_client
 from gateway.toolcalls.streams import MAX_TEXT, base64_text, echo_text, printf_text
@@ -156,6 +158,9 @@ class _Line:
         self.tainted_vars: set[str] = set()             # read from sensitive data (`read K < ~/.ssh/id_rsa`)
         self.stdin_sources: list[dict] = []             # a nested script's input carries these
         self.sockets: list[str] = []                    # `exec 3>/dev/tcp/HOST/PORT`: open for the rest of the line
+        self.implicit_seen: set[tuple[str, str]] = set()  # files already run implicitly in this line
+        self._by_name: dict[str, list[str]] = {}
+        self._by_name_key: tuple | None = None
 
     # -- scripts ------------------------------------------------------------------------------------
     def run_script(self, text: str, depth: int, origin: str) -> None:
@@ -292,6 +297,62 @@ class _Line:
             if written.endswith("/") and norm.startswith(written):
                 return True, None             # inside a directory filled from elsewhere (clone, unpack)
         return False, None
+
+    def authored(self, want: Any, bases: list[str], python_path: list[str]) -> list[tuple[str, str | None]]:
+        """(path, content or None) of the files the session wrote itself (not a directory filled from elsewhere:
+        a clone, an unpacked archive) that a want (implicit.Want) finds from `bases`."""
+        out: list[tuple[str, str | None]] = []
+        files = self.files
+        if want.where == "home":
+            norm = self.resolve(want.pattern, self.cwd)
+            return [(norm, files[norm])] if norm in files else []
+        dirs = list(bases)
+        if want.where == "site":
+            dirs += python_path + [self.workspace]
+        if want.where == "up":               # the directory and its parents
+            for base in bases:
+                parent = base
+                for _ in range(64):
+                    dirs.append(parent)
+                    if parent in ("/", "", "~"):
+                        break
+                    parent = posixpath.dirname(parent)
+        glob = any(c in want.pattern for c in "*?[")
+        candidates: list[str] = []
+        if want.where == "below" or glob:
+            by_name = self.files_by_name()
+            name = posixpath.basename(want.pattern)
+            names = fnmatch.filter(by_name, name) if glob else [name] if name in by_name else []
+            candidates = [p for n in names for p in by_name[n]]
+            if not candidates:
+                return []
+        for directory in dict.fromkeys(dirs):
+            if want.where == "below" or glob:
+                prefix = directory.rstrip("/") + "/"
+                for path in candidates:
+                    if not path.startswith(prefix):
+                        continue
+                    rel = path[len(prefix):]
+                    if want.where == "below" or fnmatch.fnmatchcase(rel, want.pattern):
+                        out.append((path, files[path]))
+            else:
+                path = posixpath.normpath(posixpath.join(directory, want.pattern))
+                if path in files:
+                    out.append((path, files[path]))
+            if len(out) > 16:
+                break
+        return list(dict.fromkeys(out))[:16]
+
+    def files_by_name(self) -> dict[str, list[str]]:
+        """The files written (not directories filled from elsewhere) by base name, rebuilt when files change."""
+        key = (len(self.files), next(reversed(self.files), None))
+        if self._by_name_key != key:
+            index: dict[str, list[str]] = {}
+            for path in self.files:
+                if not path.endswith("/"):
+                    index.setdefault(posixpath.basename(path), []).append(path)
+            self._by_name, self._by_name_key = index, key
+        return self._by_name
 
     def wrote(self, raw: str, here: str | None, content: str | None, append: bool = False) -> None:
         norm = self.resolve(raw, here)
@@ -598,6 +659,7 @@ class _Command:
         self.programs()
         self.sql()
         self.network()
+        self.implicit()
         self.carried()
 
     # -- commands carried in the arguments of unknown programs and of remote or container runners ----------
@@ -749,6 +811,136 @@ class _Command:
             self.nested(content, f"script {word}")
         else:
             self.code(lang, content)
+
+    # -- files run implicitly (implicit.py) -------------------------------------------------------------
+    def implicit(self) -> None:
+        """Files the session wrote that this command runs without naming them (conftest.py for pytest, setup.py
+        for pip install ., build.rs for cargo, .envrc for direnv, .git/config for git, ...): each is listed in
+        `implicit_runs` and, when its content was seen, decided as the script it is."""
+        if not self.eff or not self.line.files:
+            return
+        wants = im.wanted(self.name, self.eff, self.operands, self.values, self.flags)
+        python = im.is_python(self.name) or any(w.language == "python" for w in wants)
+        if not wants and not python:
+            return
+        bases = self.project_dirs()
+        found: list[tuple[str, str | None, im.Want]] = []
+        for want in wants:
+            for norm, content in self.line.authored(want, bases, self.python_path()):
+                found.append((norm, content, want))
+        if python:
+            found += self.imported_modules(bases)
+        seen = self.line.implicit_seen
+        for norm, content, want in found[:32]:
+            if (norm, want.language) in seen or len(seen) > 64:
+                continue
+            seen.add((norm, want.language))
+            self.rec.setdefault("implicit_runs", []).append(
+                {"path": self.line.path(norm, self.here), "via": want.via, "known": content is not None})
+            if content is not None:
+                self.run_implicit(want, norm, content, bases)
+
+    def project_dirs(self) -> list[str]:
+        """Where the tool looks for its files: the working directory, local directories it is given (`pip
+        install ./x`, `pytest tests/`, `cargo --manifest-path x/Cargo.toml`, `gradle -p x`, ...)."""
+        here = self.here
+        bases = [here] if here is not None else []
+        words: list[str] = []
+        module = im.python_module(self.eff)
+        if self.name in ("pip", "pip3") or (self.name == "uv" and self.operands[:1] == ["pip"]) or (
+                module is not None and module[0] == "pip"):
+            bases = []                          # pip builds only the local projects it is given (`.`, `-e ./x`)
+            rest = module[1][1:] if module is not None and self.name not in ("pip", "pip3", "uv") else self.operands
+            words += [o for o in rest if o.startswith((".", "/", "~"))]
+            words += self.values.get("-e", []) + self.values.get("--editable", [])
+            words += [rest[i + 1] for i, w in enumerate(rest[:-1]) if w in ("-e", "--editable")]
+        elif self.name in ("pytest", "py.test"):
+            words += [o.split("::")[0] for o in self.operands]
+        for option in ("--manifest-path", "-p", "--project-dir", "-d", "--dir", "--rootdir", "--working-directory"):
+            words += self.values.get(option, [])
+        for word in words[:8]:
+            norm = self.line.resolve(word, here)
+            if norm is None:
+                continue
+            if norm.endswith((".py", ".toml", ".json", ".yml", ".yaml")) or norm in self.line.files:
+                norm = posixpath.dirname(norm) or "/"
+            if norm not in bases:
+                bases.append(norm)
+        return bases
+
+    def python_path(self) -> list[str]:
+        value = self.env.get("PYTHONPATH") or (self.line.variables.get("PYTHONPATH") or [""])[0]
+        dirs = [d for d in value.split(":") if d and "$" not in d][:8]
+        return [n for n in (self.line.resolve(d, self.here) for d in dirs) if n is not None]
+
+    def imported_modules(self, bases: list[str]) -> list[tuple[str, str | None, im.Want]]:
+        """Modules the session wrote that this command's Python code imports, in turn (bounded)."""
+        out: list[tuple[str, str | None, im.Want]] = []
+        texts = list(self.code_texts)
+        dirs = bases + self.python_path()
+        if self.rec.get("runs") and not self.rec["runs"]["path"].get("dynamic"):
+            dirs.insert(0, posixpath.dirname(self.rec["runs"]["path"]["normalized"]) or "/")
+        seen: set[str] = set()
+        while texts and len(out) < 16:
+            text = texts.pop(0)
+            for module in im.python_imports(text):
+                stem = module.replace(".", "/")
+                for directory in dirs:
+                    for candidate in (f"{directory}/{stem}.py", f"{directory}/{stem}/__init__.py",
+                                      f"{directory}/{stem.split('/')[0]}/__init__.py"):
+                        candidate = posixpath.normpath(candidate)
+                        if candidate in seen or candidate not in self.line.files:
+                            continue
+                        seen.add(candidate)
+                        content = self.line.files[candidate]
+                        out.append((candidate, content, im.Want(stem + ".py", "python", f"python import {module}")))
+                        if content is not None:
+                            texts.append(content)
+        return out
+
+    def run_implicit(self, want: im.Want, norm: str, content: str, bases: list[str]) -> None:
+        origin, language = f"{want.via} {norm}", want.language
+        if language in ("python", "nox", "pth"):
+            self.code("python", im.pth_lines(content) if language == "pth" else content)
+            if language == "nox":
+                self.nested(im.nox_runs(content), origin)
+        elif language == "pyproject":
+            directory = posixpath.dirname(norm) or "/"
+            for module in im.pyproject_backend(content):
+                path = posixpath.normpath(posixpath.join(directory, module))
+                if module == "<unreadable>":
+                    self.rec["dynamic"] = True
+                elif path in self.line.files:
+                    self.rec.setdefault("implicit_runs", []).append(
+                        {"path": self.line.path(path, self.here), "via": "build backend",
+                         "known": self.line.files[path] is not None})
+                    if self.line.files[path] is not None:
+                        self.code("python", self.line.files[path] or "")
+        elif language == "shell":
+            self.nested(content, origin)
+        elif language == "make":
+            self.nested(im.make_recipes(content), origin)
+        elif language == "just":
+            self.nested(im.just_recipes(content), origin)
+        elif language in ("task", "pre-commit"):
+            self.nested(im.taskfile_commands(content) if language == "task" else im.pre_commit_entries(content),
+                        origin)
+        elif language == "tox":
+            self.nested(im.tox_commands(content), origin)
+        elif language == "rake":
+            shell, ruby = im.rake_shell(content)
+            self.code("ruby", ruby)
+            self.nested(shell, origin)
+        elif language == "go-generate":
+            self.nested(im.go_generate_lines(content), origin)
+        elif language == "cargo-config":
+            self.nested(im.cargo_runners(content), origin)
+        elif language == "git-config":
+            sub = self.operands[0] if self.operands else ""
+            for via, text in git_stored_programs(im.git_config_pairs(content), sub):
+                self.nested(text, via)
+        else:                                   # rust, go, gradle, maven: scanned
+            self.apply_code(im.native_facts(language, content))
 
     def path_lookup(self) -> None:
         for value in self.line.variables["PATH"]:

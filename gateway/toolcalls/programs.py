@@ -200,6 +200,27 @@ def _git(argv: list[str], env: dict[str, str], sub: str) -> list[Program]:
     return out
 
 
+def git_stored_programs(pairs: list[tuple[str, str]], sub: str) -> list[Program]:
+    """What a git configuration file the session wrote makes `git SUB` run: (via, shell text or None)."""
+    out: list[Program] = []
+    for key, value in pairs:
+        if not _GIT_EXEC_KEYS.fullmatch(key):
+            continue
+        if key == "core.fsmonitor" and value.strip().lower() in _GIT_BOOLEANS or \
+                key.startswith("credential.") and value.strip() in _GIT_HELPERS or \
+                key.startswith("submodule.") and not value.startswith("!"):
+            continue
+        via = f"git config file {key}"
+        if key.startswith("alias."):
+            if key[len("alias."):] == sub:
+                out.append((via, value[1:] if value.startswith("!") else "git " + value))
+        elif _GIT_FILE_KEYS.fullmatch(key) or key.startswith("protocol."):
+            out.append((via, None))
+        else:
+            out.append((via, value[1:] if value.startswith("!") else value))
+    return out[:16]
+
+
 def _options(name: str, argv: list[str]) -> list[Program]:
     out: list[Program] = []
     words = argv[1:]

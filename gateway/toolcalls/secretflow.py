@@ -36,6 +36,9 @@ _SENSITIVE_PATH = re.compile(
     r"id_(?:rsa|dsa|ecdsa|ed25519)(?:_sk)?$|[^/]*\.pem$|[^/]*\.key$|"
     r"etc/shadow$|etc/gshadow$|proc/[^/]+/environ$|proc/[^/]+/task/[^/]+/environ$)")
 _GLOB = re.compile(r"[*?\[]")
+# What any sensitive path, variable or substitution needs somewhere in a word: a fast first test.
+_MAYBE = re.compile(r"[$`*?\[]|[<>]\(|ssh|aws|azure|gnupg|gcloud|/gh|kube|docker|netrc|credentials|pypirc|npmrc|"
+                    r"vault-token|pgpass|my\.cnf|\.env|id_|\.pem|\.key|shadow|environ")
 # Where a glob over a sensitive place could land (`~/.s*/id_*`, `/proc/*/env*`).
 _SAMPLES = ("~/.ssh/id_rsa", "~/.ssh/id_ed25519", "~/.ssh/config", "~/.aws/credentials", "~/.aws/config",
             "~/.config/gcloud/credentials.db", "~/.netrc", "~/.docker/config.json", "~/.git-credentials",
@@ -116,6 +119,7 @@ _LOCAL_OPTIONS = {
 _ALL_LOCAL = frozenset({"--cacert", "--ca-certificate", "--cert", "--key", "--ssl-key", "--ssl-cert",
                         "--kubeconfig", "--config", "--credentials-file", "--key-file", "--identity-file",
                         "--private-key", "--ssh-key", "-o", "--output", "--out", "--log-file"})
+_NO_OPTIONS: frozenset[str] = frozenset()
 # Programs that read a directory operand whole (archivers, copiers): reading home or the root reads its keys.
 _BULK_READERS = frozenset({"tar", "gtar", "bsdtar", "zip", "7z", "7za", "7zz", "rar", "cpio", "pax", "rsync", "scp",
                            "rclone", "cp", "grep", "rg", "ag", "find", "du", "base64", "gzip", "xz", "zstd",
@@ -126,7 +130,7 @@ _BULK_READERS = frozenset({"tar", "gtar", "bsdtar", "zip", "7z", "7za", "7zz", "
 def sensitive_path(word: str) -> bool:
     """Whether a path word names a key or credential file (or a glob that could)."""
     path = word.strip()
-    if not path or len(path) > 4096:
+    if not path or len(path) > 4096 or not _MAYBE.search(path):
         return False
     path = re.sub(r"^(?:\$\{?HOME\}?|~[A-Za-z0-9_-]*)(?=/|$)", "~", path)
     if _SENSITIVE_PATH.search(path.rstrip("/")):
@@ -204,6 +208,8 @@ def var_sources(text: str, secret_names: Iterable[str], tainted: Iterable[str], 
 def word_sources(word: str, secret_names: Iterable[str] = (), tainted: Iterable[str] = ()) -> list[dict]:
     """Sources carried by one argument word: a sensitive file it names (as itself, `@file`, `<file`,
     `--opt=file`), a secret variable it expands, a command substitution over any of these."""
+    if not _MAYBE.search(word):
+        return []
     out: list[dict] = []
     if sensitive_path(payload(word)) or sensitive_path(word):
         out.append({"kind": "file", "name": payload(word), "via": "argument"})
@@ -281,9 +287,10 @@ def command_sinks(name: str, words: list[str], operands: list[str], values: dict
             sinks.append({"kind": "url", "host": url.get("host", ""), "port": url.get("port", 0)})
         else:
             sinks.append({"kind": "url", "host": "", "port": 0})
-    index_values = {v for key, vals in values.items() if _INDEX_OPTION.match(key) for v in vals}
     git_remote = name == "git" and bool(operands) and operands[0] in _GIT_REMOTE_SUBS
-    for word in words[:256]:
+    linked = [w for w in words[:256] if "://" in w]
+    index_values = {v for key, vals in values.items() if _INDEX_OPTION.match(key) for v in vals} if linked else set()
+    for word in linked:
         for match in _URL.finditer(word[:MAX_SCAN]):
             if match.group(1).lower() in _LOCAL_SCHEMES:
                 continue
@@ -341,22 +348,23 @@ def command_sources(name: str, words: list[str], values: dict[str, list[str]], p
                     tainted_files: Iterable[str] = ()) -> list[dict]:
     """The sensitive data one command reads from its own words (files, variables, substitutions), the whole
     environment it prints (env, printenv, set), and home or the root read whole by an archiver or copier."""
-    local = _LOCAL_OPTIONS.get(name, set()) | _ALL_LOCAL
-    skip = {v for key, vals in values.items() if key in local for v in vals}
-    if name == "git":
-        skip |= {w for w in words if w.lower().startswith(("core.sshcommand=", "credential."))}
     out: list[dict] = []
-    tainted_files = set(tainted_files)
-    for word in words[:256]:
-        if word in skip:
-            continue
-        out += word_sources(word, secret_names, tainted_vars)
+    hits = [w for w in words[:256] if _MAYBE.search(w)]
+    skip: set[str] = set()
+    if hits or paths:
+        local = _LOCAL_OPTIONS.get(name, _NO_OPTIONS)
+        skip = {v for key, vals in values.items() if key in local or key in _ALL_LOCAL for v in vals}
+        if name == "git":
+            skip |= {w for w in hits if w.lower().startswith(("core.sshcommand=", "credential."))}
+    for word in hits:
+        if word not in skip:
+            out += word_sources(word, secret_names, tainted_vars)
     if name == "printenv":
         out += [{"kind": "env", "name": w, "via": "argument"} for w in words
                 if not w.startswith("-") and secret_variable(w, secret_names)]
     for fact in paths:
         norm = fact.get("normalized") or ""
-        if norm in tainted_files:
+        if tainted_files and norm in tainted_files:
             out.append({"kind": "file", "name": norm, "via": "written from a secret"})
         elif name in _BULK_READERS and (fact.get("is_home") or fact.get("is_root")) and fact.get("raw") not in skip:
             out.append({"kind": "archive", "name": fact.get("raw", ""), "via": "argument"})

@@ -201,6 +201,14 @@ ask contains {"code": "toolcall.runs_written", "reason": sprintf("runs %s, writt
 	object.get(c, ["runs", "known"], false) != true
 }
 
+# A tool that runs files without naming them (pytest and conftest.py, pip install . and setup.py, cargo and
+# build.rs, direnv and .envrc, git and .git/config, ...) runs one the session wrote earlier from content not seen.
+ask contains {"code": "toolcall.implicit_run", "reason": sprintf("runs %s (%s), written earlier from content not seen: %s", [paths.shown(r.path), r.via, shown(c)])} if {
+	some c in commands
+	some r in object.get(c, "implicit_runs", [])
+	object.get(r, "known", false) != true
+}
+
 ask contains {"code": "toolcall.external_write", "reason": sprintf("runs on or copies to the remote host %s: %s", [object.get(c, ["remote", "host"], "?"), shown(c)])} if {
 	some c in commands
 	c.remote

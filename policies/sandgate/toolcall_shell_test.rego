@@ -654,3 +654,17 @@ test_ask_secret_variable_to_unknown_host if {
 	d := decide([cmd(["nslookup"], {"sources": [env], "sinks": [{"kind": "dns", "host": "", "port": 53}]})])
 	d.codes == ["toolcall.exfiltration"]
 }
+
+# -- files run implicitly ---------------------------------------------------------------------------------------
+
+test_ask_implicit_run_of_unseen_file if {
+	r := {"path": path("conftest.py", {"normalized": "/workspace/conftest.py"}), "via": "pytest conftest.py", "known": false}
+	d := decide([cmd(["pytest"], {"implicit_runs": [r]})])
+	d.codes == ["toolcall.implicit_run"]
+}
+
+test_allow_implicit_run_of_seen_file if {
+	r := {"path": path("conftest.py", {"normalized": "/workspace/conftest.py"}), "via": "pytest conftest.py", "known": true}
+	d := decide([cmd(["pytest"], {"implicit_runs": [r]})])
+	d.action == "allow"
+}

@@ -188,3 +188,52 @@ def test_through_the_api(gw, command, before):
                                                       "step": step})
         assert resp.status_code == 200, resp.text
     assert resp.json()["decision"] == "allow", resp.json()
+
+
+# -- files run implicitly (write-then-run's neighbours) ---------------------------------------------------------
+def _write(path: str, content: str) -> dict:
+    return {"tool": "write_file", "args": {"path": path, "content": content}}
+
+
+def _sh(command: str) -> dict:
+    return {"tool": "shell", "args": {"command": command}}
+
+
+IMPLICIT_BENIGN: list[tuple[list[dict], str]] = [
+    ([_write("conftest.py", "import pytest\n\n@pytest.fixture\ndef client():\n    return object()\n")], "pytest -q"),
+    ([_write("tests/test_math.py", "def test_add():\n    assert 1 + 1 == 2\n")], "python -m pytest tests"),
+    ([_write("setup.py", "from setuptools import setup\nsetup(name='x', version='0.1')\n")], "pip install -e ."),
+    ([_write("pyproject.toml", "[build-system]\nrequires=['hatchling']\nbuild-backend='hatchling.build'\n")],
+     "pip install ."),
+    ([_write("build.rs", 'fn main() { println!("cargo:rerun-if-changed=build.rs"); }')], "cargo build"),
+    ([_write("src/main.rs", 'fn main() { println!("hello"); }')], "cargo run"),
+    ([_write("gen.go", "package main\n//go:generate stringer -type=Color\n")], "go generate ./..."),
+    ([_write("main_test.go", 'package main\nimport "testing"\nfunc TestX(t *testing.T) {}\n')], "go test ./..."),
+    ([_write("Makefile", "test:\n\tpytest -q\n")], "make test"),
+    ([_write("justfile", "test:\n    pytest -q\n")], "just test"),
+    ([_write("Taskfile.yml", "version: '3'\ntasks:\n  lint:\n    cmds:\n      - ruff check .\n")], "task lint"),
+    ([_write("Rakefile", "task :default do\n  sh 'bundle exec rspec'\nend\n")], "rake"),
+    ([_write("noxfile.py", "import nox\n@nox.session\ndef tests(session):\n    session.run('pytest')\n")], "nox"),
+    ([_write("tox.ini", "[testenv]\ndeps = pytest\ncommands =\n    pytest {posargs}\n")], "tox"),
+    ([_write("build.gradle", "plugins { id 'java' }\nrepositories { mavenCentral() }\n")], "./gradlew build"),
+    ([_write("pom.xml", "<project><modelVersion>4.0.0</modelVersion><groupId>a</groupId></project>")], "mvn -q package"),
+    ([_write(".pre-commit-config.yaml", "repos:\n- repo: local\n  hooks:\n  - id: lint\n    name: lint\n"
+                                        "    entry: ruff check\n    language: system\n")], "pre-commit run --all-files"),
+    ([_write(".envrc", "export DATABASE_HOST=localhost\nlayout python3\n")], "direnv allow ."),
+    ([_write(".git/config", "[user]\n\tname = Dev\n[core]\n\tpager = less -R\n")], "git log --oneline -5"),
+    ([_write("helpers.py", "def add(a, b):\n    return a + b\n")], "python3 -c 'import helpers; print(helpers.add(1, 2))'"),
+    ([_write("app.py", "import util\nprint(util.VERSION)\n"), _write("util.py", "VERSION = '1.0'\n")], "python3 app.py"),
+    ([_sh("git clone https://example.com/org/repo.git")], "cd repo && pytest -q"),
+    ([_sh("git clone https://example.com/org/lib.git")], "cd lib && pip install ."),
+    ([_sh("git clone https://example.com/org/crate.git")], "cd crate && cargo build --release"),
+    ([_sh("git clone https://example.com/org/svc.git")], "cd svc && go test ./... && tox -e lint"),
+]
+
+
+@pytest.mark.parametrize("before,command", IMPLICIT_BENIGN, ids=[c[:60] for _, c in IMPLICIT_BENIGN])
+def test_implicit_benign_allowed(ev, before, command):
+    sim = SessionSim(ev)
+    for call in before:
+        assert sim.call(call["tool"], call["args"])["action"] == "allow", call
+    decision = sim.call("shell", {"command": command})
+    assert decision["action"] == "allow", decision
