@@ -61,7 +61,7 @@ class Broker:
                 kind = parse_source(source).kind
                 if kind not in resolver.backends:
                     raise ValueError(f"secrets.{spec.name}: source kind {kind!r} has no backend configured")
-            if spec.kind == "oauth2" and (oauth2 is None or spec.name not in oauth2.specs):
+            if spec.oauth2 is not None and (oauth2 is None or spec.name not in oauth2.specs):
                 raise ValueError(f"secrets.{spec.name}: an oauth2 secret needs the token minter")
         self.oauth2 = oauth2
         self.specs = dict(specs)
@@ -201,7 +201,7 @@ class Broker:
         """The binding for one session's placeholder; SecretUnavailable propagates. An `aws` secret's binding is
         its key id, injected nowhere (its requests are signed again instead)."""
         spec = self._spec(name)
-        if spec.kind == "oauth2" and self.oauth2 is not None:
+        if spec.oauth2 is not None and self.oauth2 is not None:
             value = await self.oauth2.token(name)
         else:
             value = await self.resolver.get(spec.source)
@@ -295,7 +295,7 @@ class Broker:
         return {v.encode("utf-8"): placeholders[n].encode("utf-8") for n, v in pairs if v != placeholders[n]}
 
     def _fresh_value(self, spec: SecretSpec) -> str | None:
-        if spec.kind == "oauth2":
+        if spec.oauth2 is not None:
             return self.oauth2.fresh(spec.name) if self.oauth2 is not None else None
         return self.resolver.fresh(spec.source)
 

@@ -14,10 +14,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import time
 from collections.abc import Callable, Mapping
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
@@ -84,6 +86,50 @@ def parse_oauth2(name: str, table: Mapping[str, Any]) -> OAuth2Params:
     return OAuth2Params(token_url=url, grant=grant, scope=scope.strip(), **values)
 
 
+GITHUB_APP_KEYS = frozenset({"app_id", "private_key", "installation_id", "api_url"})
+_DIGITS = re.compile(r"[0-9]{1,20}\Z")
+
+
+@dataclass(frozen=True)
+class GitHubAppParams:
+    """`kind = "github_app"`: installation tokens minted with the app's key (a JWT), injected like OAuth2 tokens."""
+
+    app_id: str
+    installation_id: str
+    private_key: str                 # a secret source (the app's PEM private key)
+    api_url: str = "https://api.github.com"
+
+    @property
+    def token_url(self) -> str:
+        return f"{self.api_url}/app/installations/{self.installation_id}/access_tokens"
+
+    def sources(self) -> tuple[str, ...]:
+        return (self.private_key,)
+
+
+def parse_github_app(name: str, table: Mapping[str, Any]) -> GitHubAppParams:
+    """The GitHub App keys of `[secrets.NAME]`. ValueError naming the key."""
+    ids = {}
+    for key in ("app_id", "installation_id"):
+        value = table.get(key)
+        value = str(value) if isinstance(value, int) and not isinstance(value, bool) else value
+        if not isinstance(value, str) or not _DIGITS.match(value):
+            raise ValueError(f"secrets.{name}.{key}: a number is required")
+        ids[key] = value
+    key_source = table.get("private_key")
+    try:
+        parse_source(key_source)
+    except ValueError as exc:
+        raise ValueError(f"secrets.{name}.private_key: {exc}") from None
+    api_url = table.get("api_url", "https://api.github.com")
+    parts = urlsplit(api_url) if isinstance(api_url, str) else None
+    if parts is None or parts.scheme != "https" or not parts.hostname or parts.username or parts.query \
+            or parts.fragment:
+        raise ValueError(f"secrets.{name}.api_url: an https:// URL is required")
+    return GitHubAppParams(app_id=ids["app_id"], installation_id=ids["installation_id"], private_key=key_source.strip(),
+                           api_url=api_url.rstrip("/"))
+
+
 @dataclass(frozen=True)
 class AccessToken:
     value: str = field(repr=False)
@@ -147,7 +193,7 @@ TransportFactory = Callable[[], Any]          # -> an httpx.AsyncBaseTransport t
 
 
 class OAuth2Tokens:
-    def __init__(self, specs: Mapping[str, OAuth2Params], secrets: SecretReader, transport: TransportFactory,
+    def __init__(self, specs: Mapping[str, OAuth2Params | GitHubAppParams], secrets: SecretReader, transport: TransportFactory,
                  state: TokenState, clock: Callable[[], float] = time.time):
         self.specs = dict(specs)
         self._secrets = secrets
@@ -217,6 +263,8 @@ class OAuth2Tokens:
         from authlib.integrations.httpx_client import AsyncOAuth2Client, OAuthError
 
         params = self.specs[name]
+        if isinstance(params, GitHubAppParams):
+            return await self._mint_installation_token(name, params)
         client_id = await self._secrets.get(params.client_id) if params.client_id else None
         client_secret = await self._secrets.get(params.client_secret) if params.client_secret else None
         client = AsyncOAuth2Client(client_id=client_id, client_secret=client_secret, scope=params.scope or None,
@@ -248,10 +296,39 @@ class OAuth2Tokens:
             log.warning("oauth2 %s: the token endpoint could not be reached (%s)", name, type(exc).__name__)
             raise SecretUnavailable(REFRESH_FAILED, f"{name}: the token endpoint could not be reached") from None
 
+    async def _mint_installation_token(self, name: str, params: GitHubAppParams) -> AccessToken:
+        """A GitHub App installation token: a JWT signed with the app's key (RS256, ten minutes at most, as GitHub
+        asks), exchanged at /app/installations/ID/access_tokens."""
+        import httpx2
+        import jwt
+
+        key = await self._secrets.get(params.private_key)
+        now = self._clock()
+        try:
+            assertion = jwt.encode({"iat": int(now) - 60, "exp": int(now) + 540, "iss": params.app_id}, key,
+                                   algorithm="RS256")
+            async with httpx2.AsyncClient(transport=self._transport(), timeout=TOKEN_TIMEOUT_S,
+                                          trust_env=False) as client:
+                answer = await client.post(params.token_url, headers={
+                    "Authorization": f"Bearer {assertion}", "Accept": "application/vnd.github+json",
+                    "X-GitHub-Api-Version": "2022-11-28"})
+            if answer.status_code not in (200, 201):
+                log.warning("github_app %s: the installation token was refused (HTTP %d)", name, answer.status_code)
+                raise SecretUnavailable(REFRESH_FAILED, f"{name}: GitHub refused to issue an installation token")
+            doc = answer.json()
+            expires = datetime.fromisoformat(str(doc.get("expires_at", "")).replace("Z", "+00:00")).timestamp()
+            return parse_token_response({"access_token": doc.get("token"), "expires_in": expires - now}, now)
+        except SecretUnavailable:
+            raise
+        except Exception as exc:  # noqa: BLE001 - a bad key, the network, an unusable answer: no details out
+            log.warning("github_app %s: no installation token (%s)", name, type(exc).__name__)
+            raise SecretUnavailable(REFRESH_FAILED, f"{name}: no installation token could be obtained") from None
+
     async def _write_back(self, name: str, value: str) -> None:
         """A rotated refresh token goes back to its source when that is writable (local store, Vault KV); the
         store (TokenState) keeps it in any case, so a restart or another replica uses the newest."""
-        source_text = self.specs[name].refresh_token
+        params = self.specs[name]
+        source_text = params.refresh_token if isinstance(params, OAuth2Params) else ""
         if not source_text:
             return
         source = parse_source(source_text)

@@ -13,13 +13,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from broker.inject import LOCATIONS
-from broker.oauth2 import OAUTH2_KEYS, OAuth2Params, parse_oauth2
+from broker.oauth2 import GITHUB_APP_KEYS, OAUTH2_KEYS, GitHubAppParams, OAuth2Params, parse_github_app, parse_oauth2
 from broker.placeholders import PlaceholderFormat, parse_format
 from broker.sources import parse_source
 
 DEFAULT_INJECT_IN = frozenset({"header", "query"})
 SPEC_KEYS = frozenset({"source", "hosts", "env", "format", "inject_in", "allow_plaintext", "ports", "kind"})
-KIND_KEYS = {"token": frozenset(), "oauth2": OAUTH2_KEYS, "aws": frozenset()}      # the keys each kind adds
+KIND_KEYS = {"token": frozenset(), "oauth2": OAUTH2_KEYS, "github_app": GITHUB_APP_KEYS, "aws": frozenset()}      # the keys each kind adds
 AWS_KEYS = frozenset({"kind", "access_key_id", "secret_access_key", "session_token", "hosts", "allow_plaintext",
                       "ports"})
 AWS_ENV = "AWS_ACCESS_KEY_ID"
@@ -46,7 +46,7 @@ class SecretSpec:
     allow_plaintext: bool = False              # inject over cleartext http too (default: TLS only)
     ports: frozenset[int] = frozenset()        # only these destination ports (empty: any)
     kind: str = "token"                        # "token": the value swapped in; "oauth2": a minted access token
-    oauth2: OAuth2Params | None = None         # kind = "oauth2" (source is "" then)
+    oauth2: OAuth2Params | GitHubAppParams | None = None    # kinds "oauth2", "github_app": minted (source "")
     # More secret sources by field, for kinds made of several values ("aws": secret_access_key, session_token;
     # `source` is then the access key id's).
     sources: tuple[tuple[str, str], ...] = ()
@@ -102,7 +102,8 @@ def _spec(name: str, table: Any, normalise: HostNormaliser) -> SecretSpec:
     unknown = set(table) - SPEC_KEYS - KIND_KEYS[kind]
     if unknown:
         raise ValueError(f"secrets.{name}: unknown keys {sorted(unknown)}")
-    oauth2 = parse_oauth2(name, table) if kind == "oauth2" else None
+    oauth2 = parse_oauth2(name, table) if kind == "oauth2" else \
+        parse_github_app(name, table) if kind == "github_app" else None
     if oauth2 is not None and "source" in table:
         raise ValueError(f"secrets.{name}: an oauth2 secret has no 'source' (its token is minted at token_url)")
     if oauth2 is None and "source" not in table:

@@ -211,7 +211,7 @@ def _token_transport(cfg: Config, resolver: Resolver, own_listeners: list[tuple[
 
 def _token_state(cfg: Config, store: Store) -> StoreTokenState | None:
     """OAuth2 secrets' tokens and refresh lease in the store (shared by replicas), sealed with the data dir's key."""
-    if not any(s.kind == "oauth2" for s in cfg.broker.secrets.values()):
+    if not any(s.oauth2 is not None for s in cfg.broker.secrets.values()):
         return None
     return StoreTokenState(store, *LocalBackend(cfg.data_dir).sealer())
 

@@ -3,6 +3,7 @@ through the gateway's vetted transport. The clock is injected: no timing asserti
 from __future__ import annotations
 
 import asyncio
+import time
 import ssl
 
 import pytest
@@ -10,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from broker.backends import CachedResolver, EnvBackend, LocalBackend
-from broker.oauth2 import (KEPT_FOR_SCRUB, MAX_CACHE_S, MAX_TOKEN_CHARS, REFRESH_FAILED, MemoryTokenState,
+from broker.oauth2 import (KEPT_FOR_SCRUB, MAX_CACHE_S, MAX_TOKEN_CHARS, REFRESH_FAILED, GitHubAppParams, MemoryTokenState,
                            OAuth2Params, OAuth2Tokens, parse_oauth2, parse_token_response, refresh_margin)
 from broker.sources import SecretUnavailable
 from broker.specs import parse_secret_specs
@@ -193,3 +194,66 @@ async def test_refusals_and_unreachable_endpoints_are_refresh_failed(server, tmp
     with pytest.raises(SecretUnavailable) as exc:
         await tokens.token("crm")
     assert exc.value.code == REFRESH_FAILED and auth.state.grants == []
+
+
+# -- GitHub App installation tokens --------------------------------------------------------------
+def test_github_app_spec():
+    spec = parse_secret_specs({"gh": {"kind": "github_app", "app_id": 12345, "installation_id": "678",
+                                      "private_key": "vault:secret/gh#key", "hosts": ["api.github.com"]}},
+                              normalise_host)["gh"]
+    assert spec.kind == "github_app" and spec.oauth2 == GitHubAppParams("12345", "678", "vault:secret/gh#key")
+    assert spec.oauth2.token_url == "https://api.github.com/app/installations/678/access_tokens"
+
+
+@pytest.mark.parametrize("table, match", [
+    ({"app_id": "x1", "installation_id": 1, "private_key": "env:K"}, "app_id"),
+    ({"app_id": 1, "installation_id": True, "private_key": "env:K"}, "installation_id"),
+    ({"app_id": 1, "installation_id": 2, "private_key": "-----BEGIN"}, "private_key"),
+    ({"app_id": 1, "installation_id": 2, "private_key": "env:K", "api_url": "http://ghe.corp/api/v3"}, "api_url"),
+    ({"app_id": 1, "installation_id": 2, "private_key": "env:K", "client_id": "env:I"}, "unknown"),
+])
+def test_bad_github_app_tables_refuse_to_start(table, match):
+    with pytest.raises(ValueError, match=match):
+        parse_secret_specs({"gh": {"kind": "github_app", "hosts": ["api.github.com"], **table}}, normalise_host)
+
+
+def app_key():
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import rsa
+
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    private = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                serialization.NoEncryption()).decode()
+    public = key.public_key().public_bytes(serialization.Encoding.PEM,
+                                           serialization.PublicFormat.SubjectPublicKeyInfo).decode()
+    return private, public
+
+
+async def test_installation_tokens_are_minted_with_the_apps_jwt_and_cached(server, tmp_path):
+    auth, cert = server
+    private, public = app_key()
+    auth.state.app_id, auth.state.installation_id, auth.state.app_public_key = "4242", "99", public
+    loop = asyncio.get_running_loop()
+    resolver = StaticResolver({"auth.test": ["127.0.0.1"]}, SystemResolver(loop.getaddrinfo))
+    tls = ssl.create_default_context(cafile=cert.cert)
+
+    def vet(addresses, port):
+        return vet_addresses(addresses, port, private_allow=parse_networks(["127.0.0.0/8"]), own_listeners=[])
+    clock = Clock(time.time())                     # the server checks the JWT's iat and exp against its clock
+    params = GitHubAppParams("4242", "99", "env:KEY", f"https://auth.test:{auth.port}")
+    tokens = OAuth2Tokens({"gh": params}, CachedResolver({"env": EnvBackend({"KEY": private})}),
+                          lambda: VettedTransport(resolver, vet, tls), MemoryTokenState(), clock=clock)
+    first = await tokens.token("gh")
+    assert first.startswith("ghs_") and auth.state.grants == ["github_app"]
+    assert await tokens.token("gh") == first                      # cached (the token lives 100 s here)
+    clock.now += 10
+    assert await tokens.token("gh") == first
+    tokens.invalidate("gh", first)                                # (a fake clock past the real one would make the
+    assert await tokens.token("gh") != first and auth.state.grants == ["github_app"] * 2   # JWT's iat a future one)
+    # another app's key: refused, and said so without details
+    other, _ = app_key()
+    bad = OAuth2Tokens({"gh": params}, CachedResolver({"env": EnvBackend({"KEY": other})}),
+                       lambda: VettedTransport(resolver, vet, tls), MemoryTokenState(), clock=clock)
+    with pytest.raises(SecretUnavailable) as exc:
+        await bad.token("gh")
+    assert exc.value.code == REFRESH_FAILED and auth.state.refused_grants == 1

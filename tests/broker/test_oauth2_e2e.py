@@ -14,6 +14,7 @@ from broker.local import LocalBackend
 from tests.conftest import LOOPBACK_CONFIG
 from tests.support.gateway import Sandgate
 from tests.support.oauth_server import OAuthServer
+from tests.broker.test_oauth2 import app_key
 from tests.support.upstream import make_cert
 
 CLIENT_ID, CLIENT_SECRET = "sandgate-client", "cs-" + "C" * 30
@@ -26,6 +27,8 @@ def env(tmp_path_factory):
     cert = make_cert(tmp / "certs", NAMES)
     with OAuthServer(cert, CLIENT_ID, CLIENT_SECRET, lifetime_s=2) as auth:
         first_refresh = auth.state.new_refresh_token()
+        app_private, auth.state.app_public_key = app_key()
+        auth.state.app_id, auth.state.installation_id = "4242", "99"
         gw = tmp / "gw"
         asyncio.run(LocalBackend(gw / "data").put("crm_refresh", first_refresh, []))
         token_url = f"https://auth.test:{auth.port}/token"
@@ -37,11 +40,14 @@ def env(tmp_path_factory):
                            "refresh_token": "local:crm_refresh", "hosts": ["api.test"]},
                    "svc": {"kind": "oauth2", "token_url": token_url, "client_id": "env:SG_CLIENT_ID",
                            "client_secret": "env:SG_CLIENT_SECRET", "hosts": ["api.test"], "env": "SVC_TOKEN"},
+                   "gh": {"kind": "github_app", "app_id": 4242, "installation_id": 99, "private_key": "env:SG_GH_KEY",
+                          "api_url": f"https://auth.test:{auth.port}", "hosts": ["api.test"], "env": "GH_TOKEN"},
                }}
-        environ = {"SG_CLIENT_ID": CLIENT_ID, "SG_CLIENT_SECRET": CLIENT_SECRET}
+        environ = {"SG_CLIENT_ID": CLIENT_ID, "SG_CLIENT_SECRET": CLIENT_SECRET, "SG_GH_KEY": app_private}
         with Sandgate(gw, cfg, env=environ) as sg:
             yield sg, auth, first_refresh
-        secrets_seen = [CLIENT_SECRET, first_refresh, *auth.state.access]
+        secrets_seen = [CLIENT_SECRET, first_refresh, *auth.state.access,
+                        "".join(app_private.splitlines()[1:3])]          # a piece of the app's private key
         for path in Path(gw).rglob("*"):
             if path.is_file() and path.name != "secrets.json":      # the local store holds the refresh token
                 data = path.read_bytes()
@@ -134,6 +140,21 @@ def test_a_streamed_request_is_not_replayed_but_the_next_one_gets_a_fresh_token(
                          timeout=30)
     assert resp.status_code == 401 and auth.state.api_status == [401]
     assert call(sess, f"https://api.test:{auth.port}/api/next", ph).status_code == 200
+
+
+def test_github_app_installation_tokens_in_every_form_git_and_the_api_use(env):
+    sg, auth, _ = env
+    sess = session(sg, "gh")
+    ph = sess["env"]["GH_TOKEN"]
+    url = f"https://api.test:{auth.port}/api/repos"
+    for auth_header in (f"token {ph}", f"Bearer {ph}"):
+        resp = requests.get(url, headers={"Authorization": auth_header}, proxies=sess["proxies"],
+                            verify=sess["ca_file"], timeout=20)
+        assert resp.status_code == 200 and resp.json()["authorization"] == auth_header     # scrubbed back
+    resp = requests.get(url, auth=("x-access-token", ph), proxies=sess["proxies"], verify=sess["ca_file"], timeout=20)
+    assert resp.status_code == 200                                   # git's Basic form
+    assert auth.state.grants.count("github_app") == 1 and auth.state.refused_grants == 0
+    assert all("ghs_" in a or a.startswith("Basic ") for a in auth.state.api_auth[-3:])
 
 
 def test_a_revoked_refresh_token_is_a_clear_502_and_never_the_placeholder_upstream(env):

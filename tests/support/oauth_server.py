@@ -32,6 +32,9 @@ class AuthState:
     refused_grants: int = 0
     api_auth: list[str] = field(default_factory=list)             # Authorization headers /api saw
     api_status: list[int] = field(default_factory=list)
+    app_id: str = ""                                              # a GitHub App (installation tokens)
+    installation_id: str = ""
+    app_public_key: str = ""
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def new_refresh_token(self) -> str:
@@ -74,7 +77,37 @@ class _Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         if self.path.startswith("/token"):
             return self._token()
+        if self.path.startswith("/app/installations/"):
+            return self._installation_token()
         return self._api()
+
+    def _installation_token(self) -> None:
+        """GitHub's POST /app/installations/ID/access_tokens: the app's JWT (RS256, iss = app id, at most ten
+        minutes) in, an installation token out."""
+        import jwt
+
+        st = self.server.state
+        self._body()
+        auth = self.headers.get("Authorization", "")
+        installation = self.path.split("/")[3]
+        try:
+            claims = jwt.decode(auth.removeprefix("Bearer "), st.app_public_key, algorithms=["RS256"],
+                                options={"require": ["iat", "exp", "iss"]})
+            ok = (claims["iss"] == st.app_id and claims["exp"] - claims["iat"] <= 660
+                  and installation == st.installation_id)
+        except jwt.PyJWTError:
+            ok = False
+        if not ok:
+            with st.lock:
+                st.refused_grants += 1
+            return self._send(401, {"message": "A JSON web token could not be decoded"})
+        token = "ghs_" + secrets.token_urlsafe(27)
+        expires = time.time() + st.lifetime_s
+        with st.lock:
+            st.access[token] = expires
+            st.grants.append("github_app")
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(expires)) + f"{expires % 1:.3f}"[1:] + "Z"
+        self._send(201, {"token": token, "expires_at": stamp, "permissions": {"contents": "read"}})
 
     def do_GET(self) -> None:
         return self._api()
@@ -115,7 +148,11 @@ class _Handler(BaseHTTPRequestHandler):
         st = self.server.state
         body = self._body()
         auth = self.headers.get("Authorization", "")
-        token = auth[7:] if auth.startswith("Bearer ") else ""
+        scheme, _, token = auth.partition(" ")
+        if scheme == "Basic":                      # git's form: x-access-token:TOKEN
+            token = base64.b64decode(token).decode(errors="replace").partition(":")[2]
+        elif scheme not in ("Bearer", "token"):
+            token = ""
         with st.lock:
             st.api_auth.append(auth)
             ok = st.access.get(token, 0) > time.time()
