@@ -139,6 +139,8 @@ class _Line:
                  tables: Tables):
         self.workspace = workspace
         self.tables = tables
+        self.site = sf.Site(tables.sensitive_files, tables.secret_variables) if (
+            tables.sensitive_files or tables.secret_variables) else sf.NO_SITE
         self.cwd: str | None = workspace
         self.links = dict(links)
         self.files = dict(files)
@@ -484,8 +486,9 @@ class _Command:
         """The `sources` and `sinks` facts (secretflow.py); what it reads of sensitive data, for its output."""
         line, rec = self.line, self.rec
         words = self.eff[1:] if self.eff else []
+        tables = line.tables
         sources = sf.command_sources(self.name, words, self.values, rec["paths"], line.secrets, line.tainted_vars,
-                                     line.tainted_files)
+                                     line.tainted_files, line.site)
         if line.tainted_files:
             for word in words[:64]:
                 norm = line.resolve(sf.payload(word), self.here) if "$" not in word else None
@@ -498,7 +501,8 @@ class _Command:
             sources += sf.code_sources(text, line.secrets)
         sinks = sf.command_sinks(self.name, words, self.operands, self.values, self.cmd["redirects"],
                                  (rec.get("http") or {}).get("urls", []), (rec.get("remote") or {}).get("host"),
-                                 "\n".join(self.code_texts) if self.code_texts else None)
+                                 "\n".join(self.code_texts) if self.code_texts else None,
+                                 tables.stream_programs, tables.dns_programs)
         if not self.eff and self.u.wrappers and self.u.wrappers[-1].split()[0] == "exec":
             line.sockets += [r["target"] for r in self.cmd["redirects"] if re.match(r"/dev/(?:tcp|udp)/", r["target"])]
         elif line.sockets:
@@ -521,11 +525,11 @@ class _Command:
             if "body" in redirect:
                 stdin = _Stdin(True, redirect["body"])
                 self.stdin_sources = [{**s, "via": "stdin"} for s in sf.word_sources(
-                    redirect["body"], line.secrets, line.tainted_vars)]
+                    redirect["body"], line.secrets, line.tainted_vars, line.site)]
             elif redirect["op"] == "<":
                 norm = line.resolve(redirect["target"], self.here)
-                if sf.sensitive_path(redirect["target"]) or (norm is not None and (
-                        sf.sensitive_path(norm) or norm in line.tainted_files)):
+                if sf.sensitive_path(redirect["target"], line.site.files) or (norm is not None and (
+                        sf.sensitive_path(norm, line.site.files) or norm in line.tainted_files)):
                     self.stdin_sources = [{"kind": "file", "name": redirect["target"], "via": "stdin"}]
                 produced = _substitution_output(redirect["target"])
                 content = produced if produced is not None else self.line.content(redirect["target"], self.here)[1]

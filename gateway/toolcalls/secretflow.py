@@ -19,8 +19,8 @@ path, of a variable name, of a network argument), never by a list of known exfil
 from __future__ import annotations
 
 import fnmatch
-import posixpath
 import re
+from dataclasses import dataclass
 from typing import Iterable
 from urllib.parse import urlsplit
 
@@ -120,19 +120,35 @@ _ALL_LOCAL = frozenset({"--cacert", "--ca-certificate", "--cert", "--key", "--ss
                         "--kubeconfig", "--config", "--credentials-file", "--key-file", "--identity-file",
                         "--private-key", "--ssh-key", "-o", "--output", "--out", "--log-file"})
 _NO_OPTIONS: frozenset[str] = frozenset()
+_HTTP_NAMES = frozenset({"curl", "wget", "http", "https", "xh", "xhs"})
 # Programs that read a directory operand whole (archivers, copiers): reading home or the root reads its keys.
 _BULK_READERS = frozenset({"tar", "gtar", "bsdtar", "zip", "7z", "7za", "7zz", "rar", "cpio", "pax", "rsync", "scp",
                            "rclone", "cp", "grep", "rg", "ag", "find", "du", "base64", "gzip", "xz", "zstd",
                            "restic", "borg", "duplicity", "aws", "gsutil", "az", "gcloud", "sftp"})
 
 
+@dataclass(frozen=True)
+class Site:
+    """What a site adds in the policy's data (tables.py): sensitive file globs, secret variable name globs."""
+    files: tuple[str, ...] = ()
+    variables: tuple[str, ...] = ()
+
+
+NO_SITE = Site()
+
+
 # -- sources -------------------------------------------------------------------------------------------------
-def sensitive_path(word: str) -> bool:
-    """Whether a path word names a key or credential file (or a glob that could)."""
+def sensitive_path(word: str, extra: tuple[str, ...] = ()) -> bool:
+    """Whether a path word names a key or credential file (or a glob that could); `extra`: a site's globs."""
     path = word.strip()
-    if not path or len(path) > 4096 or not _MAYBE.search(path):
+    if not path or len(path) > 4096:
         return False
     path = re.sub(r"^(?:\$\{?HOME\}?|~[A-Za-z0-9_-]*)(?=/|$)", "~", path)
+    if extra and any(fnmatch.fnmatchcase(path, g) or fnmatch.fnmatchcase(path, "*/" + g.lstrip("~/"))
+                     for g in extra):
+        return True
+    if not _MAYBE.search(path):
+        return False
     if _SENSITIVE_PATH.search(path.rstrip("/")):
         return True
     if _GLOB.search(path):
@@ -142,10 +158,10 @@ def sensitive_path(word: str) -> bool:
     return False
 
 
-def secret_variable(name: str, secret_names: Iterable[str] = ()) -> bool:
+def secret_variable(name: str, secret_names: Iterable[str] = (), extra: tuple[str, ...] = ()) -> bool:
     """Whether an environment variable name is a secret's: `*_TOKEN`, `*_KEY`, `*_SECRET`, `*_PASSWORD`, ...,
-    or named after one of the session's secrets (`github` -> `GITHUB`, `GITHUB_*`)."""
-    if _SECRET_NAME.search(name):
+    named after one of the session's secrets (`github` -> `GITHUB`, `GITHUB_*`), or matching a site's glob."""
+    if _SECRET_NAME.search(name) or (extra and any(fnmatch.fnmatchcase(name, g) for g in extra)):
         return True
     upper = name.upper()
     for secret in secret_names:
@@ -180,42 +196,49 @@ def substitutions(word: str) -> list[str]:
     return out
 
 
-def text_sources(text: str, secret_names: Iterable[str] = (), tainted: Iterable[str] = ()) -> list[dict]:
+def text_sources(text: str, secret_names: Iterable[str] = (), tainted: Iterable[str] = (),
+                 site: Site = NO_SITE) -> list[dict]:
     """Sources inside shell text run to produce a value (a command substitution's body)."""
     text = text[:MAX_SCAN]
     out = []
     match = _SENSITIVE_TEXT.search(text)
     if match:
         out.append({"kind": "file", "name": match.group(), "via": "substitution"})
+    elif site.files:
+        hit = next((t for t in text.split()[:64] if sensitive_path(payload(t), site.files)), None)
+        if hit:
+            out.append({"kind": "file", "name": hit, "via": "substitution"})
     if _ENV_DUMP.search(text):
         out.append({"kind": "environment", "name": "env", "via": "substitution"})
-    out += var_sources(text, secret_names, tainted, "substitution")
+    out += var_sources(text, secret_names, tainted, "substitution", site)
     return out
 
 
-def var_sources(text: str, secret_names: Iterable[str], tainted: Iterable[str], via: str) -> list[dict]:
+def var_sources(text: str, secret_names: Iterable[str], tainted: Iterable[str], via: str,
+                site: Site = NO_SITE) -> list[dict]:
     tainted = set(tainted)
     out = []
     for match in _VAR_REF.finditer(text[:MAX_SCAN]):
         name = match.group(1) or match.group(2)
         if name in tainted:
             out.append({"kind": "env", "name": name, "via": via})
-        elif secret_variable(name, secret_names):
+        elif secret_variable(name, secret_names, site.variables):
             out.append({"kind": "env", "name": name, "via": via})
     return out
 
 
-def word_sources(word: str, secret_names: Iterable[str] = (), tainted: Iterable[str] = ()) -> list[dict]:
+def word_sources(word: str, secret_names: Iterable[str] = (), tainted: Iterable[str] = (),
+                 site: Site = NO_SITE) -> list[dict]:
     """Sources carried by one argument word: a sensitive file it names (as itself, `@file`, `<file`,
     `--opt=file`), a secret variable it expands, a command substitution over any of these."""
-    if not _MAYBE.search(word):
+    if not _MAYBE.search(word) and not site.files:
         return []
     out: list[dict] = []
-    if sensitive_path(payload(word)) or sensitive_path(word):
+    if sensitive_path(payload(word), site.files) or sensitive_path(word, site.files):
         out.append({"kind": "file", "name": payload(word), "via": "argument"})
     for inner in substitutions(word):
-        out += text_sources(inner, secret_names, tainted)
-    out += var_sources(word, secret_names, tainted, "argument")
+        out += text_sources(inner, secret_names, tainted, site)
+    out += var_sources(word, secret_names, tainted, "argument", site)
     return out
 
 
@@ -278,7 +301,8 @@ _CURL_KINDS = {"-H": "header", "--header": "header", "--proxy-header": "header",
 
 def command_sinks(name: str, words: list[str], operands: list[str], values: dict[str, list[str]],
                   redirects: list[dict], http_urls: list[dict], remote: str | None,
-                  code_text: str | None = None) -> list[dict]:
+                  code_text: str | None = None, stream: frozenset[str] | None = None,
+                  dns: frozenset[str] | None = None) -> list[dict]:
     """Where one command sends data: URLs in any of its words, its HTTP options, DNS names, package indexes,
     git remotes, a network program's input, /dev/tcp redirects, interpreter code that opens connections."""
     sinks: list[dict] = []
@@ -306,11 +330,12 @@ def command_sinks(name: str, words: list[str], operands: list[str], values: dict
             kind = _CURL_KINDS.get(key)
             if kind:
                 sinks.append({"kind": kind, "host": _first_host(sinks), "port": _first_port(sinks)})
-    if name in DNS_PROGRAMS and operands:
+    stream = STREAM_PROGRAMS if stream is None else stream | _HTTP_NAMES
+    if name in (DNS_PROGRAMS if dns is None else dns) and operands:
         names = [o for o in operands if o not in ("hosts", "ahosts", "ahostsv4", "ahostsv6", "query")
                  and not o.startswith("@") and not o.startswith("+")]
         sinks += [{"kind": "dns", "host": "", "port": 53} for _ in names[:4]]
-    if name in STREAM_PROGRAMS and name not in ("curl", "wget", "http", "https", "xh", "xhs"):
+    if name in stream and name not in _HTTP_NAMES:
         sinks.append({"kind": "stdin", "host": remote or "", "port": 0})
     elif remote:
         sinks.append({"kind": "remote", "host": "" if "/" in remote else remote, "port": 0})
@@ -345,11 +370,11 @@ def _dedupe(items: list[dict]) -> list[dict]:
 
 def command_sources(name: str, words: list[str], values: dict[str, list[str]], paths: list[dict],
                     secret_names: Iterable[str] = (), tainted_vars: Iterable[str] = (),
-                    tainted_files: Iterable[str] = ()) -> list[dict]:
+                    tainted_files: Iterable[str] = (), site: Site = NO_SITE) -> list[dict]:
     """The sensitive data one command reads from its own words (files, variables, substitutions), the whole
     environment it prints (env, printenv, set), and home or the root read whole by an archiver or copier."""
     out: list[dict] = []
-    hits = [w for w in words[:256] if _MAYBE.search(w)]
+    hits = [w for w in words[:256] if site.files or _MAYBE.search(w)]
     skip: set[str] = set()
     if hits or paths:
         local = _LOCAL_OPTIONS.get(name, _NO_OPTIONS)
@@ -358,17 +383,17 @@ def command_sources(name: str, words: list[str], values: dict[str, list[str]], p
             skip |= {w for w in hits if w.lower().startswith(("core.sshcommand=", "credential."))}
     for word in hits:
         if word not in skip:
-            out += word_sources(word, secret_names, tainted_vars)
+            out += word_sources(word, secret_names, tainted_vars, site)
     if name == "printenv":
         out += [{"kind": "env", "name": w, "via": "argument"} for w in words
-                if not w.startswith("-") and secret_variable(w, secret_names)]
+                if not w.startswith("-") and secret_variable(w, secret_names, site.variables)]
     for fact in paths:
         norm = fact.get("normalized") or ""
         if tainted_files and norm in tainted_files:
             out.append({"kind": "file", "name": norm, "via": "written from a secret"})
         elif name in _BULK_READERS and (fact.get("is_home") or fact.get("is_root")) and fact.get("raw") not in skip:
             out.append({"kind": "archive", "name": fact.get("raw", ""), "via": "argument"})
-        elif fact.get("raw") not in skip and sensitive_path(norm):
+        elif fact.get("raw") not in skip and sensitive_path(norm, site.files):
             out.append({"kind": "file", "name": norm, "via": "argument"})
     return _dedupe(out)
 

@@ -9,7 +9,9 @@ A site extends both without code, in its copy of `sandgate/config/toolcall/data.
 - `subcommand_words`: a first operand of an unknown program that is its own subcommand (`ruff format`,
   `mytool init`), not a program it runs: the words after it are still read;
 - `executors`: per program (or "program subcommand ..."), how its arguments carry a command (see `Executor`);
-- every command list of the policy (`read_commands`, `delete_commands`, `cli`, ...) counts as known too.
+- every command list of the policy (`read_commands`, `delete_commands`, `cli`, ...) counts as known too;
+- `network_stdin_programs`, `dns_programs`, `sensitive_files`, `secret_variables`: what the secret-flow facts
+  (secretflow.py) treat as network programs, DNS lookups, key files and secret variables beyond their classes.
 
 `tables_of_policy(data)` builds them from a loaded policy's data, at each revision (memoised by identity: the
 policy's data is not changed once loaded); `default_tables()` from the shipped policy directory. Pure apart
@@ -106,6 +108,12 @@ class Tables:
     executors: Mapping[tuple[str, ...], Executor] = field(default_factory=dict)
     depth: int = 1                      # the longest executor key, in words
     subcommand_words: frozenset[str] = frozenset()   # first operands of an unknown program that are its own
+    # secrets flowing to the network (secretflow.py): programs whose input goes to the network, programs that
+    # resolve their operands as DNS names, and what a site adds to the sensitive files and secret variables
+    stream_programs: frozenset[str] | None = None     # None: secretflow's built-in lists
+    dns_programs: frozenset[str] | None = None
+    sensitive_files: tuple[str, ...] = ()             # globs ("/srv/keys/*", "~/.config/corp/token")
+    secret_variables: tuple[str, ...] = ()            # name globs ("CORP_*", "VAULT_ADDR")
 
     def known(self, name: str) -> bool:
         """Whether sandgate models the program `name` (a basename): its arguments are not read for a command."""
@@ -139,8 +147,13 @@ def build_tables(config: Mapping[str, Any] | None) -> Tables:
             if isinstance(key, str) and key.split() and isinstance(spec, Mapping):
                 executors[tuple(key.split())] = Executor.of(key, spec)
     names |= {k[0] for k in executors}
+    stream = cfg.get("network_stdin_programs")
+    dns = cfg.get("dns_programs")
     return Tables(frozenset(names), prefixes, executors, max((len(k) for k in executors), default=1),
-                  _words(cfg.get("subcommand_words")))
+                  _words(cfg.get("subcommand_words")),
+                  _words(stream) | _words(cfg.get("network_commands")) if stream is not None else None,
+                  _words(dns) if dns is not None else None,
+                  tuple(sorted(_words(cfg.get("sensitive_files")))), tuple(sorted(_words(cfg.get("secret_variables")))))
 
 
 _cache: dict[int, tuple[Any, Tables]] = {}
