@@ -53,6 +53,7 @@ from gateway.egress.packages import PackageIndexAddon
 from gateway.packages.firewall import PackageFirewall
 from gateway.packages.urls import registries_for
 from gateway.store.packages import PackageStore
+from gateway.store.decisions import DecisionStore
 from gateway.runtime.metrics import Metrics
 from gateway.net.synthetic import SyntheticNames
 from gateway.policy.decisionlog import DecisionLog
@@ -336,7 +337,8 @@ async def open_gateway(cfg: Config, stack: AsyncExitStack, worker: bool = False,
         tokens=tokens, signer=signer, sessions=sessions, approvals=approvals, audit=audit, metrics=metrics,
         engine=engine, broker=broker, revocations=revocations,
         proxy=ProxyEndpoint(proxy_authority(cfg.proxy.advertise_url, proxy_addr), ca_pem, endpoint, pg_endpoint),
-        page=PageSettings(oidc=cfg.oidc, hold_timeout_s=cfg.egress.hold_timeout_s), toolcalls=toolcalls))
+        page=PageSettings(oidc=cfg.oidc, hold_timeout_s=cfg.egress.hold_timeout_s), toolcalls=toolcalls,
+        decisions=DecisionStore(store) if decision_log is not None else None))
     api_addr = await _start_api(stack, app, cfg.api.listen)
     postgres_addr = None
     if pg_listen is not None and pg_endpoint is not None:

@@ -19,6 +19,7 @@ from gateway.net.addresses import IPNetwork
 from gateway.policy.base import CachingEngine
 from gateway.auth.revocations import RevocationService
 from gateway.sessions.registry import SessionRegistry
+from gateway.store.decisions import DecisionStore
 
 
 @dataclass(frozen=True)
@@ -72,6 +73,7 @@ class ApiServices:
     proxy: ProxyEndpoint
     page: PageSettings
     toolcalls: ToolCallGate
+    decisions: DecisionStore | None = None      # the decision log's table (None: policy.decision_log is off)
 
 
 TOKENS = web.AppKey("tokens", TokenVerifier)
@@ -85,6 +87,7 @@ BROKER = web.AppKey("broker", Broker)
 REVOCATIONS = web.AppKey("revocations", RevocationService)
 PROXY = web.AppKey("proxy", ProxyEndpoint)
 TOOLCALLS = web.AppKey("toolcalls", ToolCallGate)
+DECISIONS = web.AppKey("decisions", object)             # DecisionStore | None
 
 
 def install(app: web.Application, services: ApiServices) -> None:
@@ -99,6 +102,7 @@ def install(app: web.Application, services: ApiServices) -> None:
     app[REVOCATIONS] = services.revocations
     app[PROXY] = services.proxy
     app[TOOLCALLS] = services.toolcalls
+    app[DECISIONS] = services.decisions
 
 
 async def read_json(request: web.Request) -> Any:

@@ -22,6 +22,12 @@ def register(asub: Any, common: Callable[[argparse.ArgumentParser], None]) -> No
 
 
 def run(cfg: Config, args: argparse.Namespace) -> int:
+    if args.audit_cmd == "export" and (args.api_url or args.token):
+        if args.format != "opa-decision-log":
+            print("sandgate: --api-url/--token export the decision log (--format opa-decision-log); the OCSF "
+                  "export reads the database", file=sys.stderr)
+            return 2
+        return _export_api(cfg, args)
     if args.audit_cmd == "export" and args.format == "opa-decision-log":
         from gateway.policy import commands as policy_commands
 
@@ -110,6 +116,9 @@ async def _export_ocsf(cfg: Config, args: argparse.Namespace) -> int:
                     continue
                 if args.kind and row["kind"] != args.kind:
                     continue
+                if ((args.session and row["session"] != args.session) or (args.id and str(row["id"]) != args.id)
+                        or (args.request_id and row["request_id"] != args.request_id)):
+                    continue
                 event = ocsf_event(row)
                 if event is None:
                     continue
@@ -122,4 +131,41 @@ async def _export_ocsf(cfg: Config, args: argparse.Namespace) -> int:
         if args.output:
             out.close()
     print(f"sandgate: {count} OCSF events written", file=sys.stderr)
+    return 0
+
+
+def _export_api(cfg: Config, args: argparse.Namespace) -> int:
+    """The decision log through `GET /v1/decisions` (admin), page by page, for someone without the database."""
+    import json
+    from urllib.parse import urlencode
+
+    from sandgate.transport import SandgateError, command_endpoint, request_once
+
+    url, token = command_endpoint(args.api_url, args.token, cfg.api_url)
+    if not token:
+        print("sandgate: no token (use --token or SANDGATE_TOKEN; an admin token)", file=sys.stderr)
+        return 2
+    query = {"since": args.since, "until": args.until, "kind": args.kind, "session": args.session, "id": args.id,
+             "request_id": args.request_id}
+    query = {k: v for k, v in query.items() if v}
+    out = open(args.output, "w", encoding="utf-8") if args.output else sys.stdout
+    count = 0
+    try:
+        after = None
+        while True:
+            page = request_once(url, token, "GET", "/v1/decisions?" + urlencode(
+                {**query, **({"after": after} if after is not None else {})}))
+            for entry in page["decisions"]:
+                out.write(json.dumps(entry, sort_keys=True) + "\n")
+                count += 1
+            after = page.get("next")
+            if after is None:
+                break
+    except SandgateError as exc:
+        where = f"{exc.status} {exc.code}: " if exc.status else ""
+        print(f"sandgate: {where}{exc.detail}", file=sys.stderr)
+        return 1
+    finally:
+        if args.output:
+            out.close()
     return 0

@@ -48,6 +48,17 @@ def cmd_serve(cfg: Config, args: argparse.Namespace) -> int:
     return asyncio.run(run_gateway(cfg), loop_factory=loop_factory())
 
 
+# -- policy ---------------------------------------------------------------------------------------------------
+def cmd_policy(cfg: Config, args: argparse.Namespace) -> int:
+    """`policy eval --tool/--request` builds the input as the server does (the gate's and the proxy's builders,
+    which only this layer may import); everything else is gateway/policy/commands.py's."""
+    if args.policy_cmd == "eval" and (args.tool or args.request):
+        from gateway.cli import policyeval
+
+        return policyeval.run(cfg, args)
+    return policy_commands.run(cfg, args)
+
+
 # -- db -----------------------------------------------------------------------------------------------------
 def cmd_db(cfg: Config, args: argparse.Namespace) -> int:
     """`sandgate db upgrade`: bring the store's schema to this sandgate's newest revision (what `serve` also does
@@ -242,6 +253,7 @@ def build_parser() -> argparse.ArgumentParser:
     audit_sub = policy_commands.register(sub, _common)
     for name in policy_commands.COMMANDS:
         sub.choices[name].set_defaults(func=policy_commands.run)
+    sub.choices["policy"].set_defaults(func=cmd_policy)
     audit_commands.register(audit_sub, _common)
     sub.choices["audit"].set_defaults(func=audit_commands.run)     # the trail's commands; decision-log export there
 

@@ -228,7 +228,7 @@ class EgressAddon:
             ip=ip, ip_class=ip_class, secrets=[name for owner, name in found if owner == sid],
             markers=[own[n] for o, n in found if o == sid and n in own],
             package=None if is_connect else deps.packages.download(host, req.method, path))
-        decision = await deps.engine.decide("egress", doc)
+        decision = await deps.engine.decide("egress", doc, flow.id)
         st.decision = decision
         if decision.action == "deny":
             return self.deny(flow, decision.code, decision.reason)

@@ -192,10 +192,11 @@ class ToolCallGate:
         if req.via != "api":
             base["via"] = req.via
         engine = self._engine
+        tcid = "t_" + random_hex(8)
         if complete:
             facts, effects = await self._facts(sid, tool, args_json, base, links, files, mcp, mcp_input)
             doc = {**base, **facts}
-            decision = await engine.decide("toolcall", doc)
+            decision = await engine.decide("toolcall", doc, tcid)
         else:
             # A path missing from what is kept may still have been written or linked: deciding without it could
             # allow a script, or a path through a link, that the whole record would not. Denied, not evaluated.
@@ -203,7 +204,6 @@ class ToolCallGate:
             decision = deny(PATHS_EXCEEDED, f"the session has written or linked more than {MAX_SESSION_PATHS} "
                             "paths, more than sandgate keeps track of; start a new session", engine.rev)
         metrics.decision("toolcall", decision.action)
-        tcid = "t_" + random_hex(8)
         action, reasons, codes = decision.action, list(decision.reasons), list(decision.codes)
         summary = call_summary(req)
         detail = {"toolcall_id": tcid, "tool": tool, "summary": summary, **audit_facts(doc)}

@@ -31,7 +31,7 @@ class DecisionSink(Protocol):
     """Where decisions are logged (decisionlog.DecisionLog): `record` never blocks and never raises."""
 
     def record(self, kind: str, input_doc: Any, result: dict, rev: str, engine: str, latency_us: int,
-               decision_id: str, ts: float | None = None) -> None: ...
+               decision_id: str, ts: float | None = None, request_id: str | None = None) -> None: ...
 
     def record_divergence(self, decision_id: str, kind: str, input_doc: Any, live: dict, shadow: dict,
                           live_rev: str, shadow_rev: str) -> None: ...
@@ -50,7 +50,7 @@ class PolicyEngine(Protocol):
 
     async def start(self) -> None: ...
 
-    async def decide(self, kind: str, input_doc: dict) -> Decision: ...
+    async def decide(self, kind: str, input_doc: dict, request_id: str | None = None) -> Decision: ...
 
     async def reload(self) -> bool: ...
 
@@ -252,14 +252,17 @@ class CachingEngine:
         isolation = getattr(self, "isolation", None)
         return {**state, "isolation": isolation} if isolation else state
 
-    async def decide(self, kind: str, input_doc: dict) -> Decision:
-        """The decision for one input (never raises: every failure is a deny), logged when a log is set."""
+    async def decide(self, kind: str, input_doc: dict, request_id: str | None = None) -> Decision:
+        """The decision for one input (never raises: every failure is a deny), logged when a log is set.
+        `request_id`: what the user holds for this decision (the proxy's request id, in every 403 body; the tool
+        call's id), kept in the decision-log row."""
         started = time.perf_counter()
         decision = await self.decide_quietly(kind, input_doc)
         if self.decision_log is not None:
             decision = decision.with_id(new_decision_id())
             self.decision_log.record(kind, input_doc, decision.to_json(), decision.rev, self.engine_name,
-                                     int((time.perf_counter() - started) * 1e6), decision.decision_id)
+                                     int((time.perf_counter() - started) * 1e6), decision.decision_id,
+                                     request_id=request_id)
         return decision
 
     async def decide_quietly(self, kind: str, input_doc: dict) -> Decision:

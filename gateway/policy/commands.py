@@ -32,10 +32,11 @@ def register(sub: Any, common: Callable[[argparse.ArgumentParser], None]) -> Any
     pcheck.add_argument("--strict", action="store_true", help="also OPA's strict-mode checks")
     peval = psub.add_parser("eval", help="decide an input document (or JSON Lines of them)")
     common(peval)
-    peval.add_argument("--kind", required=True, choices=["egress", "toolcall"])
-    peval.add_argument("--input", required=True, help="FILE or - : one JSON document, or JSON Lines")
+    peval.add_argument("--kind", choices=["egress", "toolcall"], help="which policy (required with --input)")
+    peval.add_argument("--input", help="FILE or - : one JSON document, or JSON Lines")
     peval.add_argument("--policies", help="policy directory (default policy.dir)")
     peval.add_argument("--explain", action="store_true", help="show which rules added which items")
+    add_raw_arguments(peval)
     from gateway.policy import logcommands
 
     return logcommands.register(psub, sub, common)
@@ -65,6 +66,27 @@ def run(cfg: Any, args: Any) -> int:
         print(f"sandgate policy: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 2
     return 2
+
+
+def add_raw_arguments(peval: argparse.ArgumentParser) -> None:
+    """The raw-call options of `policy eval` (built in gateway/cli/policyeval.py)."""
+    raw = peval.add_argument_group("a raw tool call or request, its input built as the server builds it")
+    raw.add_argument("--tool", metavar="NAME", help="a tool call: the tool's name (shell, read_file, sql, ...)")
+    raw.add_argument("--args", metavar="JSON", default="{}", help="the tool call's arguments, a JSON object")
+    raw.add_argument("--request", metavar="'METHOD URL'",
+                     help="an egress request line: 'GET https://host/path?q', 'CONNECT host:443' (method "
+                          "defaults to GET)")
+    raw.add_argument("--header", action="append", default=[], metavar="'NAME: VALUE'",
+                     help="a request header (repeatable)")
+    raw.add_argument("--session-file", metavar="FILE",
+                     help="the session as `GET /v1/sessions/ID` returns it (JSON); else the flags below")
+    raw.add_argument("--allow", action="append", default=[], metavar="HOST", help="the session's allow list")
+    raw.add_argument("--workspace", default="/workspace", help="the session's workspace (default /workspace)")
+    raw.add_argument("--label", action="append", default=[], metavar="KEY=VALUE", help="a session label")
+    raw.add_argument("--secret", action="append", default=[], metavar="NAME", help="a secret the session holds")
+    raw.add_argument("--workload", default="ephemeral", choices=["ephemeral", "persistent"])
+    raw.add_argument("--frozen", action="store_true", help="the session is frozen")
+    raw.add_argument("--show-input", action="store_true", help="print the input document(s) built")
 
 
 # -- test --------------------------------------------------------------------------------------------------
@@ -147,6 +169,9 @@ def _unwrap(doc: Any) -> Any:
 
 
 def cmd_eval(directory: Path, args: Any, out: TextIO) -> int:
+    if not args.input or not args.kind:
+        raise ValueError("policy eval needs --kind and --input, or a raw call: --tool NAME --args JSON, or "
+                         "--request 'METHOD URL'")
     from gateway.policy.evaluator import Evaluator
     from gateway.policy.loader import load_policy_dir
 

@@ -241,8 +241,9 @@ class DecisionLog(BatchWriter[tuple[list[tuple], list[dict]]]):
         self.dropped = 0
 
     def record(self, kind: str, input_doc: Any, result: dict, rev: str, engine: str, latency_us: int,
-               decision_id: str, ts: float | None = None) -> None:
-        self._decisions.append((decision_id, ts or time.time(), kind, input_doc, result, rev, engine, latency_us))
+               decision_id: str, ts: float | None = None, request_id: str | None = None) -> None:
+        self._decisions.append((decision_id, ts or time.time(), kind, input_doc, result, rev, engine, latency_us,
+                                request_id))
         if len(self._decisions) > self._max_pending:
             del self._decisions[: len(self._decisions) - self._max_pending]
             self.dropped += 1
@@ -268,8 +269,8 @@ class DecisionLog(BatchWriter[tuple[list[tuple], list[dict]]]):
         """Off the loop, before the store's writer thread: redact and serialise."""
         rows = [{"id": did, "ts": ts, "kind": kind, "session": self._session_of(doc),
                  "input": RawJSON(redacted_json(doc)), "result": result, "policy_rev": rev, "engine": engine,
-                 "latency_us": int(latency)}
-                for did, ts, kind, doc, result, rev, engine, latency in decisions]
+                 "latency_us": int(latency), "request_id": request_id}
+                for did, ts, kind, doc, result, rev, engine, latency, request_id in decisions]
         return rows, [{**d, "session": self._session_of(d["input"]), "input": redact_input(d["input"])}
                       for d in divergences]
 

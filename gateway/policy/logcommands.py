@@ -46,8 +46,9 @@ def rfc3339(ts: float) -> str:
 
 
 def opa_decision_log_entry(row: dict) -> dict:
-    """One decision-log row in OPA's decision log event format."""
-    return {
+    """One decision-log row in OPA's decision log event format, with the id the user holds (`request_id`: the
+    proxy's, in every 403 body, or the tool call's `t_...`) beside OPA's fields."""
+    entry = {
         "decision_id": row["id"],
         "timestamp": rfc3339(row["ts"]),
         "path": f"sandgate/{row['kind']}/decision",
@@ -57,6 +58,9 @@ def opa_decision_log_entry(row: dict) -> dict:
         "labels": {"app": "sandgate", "engine": row["engine"]},
         "metrics": {"timer_server_handler_ns": int(row["latency_us"]) * 1000},
     }
+    if row.get("request_id"):
+        entry["request_id"] = row["request_id"]
+    return entry
 
 
 def summarise_change(old: dict, new: dict) -> str | None:
@@ -91,11 +95,18 @@ def register(psub: Any, sub: Any, common: Callable[[argparse.ArgumentParser], No
     export.add_argument("--since", default="0", help="1h, 30m, 2d, an RFC 3339 time or Unix seconds")
     export.add_argument("--until")
     export.add_argument("--kind", choices=KINDS)
+    export.add_argument("--session", help="only this session's")
+    export.add_argument("--id", help="only this row: a decision id (opa-decision-log) or an event id (ocsf)")
+    export.add_argument("--request-id", help="only this request: the request_id of a 403 body, or a tool call's id")
     export.add_argument("--output", "-o", help="file to write (default stdout)")
+    export.add_argument("--api-url", help="read through a running sandgate's API instead of the database "
+                                          "(opa-decision-log; needs an admin token)")
+    export.add_argument("--token", help="admin token for --api-url (default $SANDGATE_TOKEN)")
     return asub
 
 
-async def _read(cfg: Any, what: str, since: float, until: float | None, kind: str | None) -> list[dict]:
+async def _read(cfg: Any, what: str, since: float, until: float | None, kind: str | None,
+                **match: str | None) -> list[dict]:
     from gateway.store import Store
     from gateway.store.decisions import DecisionStore
 
@@ -106,7 +117,7 @@ async def _read(cfg: Any, what: str, since: float, until: float | None, kind: st
         await store.open()
         decisions = DecisionStore(store)
         if what == "decisions":
-            return await decisions.list_decisions(since, until, kind)
+            return await decisions.list_decisions(since, until, kind, **match)
         return await decisions.list_divergences(since, until, kind)
     finally:
         store.close()
@@ -118,7 +129,8 @@ def run(cfg: Any, args: Any) -> int:
         since = parse_since(args.since, now)
         until = parse_since(args.until, now) if getattr(args, "until", None) else None
         if args.cmd == "audit":
-            rows = asyncio.run(_read(cfg, "decisions", since, until, args.kind))
+            rows = asyncio.run(_read(cfg, "decisions", since, until, args.kind, session=args.session, id=args.id,
+                                     request_id=args.request_id))
             out = open(args.output, "w", encoding="utf-8") if args.output else sys.stdout
             try:
                 for row in rows:

@@ -60,8 +60,8 @@ class ShadowedEngine:
         await self.shadow.reload()
         return changed
 
-    async def decide(self, kind: str, input_doc: dict) -> Decision:
-        decision = await self.live.decide(kind, input_doc)
+    async def decide(self, kind: str, input_doc: dict, request_id: str | None = None) -> Decision:
+        decision = await self.live.decide(kind, input_doc, request_id)
         if len(self._inflight) >= self.max_inflight:
             self.skipped += 1
         else:

@@ -19,7 +19,8 @@ from gateway.store.store import Store
 
 class DecisionRow(SQLModel, table=True):
     __tablename__ = "decisions"
-    __table_args__ = (Index("ix_decisions_ts", "ts"),)
+    __table_args__ = (Index("ix_decisions_ts", "ts"), Index("ix_decisions_request_id", "request_id"),
+                      Index("ix_decisions_session", "session"))
     seq: Optional[int] = Field(default=None, primary_key=True)
     id: str = Field(index=True)
     ts: float
@@ -30,6 +31,7 @@ class DecisionRow(SQLModel, table=True):
     policy_rev: str = ""
     engine: str = ""
     latency_us: int = 0
+    request_id: Optional[str] = None       # the proxy's request id (in every 403 body) or the tool call's id
 
 
 class DivergenceRow(SQLModel, table=True):
@@ -51,7 +53,8 @@ class RawJSON(str):
     """A value already serialised as JSON text (the decision log's redacted input)."""
 
 
-_DECISION_COLS = ("id", "ts", "kind", "session", "input", "result", "policy_rev", "engine", "latency_us")
+_DECISION_COLS = ("id", "ts", "kind", "session", "input", "result", "policy_rev", "engine", "latency_us",
+                  "request_id")
 _DIVERGENCE_COLS = ("decision_id", "ts", "kind", "session", "input", "live", "shadow", "live_rev", "shadow_rev")
 _JSON_COLS = frozenset({"input", "result", "live", "shadow"})
 
@@ -79,19 +82,29 @@ class DecisionStore:
             self._insert("policy_divergences", _DIVERGENCE_COLS, rows)
 
     def _list(self, model: type, since: float, until: Optional[float], kind: Optional[str],
-              limit: int) -> list[dict]:
+              limit: int, match: Optional[dict] = None, after_seq: Optional[int] = None) -> list[dict]:
         q = select(model).where(model.ts >= since)
+        if after_seq is not None:
+            q = q.where(model.seq > after_seq)
         if until is not None:
             q = q.where(model.ts < until)
         if kind:
             q = q.where(model.kind == kind)
+        for column, value in (match or {}).items():      # session, id, request_id: exact values
+            if value:
+                q = q.where(getattr(model, column) == value)
         q = q.order_by(model.seq).limit(limit)
         with Session(self.store.engine) as db:
             return [row_dict(r) for r in db.execute(q).scalars().all()]
 
     async def list_decisions(self, since: float = 0.0, until: Optional[float] = None,
-                             kind: Optional[str] = None, limit: int = 1_000_000) -> list[dict]:
-        return await self.store.run(self._list, DecisionRow, since, until, kind, limit)
+                             kind: Optional[str] = None, limit: int = 1_000_000, session: Optional[str] = None,
+                             id: Optional[str] = None, request_id: Optional[str] = None,
+                             after_seq: Optional[int] = None) -> list[dict]:
+        """Rows in the order written (`after_seq`: those past a row's `seq`, for paging); `session`, `id` (the
+        decision's) and `request_id` narrow to exact values."""
+        match = {"session": session, "id": id, "request_id": request_id}
+        return await self.store.run(self._list, DecisionRow, since, until, kind, limit, match, after_seq)
 
     async def list_divergences(self, since: float = 0.0, until: Optional[float] = None,
                                kind: Optional[str] = None, limit: int = 1_000_000) -> list[dict]:

@@ -153,7 +153,32 @@ ask contains {"code": "toolcall.delete", "reason": "an HTTP DELETE needs approva
 ask contains {"code": "toolcall.unparsed", "reason": "the URL could not be parsed"} if {
 	native
 	tool_name == "http_request"
-	object.get(input, ["url", "parsed"], false) != true
+	is_object(input.url)
+	object.get(input.url, "parsed", false) != true
+}
+
+# The facts sandgate builds from a call's arguments (the server always adds them, parsed or not). An input
+# written by hand may lack them: that asks too, but says so instead of blaming the parser.
+missing_facts contains "shell" if {
+	native
+	tool_in("shell_tools")
+	not is_object(input.shell)
+}
+
+missing_facts contains "url" if {
+	native
+	tool_name == "http_request"
+	not is_object(input.url)
+}
+
+missing_facts contains "sql" if {
+	native
+	tool_name == "sql"
+	not is_object(input.sql)
+}
+
+ask contains {"code": "toolcall.no_facts", "reason": sprintf("the input has no %s facts (input.%s): sandgate builds them from the call's arguments, and so does `sandgate policy eval --tool`", [f, f])} if {
+	some f in missing_facts
 }
 
 # -- SQL (the sql tool, and SQL clients in shell commands) -----------------------------------------------
@@ -161,7 +186,8 @@ ask contains {"code": "toolcall.unparsed", "reason": "the URL could not be parse
 sql_facts contains s if {
 	native
 	tool_name == "sql"
-	s := object.get(input, "sql", {})
+	s := input.sql
+	is_object(s)
 }
 
 sql_facts contains c.sql if {

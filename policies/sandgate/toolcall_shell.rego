@@ -32,7 +32,8 @@ shown(c) := sprintf("%s (run by %s)", [concat(" ", object.get(c, "argv", [])), c
 ask contains {"code": "toolcall.unparsed", "reason": "the shell command could not be parsed"} if {
 	native
 	tool_in("shell_tools")
-	object.get(input, ["shell", "parsed"], false) != true
+	is_object(input.shell)
+	object.get(input.shell, "parsed", false) != true
 }
 
 ask contains {"code": "toolcall.unparsed", "reason": "the program the SQL runs (COPY ... PROGRAM) is not visible"} if {

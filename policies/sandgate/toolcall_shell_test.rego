@@ -68,7 +68,7 @@ test_ask_unparsed_line if {
 
 test_ask_shell_without_facts if {
 	d := toolcall.decision with input as {"kind": "toolcall", "session": session, "tool": {"name": "shell", "args": {}}}
-	d.codes == ["toolcall.unparsed"]
+	d.codes == ["toolcall.no_facts"]
 }
 
 test_ask_command_missing_dynamic_fact if {

@@ -251,7 +251,17 @@ test_ask_sql_invisible if {
 
 test_ask_sql_missing_facts if {
 	d := toolcall.decision with input as call("sql", {"query": "q"}, {})
-	d.codes == ["toolcall.unparsed"]
+	d.codes == ["toolcall.no_facts"]
+}
+
+test_ask_url_missing_facts if {
+	d := toolcall.decision with input as call("http_request", {"url": "https://x.test/"}, {})
+	d.codes == ["toolcall.no_facts"]
+}
+
+test_ask_url_unparsed if {
+	d := toolcall.decision with input as call("http_request", {"url": "::"}, {"url": {"parsed": false}})
+	"toolcall.unparsed" in d.codes
 }
 
 # -- frozen sessions ----------------------------------------------------------------------------------------
