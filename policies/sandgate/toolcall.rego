@@ -162,19 +162,19 @@ ask contains {"code": "toolcall.unparsed", "reason": "the URL could not be parse
 missing_facts contains "shell" if {
 	native
 	tool_in("shell_tools")
-	not is_object(input.shell)
+	not is_object(object.get(input, "shell", null))
 }
 
 missing_facts contains "url" if {
 	native
 	tool_name == "http_request"
-	not is_object(input.url)
+	not is_object(object.get(input, "url", null))
 }
 
 missing_facts contains "sql" if {
 	native
 	tool_name == "sql"
-	not is_object(input.sql)
+	not is_object(object.get(input, "sql", null))
 }
 
 ask contains {"code": "toolcall.no_facts", "reason": sprintf("the input has no %s facts (input.%s): sandgate builds them from the call's arguments, and so does `sandgate policy eval --tool`", [f, f])} if {
