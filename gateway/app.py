@@ -34,6 +34,7 @@ from gateway.egress.addon import EgressAddon, EgressDeps
 from gateway.egress.aws import AwsSigning
 from gateway.egress.dns import DnsServer, open_resolver
 from gateway.egress.hold import HoldAddon
+from gateway.egress.limits import ConnectionLimits, HeldLimits
 from gateway.net.hosts import normalise_host
 from gateway.egress.injection import InjectionAddon
 from gateway.egress.layers import LayerGate
@@ -156,6 +157,7 @@ async def _housekeeping(sessions: SessionRegistry, approvals: ApprovalQueue, met
                     dns.retain(sessions.live_ids())
             metrics.sessions_live.set(sessions.count_live())
             await asyncio.shield(sessions.sync_stats())     # the stop cancels this task, never a sync half way
+            await sessions.check_denials()                  # denials_per_10m, on every replica's counts
             await approvals.tick()
             store_ok = True
         except StoreError:
@@ -268,8 +270,8 @@ async def open_gateway(cfg: Config, stack: AsyncExitStack, worker: bool = False,
                                token_state=_token_state(cfg, store))
     await broker.load_local_specs()
     placeholders = PlaceholderRegistry()
-    approvals = ApprovalQueue(store, audit, metrics, cfg.approvals, feed)
-    sessions = SessionRegistry(store, SessionCache(), placeholders, audit, approvals, feed)
+    approvals = ApprovalQueue(store, audit, metrics, cfg.approvals, feed, max_pending=cfg.sessions.max_pending_approvals)
+    sessions = SessionRegistry(store, SessionCache(), placeholders, audit, approvals, feed, budgets=cfg.budgets)
     await sessions.load()
     stack.push_async_callback(_last_counts, sessions)      # after the proxy and the API have stopped
     policy_revisions = PolicyRevisions(engine, feed)
@@ -285,14 +287,16 @@ async def open_gateway(cfg: Config, stack: AsyncExitStack, worker: bool = False,
         {"host": h, "ecosystem": e} for h, e in cfg.egress.package_registries), cfg.egress.package_max_bytes)
     await packages.refresh()
     recorder = FlowRecorder(audit, metrics, sessions, engine)
+    held = HeldLimits(cfg.sessions.max_held, cfg.egress.max_held_bytes)
     screen = SecretScreen(placeholders, broker, sessions, recorder, metrics)
     egress = EgressAddon(EgressDeps(settings=cfg.egress, tokens=tokens, sessions=sessions, engine=engine,
                                     audit=audit, metrics=metrics, resolver=dial_resolver, recorder=recorder,
-                                    screen=screen, packages=packages, own_listeners=own_listeners))
+                                    screen=screen, packages=packages, own_listeners=own_listeners,
+                                    held=held, connections=ConnectionLimits(cfg.sessions.max_connections)))
     gate = LayerGate(raw_tcp=cfg.egress.raw_tcp, passthrough=cfg.egress.passthrough, audit=audit,
                      session_of=egress.session_of, connection_valid=egress.connection_valid,
                      on_refused=lambda code: metrics.decision("egress", "deny"), tunnel_of=egress.tunnel_of)
-    addons: list[object] = [gate, egress, HoldAddon(approvals, sessions, placeholders, recorder, cfg.egress),
+    addons: list[object] = [gate, egress, HoldAddon(approvals, sessions, placeholders, recorder, cfg.egress, held),
                             PackageIndexAddon(packages), InjectionAddon(broker, placeholders, screen, recorder, metrics,
                                                            AwsSigning(broker, cfg.egress.inspect_max_bytes))]
     if broker.oauth2 is not None:

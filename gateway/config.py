@@ -45,7 +45,13 @@ DEFAULTS: dict[str, Any] = {
         "upstream_proxy_password": "",
         "upstream_proxy_resolve": "local",   # or "proxy": the proxy resolves names (no address check for them)
         "upstream_proxy_bypass": [],   # NO_PROXY-style exceptions, dialled direct
+        "max_held_bytes": 268435456,   # request bodies held in memory (holds and inspection), all sessions
     },
+    "sessions": {"max_held": 8, "max_pending_approvals": 32, "max_connections": 64, "max_lifetime_s": 0,
+                 "ephemeral_max_lifetime_s": 86400},
+    # per workload; 0 = none. Past one, the default policies ask for every action (budget.exceeded)
+    "budgets": {w: {"requests": 0, "bytes_out": 0, "bytes_in": 0, "toolcalls": 0, "denials_per_10m": 0}
+                for w in ("persistent", "ephemeral")},
     "approvals": {"ttl_s": 3600, "quorum": 1, "reuse_window_s": 600},
     "audit": {"max_pending": 100000, "checkpoint_rows": 10000, "checkpoint_interval_s": 60.0},
     "policy": {"dir": "", "engine": "embedded", "opa_url": "http://127.0.0.1:8181", "opa_push": True,
@@ -161,6 +167,35 @@ class EgressSettings:
     package_registries: tuple[tuple[str, str], ...] = ()                 # (normalised host, ecosystem)
     package_max_bytes: int = 33554432
     upstream_proxy: UpstreamProxy | None = None
+    max_held_bytes: int = 268435456     # request bodies held in memory for holds and inspection, all sessions
+
+
+@dataclass(frozen=True)
+class SessionSettings:
+    """`[sessions]`: what one session may make sandgate hold at once, and how long it may live."""
+
+    max_held: int = 8                   # egress requests held for approval at once, per session (beyond: 429)
+    max_pending_approvals: int = 32     # pending approvals per session (beyond: the ask is a deny)
+    max_connections: int = 64           # proxy client connections per session (beyond: refused)
+    max_lifetime_s: int = 0             # persistent sessions: 0 = renewed for as long as the harness renews
+    ephemeral_max_lifetime_s: int = 86400
+
+
+BUDGET_KEYS = ("requests", "bytes_out", "bytes_in", "toolcalls", "denials_per_10m")
+
+
+def parse_budgets(raw: Any, where: str) -> dict[str, int]:
+    """A budgets table ({KEY: int >= 0}, 0 = none) -> the keys given. ValueError naming what is wrong."""
+    if not isinstance(raw, Mapping):
+        raise ValueError(f"{where} must be a table of budgets")
+    out = {}
+    for key, value in raw.items():
+        if key not in BUDGET_KEYS:
+            raise ValueError(f"{where}: unknown budget {key!r} (one of {', '.join(BUDGET_KEYS)})")
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise ValueError(f"{where}.{key} must be an integer >= 0 (0 = none)")
+        out[key] = value
+    return out
 
 
 @dataclass(frozen=True)
@@ -244,6 +279,8 @@ class Config:
     broker: BrokerSettings
     oidc: OidcSettings | None
     databases: Mapping[str, DatabaseSettings] = MappingProxyType({})    # `[databases.NAME]`, validated
+    sessions: SessionSettings = SessionSettings()
+    budgets: Mapping[str, Mapping[str, int]] = MappingProxyType({})    # workload -> {budget key: limit, 0 = none}
     path: Path | None = None
     raw: Mapping[str, Any] = MappingProxyType({})  # the merged document as read: diagnostics and tests only
 
@@ -292,6 +329,7 @@ def _egress(eg: Mapping[str, Any]) -> EgressSettings:
         passthrough=tuple(parse_allow_entry(e) for e in eg["passthrough"]), raw_tcp=raw_tcp,
         inspect_max_bytes=int(_positive("egress", "inspect_max_bytes", eg["inspect_max_bytes"])),
         hold_timeout_s=float(_positive("egress", "hold_timeout_s", eg["hold_timeout_s"])),
+        max_held_bytes=_count("egress", "max_held_bytes", eg["max_held_bytes"]),
         resolve=MappingProxyType(names), upstream_proxy=_upstream_proxy(eg))
 
 
@@ -307,6 +345,36 @@ def _upstream_proxy(eg: Mapping[str, Any]) -> UpstreamProxy | None:
     return parse_upstream_proxy(eg["upstream_proxy"], str(eg["upstream_proxy_user"] or ""),
                                 str(eg["upstream_proxy_password"] or ""), str(eg["upstream_proxy_resolve"]),
                                 eg["upstream_proxy_bypass"])
+
+
+def _count(section: str, key: str, value: Any, minimum: int = 1) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+        raise ValueError(f"{section}.{key} must be an integer >= {minimum}")
+    return value
+
+
+def _sessions(raw: Mapping[str, Any]) -> SessionSettings:
+    unknown = set(raw) - set(SessionSettings.__dataclass_fields__)
+    if unknown:
+        raise ValueError(f"sessions: unknown key {sorted(unknown)[0]!r}")
+    return SessionSettings(
+        max_held=_count("sessions", "max_held", raw["max_held"]),
+        max_pending_approvals=_count("sessions", "max_pending_approvals", raw["max_pending_approvals"]),
+        max_connections=_count("sessions", "max_connections", raw["max_connections"]),
+        max_lifetime_s=_count("sessions", "max_lifetime_s", raw["max_lifetime_s"], 0),
+        ephemeral_max_lifetime_s=_count("sessions", "ephemeral_max_lifetime_s", raw["ephemeral_max_lifetime_s"]))
+
+
+def _budgets(raw: Any) -> Mapping[str, Mapping[str, int]]:
+    """`[budgets.WORKLOAD]` -> {workload: {key: limit}} with every key (0 = none)."""
+    if not isinstance(raw, Mapping):
+        raise ValueError("[budgets] must be a table of workloads")
+    unknown = set(raw) - {"persistent", "ephemeral"}
+    if unknown:
+        raise ValueError(f"budgets: unknown workload {sorted(unknown)[0]!r} (persistent or ephemeral)")
+    return MappingProxyType({w: MappingProxyType({**dict.fromkeys(BUDGET_KEYS, 0),
+                                                  **parse_budgets(raw.get(w, {}), f"budgets.{w}")})
+                             for w in ("persistent", "ephemeral")})
 
 
 def _package_registries(raw: Any) -> tuple[tuple[str, str], ...]:
@@ -493,7 +561,8 @@ def settings_from(raw: Mapping[str, Any], data_dir: Path, path: Path | None = No
         policy=_policy(raw["policy"]),
         store_url=str(raw["store"]["url"] or "") or f"sqlite:///{data_dir / 'sandgate.db'}",
         broker=broker, oidc=OidcSettings.from_config((raw.get("web") or {}).get("oidc") or {}),
-        databases=MappingProxyType(parse_databases(raw["databases"])), raw=MappingProxyType(raw))
+        databases=MappingProxyType(parse_databases(raw["databases"])), sessions=_sessions(raw["sessions"]),
+        budgets=_budgets(raw["budgets"]), raw=MappingProxyType(raw))
 
 
 def load_config(path: str | os.PathLike | None = None, data_dir: str | os.PathLike | None = None,

@@ -12,6 +12,7 @@ from gateway.api.errors import ApiError
 from gateway.api.owned import owned_session
 from gateway.api.state import BROKER, PROXY, SESSIONS, SIGNER, TOKENS, TransparentEndpoint, read_json
 from gateway.api.timefmt import rfc3339
+from gateway.sessions.budgets import parse_own
 from gateway.sessions.database import database_url, make_verifier, new_password
 from gateway.sessions.spec import (MAX_TTL_S, BadRequest, build_env, owns, parse_session_spec, parse_source,
                                   renewed_expiry, session_status)
@@ -27,6 +28,7 @@ def session_view(row: dict, now: float, sessions: SessionRegistry) -> dict:
         "frozen": row["frozen"], "created_at": rfc3339(row["created_at"]), "expires_at": rfc3339(row["expires_at"]),
         "status": session_status(row, now), "created_by": row.get("created_by", ""),
         "source": sessions.source_of(row["id"]), "databases": list(row.get("databases") or []),
+        **{k: v for k, v in sessions.with_stats(row).items() if k in ("budgets", "budgets_spent", "stats")},
     }
 
 
@@ -109,8 +111,8 @@ async def patch_session(request: web.Request) -> web.Response:
     if session_status(row, time.time()) != "active":
         raise ApiError(409, "session_ended", "the session has ended")
     body = await read_json(request)
-    if not isinstance(body, dict) or not body or set(body) - {"frozen", "labels", "ttl_s"}:
-        raise ApiError(400, "bad_request", "only 'frozen', 'labels' and 'ttl_s' can be changed")
+    if not isinstance(body, dict) or not body or set(body) - {"frozen", "labels", "ttl_s", "budgets"}:
+        raise ApiError(400, "bad_request", "only 'frozen', 'labels', 'ttl_s' and 'budgets' can be changed")
     values: dict = {}
     if "ttl_s" in body:
         try:
@@ -126,6 +128,11 @@ async def patch_session(request: web.Request) -> web.Response:
         if not isinstance(labels, dict) or not all(isinstance(v, str) for v in labels.values()):
             raise ApiError(400, "bad_request", "labels must be an object of strings")
         values["labels"] = labels
+    if "budgets" in body:
+        try:                               # the keys given replace the session's own (0 = none), the rest stay
+            values["budgets"] = {**(row.get("budgets") or {}), **parse_own(body["budgets"])}
+        except ValueError as exc:
+            raise ApiError(400, "bad_request", str(exc)) from None
     try:
         updated = await request.app[SESSIONS].patch(row["id"], values, principal.ident)
     except KeyError:

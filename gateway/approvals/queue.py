@@ -41,6 +41,16 @@ class ApprovalError(Exception):
         self.code, self.detail = code, detail
 
 
+class TooManyPending(Exception):
+    """The session already has `sessions.max_pending_approvals` pending: this ask is not filed (a deny)."""
+
+    code = "approvals.too_many"
+
+    def __init__(self, limit: int):
+        super().__init__(f"this session already has {limit} approvals pending (sessions.max_pending_approvals)")
+        self.limit = limit
+
+
 @dataclass(frozen=True)
 class ApprovalRequest:
     """An action that needs a person's approval."""
@@ -65,8 +75,9 @@ class ApprovalTicket:
 
 class ApprovalQueue:
     def __init__(self, store: Store, audit: AuditLog, metrics: Metrics, settings: ApprovalSettings,
-                 feed: ChangeFeed | None = None):
+                 feed: ChangeFeed | None = None, max_pending: int = 0):
         self._store = store
+        self.max_pending = max_pending               # per session, 0 = no cap (sessions.max_pending_approvals)
         self._feed: ChangeFeed = feed if feed is not None else LocalChangeFeed()
         self._audit = audit
         self._metrics = metrics
@@ -218,7 +229,8 @@ class ApprovalQueue:
 
     async def file(self, *, session: str, kind: str, binding: str, summary: str, action: dict,
                    reasons: list[str], requested_by: str, ttl_s: float | None = None) -> dict:
-        """File a pending item, or return the pending one already filed for the same binding."""
+        """File a pending item, or return the pending one already filed for the same binding. TooManyPending when
+        the session already has `max_pending` pending (counted across replicas)."""
         pending = []
         if not self._loaded or self._index.has(binding, "pending"):     # else nothing pending: no store read
             pending = await self._store.list_approvals(status="pending", binding=binding)
@@ -226,6 +238,8 @@ class ApprovalQueue:
         for row in pending:
             if row["expires_at"] > now:
                 return row
+        if self.max_pending and await self._store.count_pending(session) >= self.max_pending:
+            raise TooManyPending(self.max_pending)
         row = ApprovalRow(id=new_approval_id(), session=session, kind=kind, status="pending", binding=binding,
                           summary=summary[:300], action=action, reasons=list(reasons), created_at=now,
                           expires_at=now + float(ttl_s or self.settings.ttl_s), quorum=self.settings.quorum,

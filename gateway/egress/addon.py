@@ -25,6 +25,8 @@ from gateway.net.addresses import AddressVerdict, parse_ip_literal, vet_addresse
 from gateway.egress.credentials import parse_proxy_authorization, take_proxy_authorization
 from gateway.egress.flows import ConnState, FlowState, attach, flow_state
 from gateway.egress.guard import fail_closed
+from gateway.egress.limits import HELD_BYTES_FULL, TOO_MANY_CONNECTIONS, TOO_MANY_HELD, Claim, ConnectionLimits, \
+    HeldLimits
 from gateway.net.hosts import normalise_host
 from gateway.net.upstream_proxy import proxy_resolves
 from gateway.egress.recorder import FlowRecorder
@@ -59,6 +61,8 @@ class EgressDeps:
     screen: SecretScreen
     packages: PackageFirewall                # package downloads' facts (input.request.package)
     own_listeners: list[tuple[str, int]]     # sandgate's own listening addresses (always refused), once bound
+    held: HeldLimits                         # held requests per session, bytes held in memory (limits.py)
+    connections: ConnectionLimits            # client connections per session
 
 
 class EgressAddon:
@@ -187,6 +191,12 @@ class EgressAddon:
             return
         st = FlowState(session=session, started=started, path=flow.request.path)
         attach(flow, st)
+        if not deps.connections.open(flow.client_conn.id, session["id"]):
+            self.conns.pop(flow.client_conn, None)
+            self.deny(flow, TOO_MANY_CONNECTIONS, f"this session already has {deps.connections.max_connections} "
+                      "connections open to the proxy (sessions.max_connections)", status=429)
+            flow.response.headers["Connection"] = "close"
+            return
         req = flow.request
         is_connect = req.method == "CONNECT"
         state = self.conns.get(flow.client_conn)
@@ -273,7 +283,37 @@ class EgressAddon:
         st = flow_state(flow)
         if flow.response is None and st is not None and st.ask and self.body_too_large(flow):
             self.deny(flow, "approval.body_too_large", "approval required, but the body is too large to hold")
+        if flow.response is None and st is not None:
+            self.admit(flow, st)
         self.refuse_large_body(flow)
+
+    def admit(self, flow: http.HTTPFlow, st: FlowState) -> None:
+        """Before the body is read: a held request takes one of its session's `sessions.max_held` slots, and a
+        body the proxy will buffer (held, or inspected) takes its declared size of `egress.max_held_bytes`.
+        Beyond either, the request is refused (429, 503) and its body never buffered for long."""
+        size = flow.request.headers.get("content-length", "")
+        nbytes = int(size) if size.isdigit() and not flow.request.stream else 0
+        if not st.ask and not nbytes:
+            return
+        limits = self.deps.held
+        claim = limits.admit(st.session["id"] if st.ask else None, nbytes)
+        if claim == TOO_MANY_HELD:
+            return self.deny(flow, TOO_MANY_HELD, f"this session already has {limits.max_held} requests waiting "
+                             "for approval (sessions.max_held)", status=429)
+        if claim == HELD_BYTES_FULL:
+            return self.deny(flow, HELD_BYTES_FULL, "sandgate holds as many request bodies in memory as it may "
+                             "(egress.max_held_bytes); try again later", status=503)
+        assert isinstance(claim, Claim)
+        st.claim = claim
+        weakref.finalize(flow, limits.release, claim)     # a flow that ends without a hook still gives it back
+
+    def release(self, flow: http.HTTPFlow) -> None:
+        st = flow_state(flow)
+        if st is not None and st.claim is not None:
+            self.deps.held.release(st.claim)
+
+    def client_disconnected(self, client: connection.Client) -> None:
+        self.deps.connections.close(client.id)
 
     def body_too_large(self, flow: http.HTTPFlow) -> bool:
         """A body of unknown size, or declared larger than inspect_max_bytes."""
@@ -312,6 +352,7 @@ class EgressAddon:
         flow.response.stream = st.count_in
 
     def response(self, flow: http.HTTPFlow) -> None:
+        self.release(flow)
         st = flow_state(flow)
         if st is None or st.audited or flow.response is None:
             return
@@ -330,6 +371,7 @@ class EgressAddon:
                                  detail=st.audit_detail())
 
     def error(self, flow: http.HTTPFlow) -> None:
+        self.release(flow)
         st = flow_state(flow)
         if st is None or st.audited or st.killed:
             return

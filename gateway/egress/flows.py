@@ -7,6 +7,7 @@ from typing import Callable, Iterable
 from mitmproxy import http
 
 from gateway.auth.tokens import Principal
+from gateway.egress.limits import Claim
 from gateway.net.addresses import AddressVerdict
 from gateway.policy.decision import Decision
 
@@ -47,6 +48,7 @@ class FlowState:
     scrub: dict[bytes, bytes] | None = None        # real value -> placeholder, for the response
     scrub_blocked: bool = False                    # a compressed response could not be scanned: withheld
     withheld: bytes = b""                          # the 502 body sent instead
+    claim: Claim | None = None                     # its held slot and buffered bytes (limits.py), given back once
 
     def audit_detail(self) -> dict:
         """What its audit row adds about approvals and secrets."""

@@ -14,23 +14,25 @@ import weakref
 from mitmproxy import connection, http
 
 from broker.registry import PlaceholderRegistry
-from gateway.approvals.queue import ApprovalQueue, ApprovalRequest
+from gateway.approvals.queue import ApprovalQueue, ApprovalRequest, TooManyPending
 from gateway.config import EgressSettings
 from gateway.egress.binding import binding_headers, egress_action, egress_binding
 from gateway.egress.flows import FlowState, flow_state
 from gateway.egress.guard import fail_closed
+from gateway.egress.limits import HeldLimits
 from gateway.egress.recorder import FlowRecorder
 from gateway.sessions.registry import SessionRegistry
 
 
 class HoldAddon:
     def __init__(self, queue: ApprovalQueue, sessions: SessionRegistry, placeholders: PlaceholderRegistry,
-                 recorder: FlowRecorder, settings: EgressSettings):
+                 recorder: FlowRecorder, settings: EgressSettings, limits: HeldLimits):
         self._queue = queue
         self._sessions = sessions
         self._placeholders = placeholders
         self._recorder = recorder
         self._settings = settings
+        self._limits = limits
         self.held: "weakref.WeakKeyDictionary[connection.Client, set[str]]" = weakref.WeakKeyDictionary()
         self._tasks: set[asyncio.Task] = set()
 
@@ -42,7 +44,10 @@ class HoldAddon:
         st = flow_state(flow)
         if st is None or flow.response is not None or not st.ask:
             return
-        await self.hold(flow, st)
+        try:
+            await self.hold(flow, st)
+        finally:
+            self._limits.release(st.claim)      # its held slot (admitted at requestheaders, addon.py) is free again
 
     async def hold(self, flow: http.HTTPFlow, st: FlowState) -> None:
         """Leaves flow.response unset to forward the request."""
@@ -54,12 +59,15 @@ class HoldAddon:
         markers = list((st.session.get("placeholders") or {}).values())
         binding = egress_binding(sid, flow.request.method, url, body,
                                  binding_headers(flow.request.headers.items(multi=True), self._placeholders.secrets_in))
-        ticket = await self._queue.request_approval(ApprovalRequest(
-            session=self._sessions.live_now(sid), session_id=sid, kind="egress", binding=binding,
-            summary=f"{flow.request.method} {url}",
-            action=egress_action(flow.request.method, url, flow.request.headers.items(multi=True), body, markers),
-            reasons=list(st.decision.reasons) if st.decision else [], requested_by=f"session:{sid}",
-            used_by=f"session:{sid}", ttl_s=st.decision.approval_ttl_s if st.decision else None))
+        try:
+            ticket = await self._queue.request_approval(ApprovalRequest(
+                session=self._sessions.live_now(sid), session_id=sid, kind="egress", binding=binding,
+                summary=f"{flow.request.method} {url}",
+                action=egress_action(flow.request.method, url, flow.request.headers.items(multi=True), body, markers),
+                reasons=list(st.decision.reasons) if st.decision else [], requested_by=f"session:{sid}",
+                used_by=f"session:{sid}", ttl_s=st.decision.approval_ttl_s if st.decision else None))
+        except TooManyPending as exc:
+            return self.deny(flow, exc.code, f"approval required, but {exc}")
         st.approval_id = ticket.row["id"]
         if ticket.reused:
             st.approved_by = ticket.row["decided_by"]

@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
-from gateway.approvals.queue import ApprovalQueue, ApprovalRequest
+from gateway.approvals.queue import ApprovalQueue, ApprovalRequest, TooManyPending
 from gateway.approvals.rules import binding_hash, canonical_json
 from gateway.audit.log import AuditLog
 from gateway.auth.tokens import Principal
@@ -183,7 +183,7 @@ class ToolCallGate:
         if step is not None:
             sessions.set_step(sid, step)
         sessions.count(sid, toolcalls=1)
-        session = sessions.with_stats(live)
+        session = sessions.with_stats(live, counted="toolcalls")
         now = time.time()
         history, links, files, complete = await self._session_memory(sid, now)
         mcp_input = mcp.to_input() if mcp is not None else None
@@ -227,12 +227,19 @@ class ToolCallGate:
                     reasons=list(reasons), requested_by=requester, used_by=requester, ttl_s=decision.approval_ttl_s))
             except StoreError:
                 raise ToolCallRefused("store_unavailable", "the store is unavailable; try again") from None
-            approval_id, reused = ticket.row["id"], ticket.reused
+            except TooManyPending as exc:
+                ticket = None
+                action, reasons, codes = "deny", [f"approval required, but {exc}", *reasons], [exc.code, *codes]
+            if ticket is not None:
+                approval_id, reused = ticket.row["id"], ticket.reused
             if reused:
                 action = "allow"
                 reasons.append(f"approved by {ticket.row['decided_by']}")
                 codes.append("approval.approved")
-            detail["approval_id"] = approval_id
+            if approval_id is not None:
+                detail["approval_id"] = approval_id
+        if action == "deny":
+            sessions.count(sid, denied=1)        # with egress denials: what `denials_per_10m` watches
         sessions.toolcall_recorded(sid, audit.record(
             "toolcall", session=sid, step=step, action=action, reasons=reasons, codes=codes, request_id=tcid,
             policy_rev=decision.rev, detail=detail))

@@ -31,6 +31,8 @@ def build_session_input(session: Mapping[str, Any], now: float, stats: Mapping[s
         "workspace": session.get("workspace") or "/workspace",
         "secrets": list(session.get("secrets") or []),
         "stats": dict(stats if stats is not None else session.get("stats") or {}),
+        "budgets": dict(session.get("budgets") or {}),               # every key (0 = none): sessions/budgets.py
+        "budgets_spent": list(session.get("budgets_spent") or []),   # the counted budgets spent, sorted
     }
 
 

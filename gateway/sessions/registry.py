@@ -22,6 +22,7 @@ from gateway.approvals.queue import ApprovalQueue
 from gateway.audit.log import AuditLog
 from gateway.auth.tokens import Principal
 from gateway.store.changes import Change, ChangeFeed, LocalChangeFeed
+from gateway.sessions import budgets as budget_rules
 from gateway.sessions.memory import SessionMemory
 from gateway.sessions.spec import STAT_KEYS, SessionSpec, new_session_id, session_status, sum_stats
 from gateway.store import Store
@@ -122,8 +123,11 @@ class SourceBindings:
 
 class SessionRegistry:
     def __init__(self, store: Store, cache: SessionCache, placeholders: PlaceholderRegistry, audit: AuditLog,
-                 approvals: ApprovalQueue, feed: ChangeFeed | None = None):
+                 approvals: ApprovalQueue, feed: ChangeFeed | None = None,
+                 budgets: Mapping[str, Mapping[str, int]] | None = None):
         self._store = store
+        self._budgets = budgets or {}           # `[budgets.WORKLOAD]`: workload -> {key: limit}
+        self._denials = budget_rules.DenialWindow()
         self._feed: ChangeFeed = feed if feed is not None else LocalChangeFeed()
         self._cache = cache
         self._placeholders = placeholders
@@ -164,9 +168,11 @@ class SessionRegistry:
         self._remember(row)
 
     async def load(self) -> None:
-        """Read every session (at start)."""
+        """Read every session (at start), and the live ones' counters: a budget spent before a restart is spent
+        from the first request after it."""
         for row in await self._store.list_sessions():
             self._remember(row)
+        await self.sync_stats()
 
     async def refresh(self) -> None:
         """Merge the store's view into the cache (deletions, freezes, new sessions of other replicas)."""
@@ -280,8 +286,41 @@ class SessionRegistry:
     def count(self, sid: str, **deltas: int) -> None:
         self._cache.count(sid, **deltas)
 
-    def with_stats(self, row: Mapping[str, Any]) -> dict:
-        return self._cache.with_stats(row)
+    def budgets_of(self, row: Mapping[str, Any]) -> dict[str, int]:
+        """The session's budgets: its own where set, else its workload's (0 = none)."""
+        return budget_rules.effective(self._budgets.get(row.get("workload", "")), row.get("budgets"))
+
+    def with_stats(self, row: Mapping[str, Any], counted: str | None = None) -> dict:
+        """The row with its counters (`stats`), its budgets (`budgets`, replacing the row's own) and the counted
+        budgets it has spent (`budgets_spent`). `counted`: a counter that already includes the action being
+        decided."""
+        out = self._cache.with_stats(row)
+        out["budgets"] = self.budgets_of(row)
+        out["budgets_spent"] = budget_rules.spent(out["budgets"], out["stats"], counted)
+        return out
+
+    async def check_denials(self, now: float | None = None) -> list[str]:
+        """Freeze each live session whose denials within ten minutes passed its `denials_per_10m` (audited as an
+        alert); the ids frozen. Called after each counter sync, so every replica's denials count."""
+        now = time.time() if now is None else now
+        frozen, watched = [], set()
+        for row in self._cache.all():
+            if session_status(row, now) != "active":
+                continue
+            limit = self.budgets_of(row)["denials_per_10m"]
+            if not limit:
+                continue
+            watched.add(row["id"])
+            n = self._denials.observe(row["id"], now, self._cache.stats_of(row["id"])["denied"],
+                                      float(row["created_at"]))
+            if budget_rules.burst(limit, n) and not row.get("frozen"):
+                await self.patch(row["id"], {"frozen": True}, "sandgate")
+                self._audit.record("session.alert", session=row["id"], action="freeze", codes=["budget.denials"],
+                                   reasons=[f"{n} denials within 10 minutes (more than denials_per_10m = {limit}): "
+                                            "the session is frozen"], detail={"denials": n, "limit": limit})
+                frozen.append(row["id"])
+        self._denials.retain(watched)
+        return frozen
 
     async def sync_stats(self) -> None:
         """Add this process's counts to the shared totals and read back those of the live sessions (about once
@@ -301,6 +340,7 @@ class SessionRegistry:
                      now: float | None = None, db_login: Mapping[str, Any] | None = None) -> dict:
         now = time.time() if now is None else now
         row = SessionRow(id=new_session_id(), workload=spec.workload, labels=spec.labels, allow=spec.allow,
+                         budgets=dict(spec.budgets),
                          secrets=spec.secrets, placeholders=dict(placeholders), workspace=spec.workspace,
                          ca_path=spec.ca_path, frozen=False, created_at=now, expires_at=now + spec.ttl_s,
                          created_by=by, updated_at=now, databases=list(spec.databases), db_login=dict(db_login or {}))

@@ -7,6 +7,7 @@ import secrets as pysecrets
 from dataclasses import dataclass, field
 from typing import Any, Collection, Mapping, Sequence
 
+from gateway.config import parse_budgets
 from gateway.net.addresses import IPNetwork
 from gateway.net.hosts import parse_allow_entry
 
@@ -34,6 +35,7 @@ class SessionSpec:
     workspace: str
     ca_path: str
     databases: list[str] = field(default_factory=list)
+    budgets: dict = field(default_factory=dict)         # the session's own budgets (budgets.py), keys given only
 
 
 def parse_session_spec(body: Any, known_secrets: Mapping[str, Any],
@@ -74,8 +76,12 @@ def parse_session_spec(body: Any, known_secrets: Mapping[str, Any],
     for key, val in (("workspace", workspace), ("ca_path", ca_path)):
         if not isinstance(val, str) or not val.startswith("/") or "\0" in val:
             raise BadRequest(f"{key} must be an absolute path")
+    try:
+        own = parse_budgets(body.get("budgets") or {}, "budgets")
+    except ValueError as exc:
+        raise BadRequest(str(exc)) from None
     return SessionSpec(workload, labels, allow, list(dict.fromkeys(names)), ttl, workspace.rstrip("/") or "/", ca_path,
-                       list(dict.fromkeys(databases)))
+                       list(dict.fromkeys(databases)), own)
 
 
 def parse_source(value: Any, networks: Sequence[IPNetwork]) -> str:

@@ -26,6 +26,8 @@ class SessionRow(SQLModel, table=True):
     databases: list = Field(default_factory=list, sa_column=Column(JSON, nullable=False, server_default="[]"))
     # the PostgreSQL gateway's SCRAM-SHA-256 verifier of the session's database password (never the password)
     db_login: dict = Field(default_factory=dict, sa_column=Column(JSON, nullable=False, server_default="{}"))
+    # the session's own budgets (gateway/sessions/budgets.py): keys set by POST or PATCH, over its workload's
+    budgets: dict = Field(default_factory=dict, sa_column=Column(JSON, nullable=False, server_default="{}"))
 
 
 class ApprovalRow(SQLModel, table=True):

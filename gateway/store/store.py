@@ -275,6 +275,16 @@ class Store:
                              limit: int = 1000) -> list[dict]:
         return await self.read(self._list_approvals, status, session, kind, binding, limit)
 
+    def _count_pending(self, session: str) -> int:
+        mark = placeholder(self.engine.dialect.paramstyle)
+        rows = self._driver_rows(f"SELECT COUNT(*) FROM approvals WHERE status = 'pending' AND session = {mark}",
+                                 (session,))
+        return int(rows[0][0]) if rows else 0
+
+    async def count_pending(self, session: str) -> int:
+        """How many approvals of `session` are pending (every replica's)."""
+        return await self.read(self._count_pending, session)
+
     def _cas_approval(self, aid: str, expect_status: str, expect_version: Optional[int], values: dict) -> bool:
         q = update(ApprovalRow).where(ApprovalRow.id == aid, ApprovalRow.status == expect_status)
         if expect_version is not None:

@@ -131,6 +131,19 @@ ask contains {"code": "egress.git_push", "reason": "git push needs approval"} if
 	endswith(input.request.path, "/git-receive-pack")
 }
 
+# A budget of the session is spent ([budgets.WORKLOAD], or its own set by PATCH /v1/sessions/{id}): every
+# request asks. sandgate lists the spent budgets in input.session.budgets_spent (counters vs budgets, both in
+# input.session). A CONNECT only opens a tunnel: the requests inside it ask.
+ask contains item if {
+	count(budgets_spent) > 0
+	method != "CONNECT"
+	item := {"code": "budget.exceeded", "reason": sprintf("the session spent its %s budget: every request needs approval", [concat(", ", budgets_spent)])}
+}
+
+budgets_spent := [sprintf("%v", [b]) | some b in input.session.budgets_spent] if {
+	is_array(input.session.budgets_spent)
+} else := []
+
 ask contains item if {
 	input.session.frozen == true
 	not reads_only

@@ -215,3 +215,26 @@ test_deny_package_with_malformed_advisories if {
 	d.action == "deny"
 	d.codes == ["package.malicious"]
 }
+
+# -- budgets -------------------------------------------------------------------------------------------------
+
+test_spent_budget_asks_for_every_request if {
+	d := egress.decision with input as inp({}, {"budgets_spent": ["bytes_in"]})
+	d.action == "ask"
+	"budget.exceeded" in d.codes
+	d.reasons == ["the session spent its bytes_in budget: every request needs approval"]
+}
+
+test_spent_budget_leaves_connect_to_the_requests_inside if {
+	d := egress.decision with input as inp({"method": "CONNECT", "path": ""}, {"budgets_spent": ["requests"]})
+	d.action == "allow"
+}
+
+test_no_budget_spent_changes_nothing if {
+	egress.decision.action == "allow" with input as inp({}, {"budgets_spent": [], "budgets": {"requests": 5}, "stats": {"requests": 4}})
+}
+
+test_spent_budget_never_lifts_a_deny if {
+	d := egress.decision with input as inp({"host": "unlisted.test"}, {"budgets_spent": ["requests"]})
+	d.action == "deny"
+}

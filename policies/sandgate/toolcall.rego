@@ -268,6 +268,17 @@ mutation_text := concat("; ", [shown(c) | some i, c in commands; not i in reads]
 	tool_in("shell_tools")
 } else := tool_name
 
+# A budget of the session is spent ([budgets.WORKLOAD], or its own set by PATCH /v1/sessions/{id}): every call
+# asks, reads too. sandgate lists the spent budgets in input.session.budgets_spent.
+ask contains item if {
+	count(budgets_spent) > 0
+	item := {"code": "budget.exceeded", "reason": sprintf("the session spent its %s budget: every tool call needs approval", [concat(", ", budgets_spent)])}
+}
+
+budgets_spent := [sprintf("%v", [b]) | some b in input.session.budgets_spent] if {
+	is_array(input.session.budgets_spent)
+} else := []
+
 # -- sequences in the session's history (input.history: oldest first) -----------------------------------
 
 # History entries are read field by field (`input.history[i].frozen`), never whole: the decision cache then

@@ -353,3 +353,19 @@ test_denial_streak_off if {
 	d := toolcall.decision with input as inp with data.sandgate.config.toolcall.denial_streak as 0
 	d.codes == ["toolcall.write"]
 }
+
+# -- budgets -------------------------------------------------------------------------------------------------
+
+test_spent_budget_asks_even_for_a_read if {
+	spent := object.union(session, {"budgets_spent": ["requests", "toolcalls"]})
+	d := toolcall.decision with input as call("read_file", {"path": "a"}, {"path": path("a", {}), "session": spent})
+	d.action == "ask"
+	"budget.exceeded" in d.codes
+	"the session spent its requests, toolcalls budget: every tool call needs approval" in d.reasons
+}
+
+test_no_budget_spent_reads_are_allowed if {
+	fresh := object.union(session, {"budgets_spent": [], "budgets": {"toolcalls": 3}})
+	d := toolcall.decision with input as call("read_file", {"path": "a"}, {"path": path("a", {}), "session": fresh})
+	d.action == "allow"
+}

@@ -13,10 +13,11 @@ from broker.registry import PlaceholderRegistry
 from gateway.approvals.queue import ApprovalQueue
 from gateway.audit.log import AuditLog
 from gateway.auth.tokens import Revocations, TokenSigner, TokenVerifier
-from gateway.config import ApprovalSettings, EgressSettings, PolicySettings, load_config
+from gateway.config import ApprovalSettings, EgressSettings, PolicySettings, SessionSettings, load_config
 from gateway.egress.aws import AwsSigning
 from gateway.egress.addon import EgressAddon, EgressDeps
 from gateway.egress.hold import HoldAddon
+from gateway.egress.limits import ConnectionLimits, HeldLimits
 from gateway.net.hosts import normalise_host
 from gateway.egress.injection import InjectionAddon
 from gateway.egress.recorder import FlowRecorder
@@ -101,13 +102,14 @@ class EgressAddons:
 
 
 async def egress_addons(stack: AsyncExitStack, services: Services, settings: EgressSettings,
-                        names: dict[str, list[str]]) -> EgressAddons:
+                        names: dict[str, list[str]], limits: SessionSettings = SessionSettings()) -> EgressAddons:
     """The egress addons on `services`, deciding with the shipped policies; `names` is the only DNS there is."""
     engine = make_engine(PolicySettings(isolation="thread", workers=1))
     stack.push_async_callback(engine.close)
     await engine.start()
     services.engine = engine
     recorder = FlowRecorder(services.audit, services.metrics, services.sessions, engine)
+    held = HeldLimits(limits.max_held, settings.max_held_bytes)
     screen = SecretScreen(services.placeholders, services.broker, services.sessions, recorder, services.metrics)
     egress = EgressAddon(EgressDeps(settings=settings, tokens=services.tokens, sessions=services.sessions,
                                     engine=engine, audit=services.audit, metrics=services.metrics,
@@ -115,8 +117,9 @@ async def egress_addons(stack: AsyncExitStack, services: Services, settings: Egr
                                     packages=PackageFirewall(PackageStore(services.store), registries_for(
                                         {"host": h, "ecosystem": e} for h, e in settings.package_registries),
                                         settings.package_max_bytes),
-                                    own_listeners=services.own_listeners))
-    hold = HoldAddon(services.approvals, services.sessions, services.placeholders, recorder, settings)
+                                    own_listeners=services.own_listeners, held=held,
+                                    connections=ConnectionLimits(limits.max_connections)))
+    hold = HoldAddon(services.approvals, services.sessions, services.placeholders, recorder, settings, held)
     injection = InjectionAddon(services.broker, services.placeholders, screen, recorder, services.metrics,
                                AwsSigning(services.broker, settings.inspect_max_bytes))
     return EgressAddons(egress, hold, injection)
