@@ -389,6 +389,10 @@ class EgressAddon:
     def websocket_message(self, flow: http.HTTPFlow) -> None:
         """WebSocket frames after an allowed upgrade pass only while the session lives (injection.py screens
         their content)."""
+        # mitmproxy keeps every message of the connection in this list; every addon reads only the newest (this
+        # hook is the first of those that read it): the earlier ones go, or a long WebSocket grows without end.
+        if flow.websocket is not None:
+            del flow.websocket.messages[:-1]
         st = flow_state(flow)
         if st is None or flow.websocket is None or not flow.websocket.messages:
             return

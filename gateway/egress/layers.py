@@ -7,14 +7,18 @@ refusals, and records raw-TCP and passthrough tunnels as audit rows of kind `tcp
 from __future__ import annotations
 
 import logging
+import time
 import weakref
 from dataclasses import dataclass
 from typing import Callable, Protocol, Sequence
 
+import wsproto.events
 from mitmproxy import connection, tcp
+from wsproto.connection import ConnectionState
 from mitmproxy.proxy import commands, layer, layers
 from mitmproxy.proxy.context import Context
 from mitmproxy.proxy.layers import modes
+from mitmproxy.proxy.layers import websocket as websocket_layers
 from mitmproxy.proxy.layers.http import ErrorCode, HttpStream, HTTPMode, ResponseProtocolError
 from mitmproxy.proxy.layers.http._upstream_proxy import HttpUpstreamProxy
 
@@ -54,6 +58,43 @@ class GuardedHttpLayer(layers.HttpLayer):
             event = ResponseProtocolError(event.stream_id, f"sandgate: the upstream's answer could not be relayed "
                                           f"({event.code.name.lower()})", event.code)
         yield from super().event_to_child(child, event)
+
+
+MAX_WEBSOCKET_MESSAGE_BYTES = 16 * 1024 * 1024
+
+
+class CappedWebsocketLayer(websocket_layers.WebsocketLayer):
+    """mitmproxy's WebSocket layer, except that a message, which it assembles from its frames in memory (so that
+    it can be screened and scrubbed whole), may not grow past `max_message` bytes: the connection is closed
+    with 1009 (message too big) instead. mitmproxy has no such bound: one endless message would exhaust memory."""
+
+    max_message = MAX_WEBSOCKET_MESSAGE_BYTES
+
+    def relay_messages(self, event):  # type: ignore[override]
+        yield from super().relay_messages(event)
+        if self._handle_event == self.done:
+            return
+        if any(sum(map(len, ws.frame_buf)) > self.max_message for ws in (self.client_ws, self.server_ws)):
+            assert self.flow.websocket is not None
+            self.flow.websocket.close_code = 1009
+            self.flow.websocket.close_reason = "message too big"
+            self.flow.websocket.timestamp_end = time.time()
+            yield commands.Log(f"sandgate: a WebSocket message passed {self.max_message} bytes: connection closed",
+                               logging.WARNING)
+            for ws in (self.server_ws, self.client_ws):
+                ws.frame_buf = [b""]
+                if ws.state in {ConnectionState.OPEN, ConnectionState.REMOTE_CLOSING}:
+                    yield ws.send2(wsproto.events.CloseConnection(code=1009, reason="message too big"))
+                yield commands.CloseConnection(ws.conn)
+            yield websocket_layers.WebsocketEndHook(self.flow)
+            self.flow.live = False
+            self._handle_event = self.done
+
+
+def install_websocket_cap() -> None:
+    """Make mitmproxy's HTTP layer build `CappedWebsocketLayer` for every WebSocket (it looks the class up in
+    its `websocket` module when a 101 arrives). Idempotent."""
+    websocket_layers.WebsocketLayer = CappedWebsocketLayer
 
 
 def stack_level(context: Context) -> Level:

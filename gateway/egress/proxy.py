@@ -10,6 +10,7 @@ from mitmproxy.options import Options
 from mitmproxy.tools.dump import DumpMaster
 
 from gateway.egress.dispatch import HookTable
+from gateway.egress.layers import install_websocket_cap
 from gateway.egress.tls import write_upstream_bundle
 
 
@@ -88,6 +89,7 @@ def build_master(addons: Sequence[object], settings: MasterSettings) -> tuple[Du
     )
     master.addons.remove(master.addons.get("nextlayer"))
     drop_inert_addons(master)
+    install_websocket_cap()                 # a WebSocket message is bounded in memory (layers.py)
     ready = Ready()
     master.addons.add(ready, *addons)
     return master, ready
