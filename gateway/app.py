@@ -271,7 +271,8 @@ async def open_gateway(cfg: Config, stack: AsyncExitStack, worker: bool = False,
     await broker.load_local_specs()
     placeholders = PlaceholderRegistry()
     approvals = ApprovalQueue(store, audit, metrics, cfg.approvals, feed, max_pending=cfg.sessions.max_pending_approvals)
-    sessions = SessionRegistry(store, SessionCache(), placeholders, audit, approvals, feed, budgets=cfg.budgets)
+    sessions = SessionRegistry(store, SessionCache(), placeholders, audit, approvals, feed, budgets=cfg.budgets,
+                               lifetimes=(cfg.sessions.max_lifetime_s, cfg.sessions.ephemeral_max_lifetime_s))
     await sessions.load()
     stack.push_async_callback(_last_counts, sessions)      # after the proxy and the API have stopped
     policy_revisions = PolicyRevisions(engine, feed)

@@ -14,7 +14,7 @@ from gateway.api.state import BROKER, PROXY, SESSIONS, SIGNER, TOKENS, Transpare
 from gateway.api.timefmt import rfc3339
 from gateway.sessions.budgets import parse_own
 from gateway.sessions.database import database_url, make_verifier, new_password
-from gateway.sessions.spec import (MAX_TTL_S, BadRequest, build_env, owns, parse_session_spec, parse_source,
+from gateway.sessions.spec import (BadRequest, build_env, owns, parse_session_spec, parse_source,
                                   renewed_expiry, session_status)
 from gateway.sessions.registry import SessionRegistry, SourceInUse
 
@@ -40,7 +40,8 @@ async def create_session(request: web.Request) -> web.Response:
     proxy = request.app[PROXY]
     sessions = request.app[SESSIONS]
     try:
-        spec = parse_session_spec(body, broker.specs, proxy.postgres.env_names if proxy.postgres else ())
+        spec = parse_session_spec(body, broker.specs, proxy.postgres.env_names if proxy.postgres else (),
+                                  sessions.lifetimes)
         check_session_secrets(spec.secrets, broker.specs)
         source = _source(body, proxy.transparent)
     except ValueError as exc:                      # BadRequest included
@@ -54,9 +55,11 @@ async def create_session(request: web.Request) -> web.Response:
     db_login = {"scram": (await asyncio.to_thread(make_verifier, db_password)).to_json()} if spec.databases else None
     stored = await sessions.create(spec, placeholders, principal.ident, now, db_login=db_login)
     sid = stored["id"]
-    # The token lives as long as the session could be renewed (PATCH ttl_s); the session row decides liveness
-    # on every request, so an ended or expired session's token is refused at once.
-    token = request.app[SIGNER].mint("session", sid, MAX_TTL_S, session_id=sid, workload=spec.workload, now=now)
+    # The token lives as long as the session could be renewed (PATCH ttl_s: its lifetime ceiling, none by default
+    # for a persistent session); the session row decides liveness on every request, so an ended or expired
+    # session's token is refused at once.
+    token = request.app[SIGNER].mint("session", sid, sessions.ceiling(spec.workload), session_id=sid,
+                                     workload=spec.workload, now=now)
     extra: dict = {}
     if source is not None and proxy.transparent is not None:
         try:
@@ -116,7 +119,8 @@ async def patch_session(request: web.Request) -> web.Response:
     values: dict = {}
     if "ttl_s" in body:
         try:
-            values["expires_at"] = renewed_expiry(row, body["ttl_s"], time.time())
+            values["expires_at"] = renewed_expiry(row, body["ttl_s"], time.time(),
+                                                  request.app[SESSIONS].ceiling(row["workload"]))
         except BadRequest as exc:
             raise ApiError(400, "bad_request", str(exc)) from None
     if "frozen" in body:

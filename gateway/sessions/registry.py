@@ -24,7 +24,7 @@ from gateway.auth.tokens import Principal
 from gateway.store.changes import Change, ChangeFeed, LocalChangeFeed
 from gateway.sessions import budgets as budget_rules
 from gateway.sessions.memory import SessionMemory
-from gateway.sessions.spec import STAT_KEYS, SessionSpec, new_session_id, session_status, sum_stats
+from gateway.sessions.spec import STAT_KEYS, SessionSpec, lifetime_ceiling, new_session_id, session_status, sum_stats
 from gateway.store import Store
 from gateway.store.models import SessionRow
 from gateway.toolcalls.history import HISTORY_SIZE, MAX_SESSION_PATHS
@@ -124,8 +124,9 @@ class SourceBindings:
 class SessionRegistry:
     def __init__(self, store: Store, cache: SessionCache, placeholders: PlaceholderRegistry, audit: AuditLog,
                  approvals: ApprovalQueue, feed: ChangeFeed | None = None,
-                 budgets: Mapping[str, Mapping[str, int]] | None = None):
+                 budgets: Mapping[str, Mapping[str, int]] | None = None, lifetimes: tuple[int, int] = (0, 86400)):
         self._store = store
+        self.lifetimes = lifetimes              # (sessions.max_lifetime_s, sessions.ephemeral_max_lifetime_s)
         self._budgets = budgets or {}           # `[budgets.WORKLOAD]`: workload -> {key: limit}
         self._denials = budget_rules.DenialWindow()
         self._feed: ChangeFeed = feed if feed is not None else LocalChangeFeed()
@@ -285,6 +286,10 @@ class SessionRegistry:
 
     def count(self, sid: str, **deltas: int) -> None:
         self._cache.count(sid, **deltas)
+
+    def ceiling(self, workload: str) -> int:
+        """How long a session of `workload` may live from its creation (spec.lifetime_ceiling)."""
+        return lifetime_ceiling(workload, *self.lifetimes)
 
     def budgets_of(self, row: Mapping[str, Any]) -> dict[str, int]:
         """The session's budgets: its own where set, else its workload's (0 = none)."""

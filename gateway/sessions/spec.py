@@ -13,7 +13,17 @@ from gateway.net.hosts import parse_allow_entry
 
 WORKLOADS = {"ephemeral": 3600, "persistent": 7 * 24 * 3600}
 STAT_KEYS = ("requests", "denied", "asked", "bytes_out", "bytes_in", "toolcalls")
-MAX_TTL_S = 30 * 24 * 3600
+# The longest a session may live from its creation, when nothing sets a ceiling (`sessions.max_lifetime_s = 0`,
+# the default for persistent sessions): about a century, so in practice the harness renews it for as long as it
+# wants; the session token's `exp` is that ceiling, and the token dies with the session row before.
+MAX_TTL_S = 100 * 365 * 24 * 3600
+
+
+def lifetime_ceiling(workload: str, max_lifetime_s: int = 0, ephemeral_max_lifetime_s: int = 86400) -> int:
+    """How long a session of `workload` may live from its creation, in seconds: `sessions.ephemeral_max_lifetime_s`
+    for ephemeral sessions, `sessions.max_lifetime_s` for persistent ones (0 = no ceiling: MAX_TTL_S)."""
+    ceiling = ephemeral_max_lifetime_s if workload == "ephemeral" else max_lifetime_s
+    return min(int(ceiling), MAX_TTL_S) if ceiling else MAX_TTL_S
 
 
 def sum_stats(*parts: Mapping[str, int] | None) -> dict[str, int]:
@@ -39,7 +49,8 @@ class SessionSpec:
 
 
 def parse_session_spec(body: Any, known_secrets: Mapping[str, Any],
-                       known_databases: Collection[str] = ()) -> SessionSpec:
+                       known_databases: Collection[str] = (), lifetimes: tuple[int, int] = (0, 86400)) -> SessionSpec:
+    """`lifetimes`: (`sessions.max_lifetime_s`, `sessions.ephemeral_max_lifetime_s`)."""
     if not isinstance(body, dict):
         raise BadRequest("body must be a JSON object")
     workload = body.get("workload", "ephemeral")
@@ -68,9 +79,10 @@ def parse_session_spec(body: Any, known_secrets: Mapping[str, Any],
     if unknown:
         raise BadRequest(f"unknown databases: {', '.join(sorted(unknown))}"
                          + ("" if known_databases else " (this sandgate has no PostgreSQL gateway configured)"))
-    ttl = body.get("ttl_s", WORKLOADS[workload])
-    if not isinstance(ttl, int) or isinstance(ttl, bool) or not 0 < ttl <= MAX_TTL_S:
-        raise BadRequest(f"ttl_s must be an integer between 1 and {MAX_TTL_S}")
+    ceiling = lifetime_ceiling(workload, *lifetimes)
+    ttl = body.get("ttl_s", min(WORKLOADS[workload], ceiling))
+    if not isinstance(ttl, int) or isinstance(ttl, bool) or not 0 < ttl <= ceiling:
+        raise BadRequest(f"ttl_s must be an integer between 1 and {ceiling} (a {workload} session's lifetime)")
     workspace = body.get("workspace", "/workspace")
     ca_path = body.get("ca_path", "/etc/sandgate/ca.pem")
     for key, val in (("workspace", workspace), ("ca_path", ca_path)):
@@ -100,15 +112,15 @@ def parse_source(value: Any, networks: Sequence[IPNetwork]) -> str:
     return str(addr)
 
 
-def renewed_expiry(row: Mapping[str, Any], ttl_s: Any, now: float) -> float:
-    """The new `expires_at` for a renewal (PATCH `ttl_s`): `now + ttl_s`, never past `created_at + MAX_TTL_S`
-    (the session token's own expiry)."""
+def renewed_expiry(row: Mapping[str, Any], ttl_s: Any, now: float, ceiling_s: int = MAX_TTL_S) -> float:
+    """The new `expires_at` for a renewal (PATCH `ttl_s`): `now + ttl_s`, never past `created_at + ceiling_s`
+    (`lifetime_ceiling`: the session token's own expiry)."""
     if not isinstance(ttl_s, int) or isinstance(ttl_s, bool) or ttl_s <= 0:
         raise BadRequest("ttl_s must be a positive integer")
-    limit = float(row["created_at"]) + MAX_TTL_S
+    limit = float(row["created_at"]) + ceiling_s
     if now + ttl_s > limit:
-        raise BadRequest(f"a session lives at most {MAX_TTL_S} s from its creation; ttl_s may be at most "
-                         f"{max(0, int(limit - now))} now")
+        raise BadRequest(f"a session lives at most {ceiling_s} s from its creation (sessions.max_lifetime_s, "
+                         f"sessions.ephemeral_max_lifetime_s); ttl_s may be at most {max(0, int(limit - now))} now")
     return now + ttl_s
 
 
