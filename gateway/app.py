@@ -16,11 +16,11 @@ import socket
 import ssl
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
-from typing import Any, Coroutine
+from typing import Any, Awaitable, Callable, Coroutine
 
 from aiohttp import web
 
-from broker.backends import CachedResolver, LocalBackend, VaultBackend, parse_source
+from broker.backends import CachedResolver, EnvBackend, LocalBackend, VaultBackend, parse_source
 from broker.broker import Broker
 from broker.registry import PlaceholderRegistry
 from gateway.api.state import ApiServices, PageSettings, PostgresEndpoint, ProxyEndpoint, TransparentEndpoint
@@ -49,6 +49,7 @@ from gateway.egress.token_transport import VettedTransport, tls_context
 from gateway.egress.oauth_retry import OAuth2RetryAddon
 from gateway.egress.tls import write_upstream_bundle
 from gateway.net.addresses import AddressVerdict, vet_addresses
+from gateway.net.upstream_proxy import basic_credentials
 from gateway.gates.toolcall import ToolCallGate
 from gateway.egress.packages import PackageIndexAddon
 from gateway.packages.firewall import PackageFirewall
@@ -188,14 +189,24 @@ async def _last_counts(sessions: SessionRegistry) -> None:
                   str(exc) or type(exc).__name__)
 
 
-def _operator_secrets(broker: Broker, sources: list[str], cfg: Config) -> CachedResolver:
-    """A reader of secret sources the operator configured outside `[secrets]` (the upstream proxy's credentials),
-    with a Vault backend of its own when only these use Vault."""
-    backends = dict(broker.resolver.backends)
-    kinds = {parse_source(s).kind for s in sources if s}
-    if "vault" in kinds and "vault" not in backends:
+def _operator_secrets(sources: list[str], cfg: Config) -> CachedResolver:
+    """A reader of secret sources the operator configured outside `[secrets]` (the upstream proxy's credentials):
+    the local store and the environment, Vault when these use it."""
+    backends: dict[str, Any] = {"local": LocalBackend(cfg.data_dir), "env": EnvBackend()}
+    if "vault" in {parse_source(s).kind for s in sources if s}:
         backends["vault"] = VaultBackend.from_config(cfg.broker.vault.as_mapping())
     return CachedResolver(backends, ttl_s=cfg.broker.cache_ttl_s)
+
+
+def _proxy_auth(cfg: Config, reader: CachedResolver | None) -> Callable[[], Awaitable[str | None]] | None:
+    """The Proxy-Authorization value for sandgate's own requests through the upstream proxy."""
+    proxy = cfg.egress.upstream_proxy
+    if proxy is None or reader is None or not proxy.user:
+        return None
+
+    async def auth() -> str | None:
+        return basic_credentials(await reader.get(proxy.user), await reader.get(proxy.password))
+    return auth
 
 
 def _upstream_tls(cfg: Config) -> ssl.SSLContext:
@@ -203,13 +214,14 @@ def _upstream_tls(cfg: Config) -> ssl.SSLContext:
     return tls_context(str(write_upstream_bundle(cfg.data_dir, cfg.egress.upstream_ca)))
 
 
-def _token_transport(cfg: Config, resolver: Resolver, own_listeners: list[tuple[str, int]]):
+def _token_transport(cfg: Config, resolver: Resolver, own_listeners: list[tuple[str, int]],
+                     proxy_auth: Callable[[], Awaitable[str | None]] | None):
     """What sandgate's OAuth2 client dials token endpoints with: names resolved and vetted as egress does."""
     tls = _upstream_tls(cfg)
 
     def vet(addresses: list[str], port: int) -> AddressVerdict:
         return vet_addresses(addresses, port, private_allow=cfg.egress.private_allow, own_listeners=own_listeners)
-    return lambda: VettedTransport(resolver, vet, tls)
+    return lambda: VettedTransport(resolver, vet, tls, proxy=cfg.egress.upstream_proxy, proxy_auth=proxy_auth)
 
 
 def _token_state(cfg: Config, store: Store) -> StoreTokenState | None:
@@ -264,9 +276,12 @@ async def open_gateway(cfg: Config, stack: AsyncExitStack, worker: bool = False,
     engine.watch()
     dial_resolver = _resolver(cfg, resolver)
     own_listeners: list[tuple[str, int]] = []        # filled below, once both listeners are bound
+    up = cfg.egress.upstream_proxy
+    proxy_secrets = _operator_secrets([up.user, up.password], cfg) if up is not None else None
     broker = Broker.from_specs(cfg.broker.secrets, cfg.broker.vault.as_mapping(), cfg.data_dir,
                                normalise_host=normalise_host, cache_ttl_s=cfg.broker.cache_ttl_s,
-                               oauth2_transport=_token_transport(cfg, dial_resolver, own_listeners),
+                               oauth2_transport=_token_transport(cfg, dial_resolver, own_listeners,
+                                                                 _proxy_auth(cfg, proxy_secrets)),
                                token_state=_token_state(cfg, store))
     await broker.load_local_specs()
     placeholders = PlaceholderRegistry()
@@ -303,12 +318,11 @@ async def open_gateway(cfg: Config, stack: AsyncExitStack, worker: bool = False,
     if broker.oauth2 is not None:
         # before the credential addon: the answer the sandbox gets (the retry's or the 401) is scrubbed like any
         addons.insert(-1, OAuth2RetryAddon(broker.oauth2, dial_resolver, egress.vet, _upstream_tls(cfg), recorder,
-                                           cfg.egress.inspect_max_bytes, cfg.egress.upstream_proxy))
+                                           cfg.egress.inspect_max_bytes, cfg.egress.upstream_proxy,
+                                           _proxy_auth(cfg, proxy_secrets)))
     if cfg.egress.upstream_proxy is not None:
         # last: the proxy is handed requests already decided, vetted and injected
-        addons.append(UpstreamProxyAddon(cfg.egress.upstream_proxy, _operator_secrets(
-            broker, [cfg.egress.upstream_proxy.user, cfg.egress.upstream_proxy.password], cfg),
-            egress.check_address, recorder))
+        addons.append(UpstreamProxyAddon(cfg.egress.upstream_proxy, proxy_secrets, egress.check_address, recorder))
     transparent = cfg.proxy.transparent
     dns: DnsServer | None = None
     dns_addr: tuple[str, int] | None = None

@@ -5,13 +5,13 @@ Registered before the credential addon (injection.py), so that the response the 
 the 401 — is scrubbed like any other. The retry goes to the same destination, dialled at a vetted address (the
 egress address check, token_transport.VettedTransport), with the request exactly as it left except the new token.
 Its answer is held (capped at inspect_max_bytes); a larger one is 502 `secret.retry_too_large`. With an upstream
-proxy in the way the 401 is passed on instead (the retry would not go through the proxy).
+proxy the retry goes through it as the request did.
 """
 from __future__ import annotations
 
 import logging
 import ssl
-from typing import Callable, Protocol
+from typing import Awaitable, Callable, Protocol
 
 import httpx2 as httpx
 from mitmproxy import http
@@ -22,7 +22,7 @@ from gateway.egress.flows import FlowState, flow_state
 from gateway.egress.resolver import Resolver
 from gateway.egress.token_transport import VettedTransport
 from gateway.net.addresses import AddressVerdict
-from gateway.net.upstream_proxy import UpstreamProxy, bypassed
+from gateway.net.upstream_proxy import UpstreamProxy
 
 log = logging.getLogger("sandgate.broker")
 
@@ -52,7 +52,8 @@ def replayable(request: http.Request) -> bool:
 
 class OAuth2RetryAddon:
     def __init__(self, tokens: OAuth2Tokens, resolver: Resolver, vet: Callable[[list[str], int], AddressVerdict],
-                 tls: ssl.SSLContext, recorder: Recorder, max_bytes: int, proxy: UpstreamProxy | None):
+                 tls: ssl.SSLContext, recorder: Recorder, max_bytes: int, proxy: UpstreamProxy | None,
+                 proxy_auth: Callable[[], Awaitable[str | None]] | None):
         self.tokens = tokens
         self.resolver = resolver
         self.vet = vet
@@ -60,6 +61,7 @@ class OAuth2RetryAddon:
         self.recorder = recorder
         self.max_bytes = max_bytes
         self.proxy = proxy
+        self.proxy_auth = proxy_auth
 
     def deny(self, flow: http.HTTPFlow, code: str, reason: str, status: int = 403) -> None:
         """Answer `status` instead of the 401, whose body mitmproxy still reads (and this drops)."""
@@ -84,8 +86,7 @@ class OAuth2RetryAddon:
             return
         for name, token in used:
             self.tokens.invalidate(name, token)          # refused upstream: never used again
-        if not replayable(flow.request) or (self.proxy is not None and not bypassed(
-                self.proxy, flow.request.host, flow.request.port)):
+        if not replayable(flow.request):
             return
         try:
             fresh = {token: await self.tokens.token(name) for name, token in used}
@@ -121,7 +122,7 @@ class OAuth2RetryAddon:
 
     async def send(self, request: http.Request) -> tuple[int, list[tuple[str, str]], bytes] | None:
         transport = VettedTransport(self.resolver, self.vet, self.tls, max_bytes=self.max_bytes + 1,
-                                    truncate=True)
+                                    truncate=True, proxy=self.proxy, proxy_auth=self.proxy_auth)
         headers = [(k, v) for k, v in request.headers.items(multi=True) if k.lower() not in HOP_BY_HOP]
         try:
             async with httpx.AsyncClient(transport=transport, timeout=RETRY_TIMEOUT_S, trust_env=False,

@@ -209,3 +209,38 @@ def test_a_streamed_cleartext_upload_goes_through_the_proxy(env):
     assert resp.status_code == 200
     assert [(a.method, a.target) for a in proxy.log.asked] == [("POST", f"http://127.0.0.1:{plain.port}/upload")]
     assert plain.recorder.requests[-1].body == body
+
+
+def test_sandgates_own_requests_go_through_the_proxy_too(tmp_path):
+    """The OAuth2 token endpoint and the retry after a 401 are sandgate's own requests: through the proxy as well,
+    by CONNECT to the vetted address, with the proxy's credentials; nothing secret crosses it in the clear."""
+    from tests.support.oauth_server import OAuthServer
+
+    cert = make_cert(tmp_path / "certs", ["auth.test", "api.test"])
+    with OAuthServer(cert, "cid", "cs-" + "Z" * 24, lifetime_s=60) as auth, \
+            ForwardProxy({}, PROXY_USER, PROXY_PASS) as proxy:
+        cfg = {"egress": {**LOOPBACK_CONFIG["egress"], "upstream_ca": cert.cert,
+                          "resolve": {"auth.test": ["127.0.0.1"], "api.test": ["127.0.0.1"]},
+                          "upstream_proxy": proxy.url, "upstream_proxy_user": "env:SG_PROXY_USER",
+                          "upstream_proxy_password": "env:SG_PROXY_PASS"},
+               "secrets": {"crm": {"kind": "oauth2", "token_url": f"https://auth.test:{auth.port}/token",
+                                   "client_id": "env:SG_CID", "client_secret": "env:SG_CS", "hosts": ["api.test"]}}}
+        env = {"SG_PROXY_USER": PROXY_USER, "SG_PROXY_PASS": PROXY_PASS, "SG_CID": "cid", "SG_CS": "cs-" + "Z" * 24}
+        with Sandgate(tmp_path / "gw", cfg, env=env) as sg:
+            sess = sg.session(allow=["api.test"], secrets=["crm"])
+            ph = sess["env"]["CRM"]
+            url = f"https://api.test:{auth.port}/api/x"
+            kw = {"headers": {"Authorization": f"Bearer {ph}"}, "proxies": sess["proxies"],
+                  "verify": sess["ca_file"], "timeout": 20}
+            assert requests.get(url, **kw).status_code == 200
+            auth.state.expire_access_tokens()                   # the next call gets a 401, then is retried
+            assert requests.get(url, **kw).status_code == 200
+        assert auth.state.grants == ["client_credentials"] * 2 and auth.state.api_status[-2:] == [401, 200]
+        # token endpoint, API, token endpoint again, the retry: every one a CONNECT to the vetted address, with
+        # the proxy's credentials (the API's first tunnel carries the 401 and stays open)
+        targets = [(a.method, a.target) for a in proxy.log.asked]
+        assert set(targets) == {("CONNECT", f"127.0.0.1:{auth.port}")} and len(targets) >= 3
+        assert all(a.headers["proxy-authorization"] == basic() for a in proxy.log.asked)
+        relayed = bytes(proxy.log.relayed)
+        for secret in ["cs-" + "Z" * 24, ph, *auth.state.access]:
+            assert secret.encode() not in relayed
