@@ -1,4 +1,12 @@
-"""SQL text -> the statement kinds it runs (`describe_sql`), for the tool-call policy. Pure; parsed with sqlglot."""
+"""SQL text -> what it does (`describe_sql`), for the tool-call policy. Pure.
+
+PostgreSQL's SQL is read with PostgreSQL's own grammar (pglast, gateway/toolcalls/sqlpg.py) when the dialect is
+PostgreSQL's, or is not given and pglast parses the text; every other dialect with sqlglot. Both give one facts
+object: `parsed`, `kinds` (statement kinds: SELECT, INSERT, DROP, ...), `unbounded` (UPDATE / DELETE whose WHERE
+does not bound the rows), `kind` (read | session | write | delete | other: the least safe statement's class),
+`functions` (every function called), `settings` (what SET changes), `unsafe` (what made a statement `other`),
+`dialect`. The policy checks `functions` against `sql_safe_functions` and `settings` against `sql_safe_settings`.
+"""
 from __future__ import annotations
 
 import logging
@@ -8,6 +16,8 @@ from typing import Any
 import sqlglot
 from sqlglot import exp
 from sqlglot.errors import ErrorLevel
+
+from gateway.toolcalls.sqlpg import CLASSES, classify_pg
 
 MAX_SQL_LENGTH = 100_000
 logging.getLogger("sqlglot").setLevel(logging.ERROR)   # "falling back to parsing as a Command" per statement
@@ -23,6 +33,14 @@ _SQL_KINDS = {
 _SQL_WRITE_NODES = ("Insert", "Update", "Delete", "Drop", "TruncateTable", "Alter", "Create", "Grant", "Revoke",
                     "Merge", "Copy", "Command")
 _SQL_DIALECTS = (None, "postgres", "mysql", "sqlite")
+POSTGRES_DIALECTS = frozenset(("postgres", "postgresql", "pg", "psql"))
+_RANK = {c: i for i, c in enumerate(CLASSES)}
+_UNPARSED = {"parsed": False, "kinds": [], "unbounded": [], "kind": "other", "functions": [], "settings": [],
+             "unsafe": []}
+# sqlglot function nodes that are syntax in PostgreSQL, not function calls
+_SYNTAX = frozenset(("Cast", "TryCast", "Case", "If", "Coalesce", "Nullif", "Greatest", "Least", "CurrentDate",
+                     "CurrentTime", "CurrentTimestamp", "CurrentUser", "Extract", "Array", "Struct", "Bracket",
+                     "Collate", "Exists", "Convert", "Interval", "Count", "Min", "Max", "Sum", "Avg", "Any", "All"))
 
 
 _PROGRAM = re.compile(r"\bPROGRAM\s+(?:E?'((?:[^']|'')*)'|\$\$(.*?)\$\$)", re.I | re.S)
@@ -32,12 +50,15 @@ _FILE_WRITES = re.compile(r"\bINTO\s+(?:OUTFILE|DUMPFILE)\s+'([^']*)'|\bCOPY\b[^
 
 
 def describe_sql(query: str, dialect: str | None = None) -> dict:
-    """{"parsed": bool, "kinds": [...], "unbounded": [...]}: statement kinds (SELECT, INSERT, DROP, ...) plus
-    write kinds nested anywhere (a DELETE in a CTE, a DROP COLUMN in an ALTER); `unbounded` lists DELETE and
-    UPDATE statements without a WHERE clause. Unparseable or empty SQL -> parsed false."""
+    """The SQL facts of `query` (see the module doc). Unparseable or empty SQL -> parsed false, kind other."""
     if not isinstance(query, str) or len(query) > MAX_SQL_LENGTH:
-        return {"parsed": False, "kinds": [], "unbounded": []}
-    for read in ((dialect,) if dialect else ()) + _SQL_DIALECTS:
+        return dict(_UNPARSED)
+    name = dialect.strip().lower() if isinstance(dialect, str) and dialect.strip() else None
+    if name is None or name in POSTGRES_DIALECTS:
+        facts = classify_pg(query)
+        if facts is not None or name is not None:
+            return facts or dict(_UNPARSED, dialect="postgres")
+    for read in ((name,) if name else ()) + _SQL_DIALECTS:
         try:
             # IMMEDIATE, never RAISE: with RAISE sqlglot parses on after an error and loops forever on a malformed
             # COPY ("COPY #"), gathering error texts until the process is out of memory.
@@ -47,8 +68,9 @@ def describe_sql(query: str, dialect: str | None = None) -> dict:
         except Exception:  # noqa: BLE001 - sqlglot raises several error types (and ValueError for dialects)
             continue
         if statements and kinds is not None:
-            return {"parsed": True, "kinds": kinds, "unbounded": _unbounded(statements)}
-    return {"parsed": False, "kinds": [], "unbounded": []}
+            return {"parsed": True, "dialect": read or "sql", "kinds": kinds, "unbounded": _unbounded(statements),
+                    **_classes(statements)}
+    return dict(_UNPARSED)
 
 
 def sql_side_effects(query: str) -> tuple[list[str], list[str]]:
@@ -66,11 +88,162 @@ def _unbounded(statements: list) -> list[str]:
     out: list[str] = []
     for stmt in statements:
         for node in stmt.walk():
-            where = node.args.get("where") if isinstance(node, (exp.Delete, exp.Update)) else None
-            # no WHERE, or one that names no column (WHERE 1=1, WHERE true): every row
-            if isinstance(node, (exp.Delete, exp.Update)) and (where is None or where.find(exp.Column) is None):
+            if isinstance(node, (exp.Delete, exp.Update)) and trivially_true(node.args.get("where")):
                 out.append("DELETE" if isinstance(node, exp.Delete) else "UPDATE")
     return list(dict.fromkeys(out))
+
+
+def trivially_true(where: exp.Expression | None) -> bool:
+    """sqlglot's reading of a WHERE that does not bound the rows (gateway/toolcalls/sqlpg.py for PostgreSQL's)."""
+    if isinstance(where, exp.Where):
+        where = where.this
+    if where is None or where.find(exp.Column) is None:
+        return True
+    return _glot_true(where)
+
+
+def _glot_true(node: exp.Expression) -> bool:
+    while isinstance(node, exp.Paren):
+        node = node.this
+    if node.find(exp.Column) is None:
+        return not (isinstance(node, exp.Boolean) and not node.this) and not isinstance(node, exp.Null)
+    if isinstance(node, exp.Or):
+        arms = _flatten(node, exp.Or)
+        return any(_glot_true(a) for a in arms) or _glot_covering(arms)
+    if isinstance(node, exp.And):
+        return all(_glot_true(a) for a in _flatten(node, exp.And))
+    if isinstance(node, exp.Not):
+        return _glot_false(node.this)
+    if isinstance(node, (exp.EQ, exp.GTE, exp.LTE, exp.NullSafeEQ)):
+        return node.this == node.expression
+    if isinstance(node, (exp.Like, exp.ILike)):
+        pattern = node.expression
+        return isinstance(pattern, exp.Literal) and pattern.is_string and set(pattern.this) == {"%"}
+    if isinstance(node, exp.Case):
+        results = [w.args.get("true") for w in node.args.get("ifs") or []] + [node.args.get("default")]
+        return all(r is not None and _glot_true(r) for r in results)
+    return False
+
+
+def _glot_false(node: exp.Expression) -> bool:
+    while isinstance(node, exp.Paren):
+        node = node.this
+    if node.find(exp.Column) is None:
+        return (isinstance(node, exp.Boolean) and not node.this) or isinstance(node, exp.Null)
+    if isinstance(node, exp.Not):
+        return _glot_true(node.this)
+    if isinstance(node, exp.And):
+        return any(_glot_false(a) for a in _flatten(node, exp.And))
+    if isinstance(node, exp.Or):
+        return all(_glot_false(a) for a in _flatten(node, exp.Or))
+    if isinstance(node, (exp.NEQ, exp.GT, exp.LT, exp.NullSafeNEQ)):
+        return node.this == node.expression
+    return False
+
+
+def _flatten(node: exp.Expression, kind: type) -> list:
+    while isinstance(node, exp.Paren):
+        node = node.this
+    if isinstance(node, kind):
+        return _flatten(node.this, kind) + _flatten(node.expression, kind)
+    return [node]
+
+
+_GLOT_ORDER = {exp.LT: {"lt"}, exp.LTE: {"lt", "eq"}, exp.EQ: {"eq"}, exp.GTE: {"gt", "eq"}, exp.GT: {"gt"},
+               exp.NEQ: {"lt", "gt"}}
+_GLOT_FLIP = {exp.LT: exp.GT, exp.GT: exp.LT, exp.LTE: exp.GTE, exp.GTE: exp.LTE, exp.EQ: exp.EQ, exp.NEQ: exp.NEQ}
+
+
+def _glot_covering(arms: list) -> bool:
+    """`p OR NOT p`, `x IS NULL OR x IS NOT NULL`, comparisons of one pair covering <, = and >."""
+    plain = {a.sql() for a in arms if not isinstance(a, exp.Not)}
+    if any(isinstance(a, exp.Not) and a.this.sql() in plain for a in arms):
+        return True
+    if any(isinstance(a, exp.Not) and isinstance(a.this, exp.Paren) and a.this.this.sql() in plain for a in arms):
+        return True
+    order: dict[tuple[str, str], set] = {}
+    for arm in arms:
+        if type(arm) in _GLOT_ORDER:
+            left, right, op = arm.this.sql(), arm.expression.sql(), type(arm)
+            if (right, left) in order and (left, right) not in order:
+                left, right, op = right, left, _GLOT_FLIP[op]
+            order.setdefault((left, right), set()).update(_GLOT_ORDER[op])
+    return any(got >= {"lt", "eq", "gt"} for got in order.values())
+
+
+def _classes(statements: list) -> dict:
+    """sqlglot's reading of the statements' classes, functions and settings (sqlpg.py's for PostgreSQL)."""
+    classes: list[str] = []
+    functions: list[str] = []
+    settings: list[str] = []
+    unsafe: list[str] = []
+    for stmt in statements:
+        cls = _glot_class(stmt, settings, unsafe)
+        for node in stmt.walk():
+            if isinstance(node, exp.Func) and type(node).__name__ not in _SYNTAX \
+                    and not isinstance(node, (exp.Binary, exp.Connector, exp.Unary, exp.Predicate)):
+                functions.append((node.name if isinstance(node, exp.Anonymous) else node.sql_name()).lower())
+            if node is not stmt and isinstance(node, (exp.Insert, exp.Update, exp.Delete, exp.Merge)):
+                inner = _glot_class(node, settings, unsafe)
+                cls = inner if _RANK[inner] > _RANK[cls] else cls
+        classes.append(cls)
+    kind = max(classes, key=_RANK.__getitem__) if classes else "other"
+    return {"kind": kind, "functions": list(dict.fromkeys(f for f in functions if f)),
+            "settings": list(dict.fromkeys(settings)), "unsafe": list(dict.fromkeys(unsafe))}
+
+
+def _glot_class(stmt: exp.Expression, settings: list, unsafe: list) -> str:
+    if isinstance(stmt, exp.Query):
+        if stmt.find(exp.Into) is not None:
+            unsafe.append("SELECT INTO")
+            return "other"
+        if any(n.args.get("locks") for n in stmt.walk() if isinstance(n, exp.Select)):
+            unsafe.append("SELECT ... FOR UPDATE")
+            return "other"
+        return "read"
+    if isinstance(stmt, exp.Insert):
+        if stmt.args.get("overwrite"):
+            unsafe.append("INSERT OVERWRITE")
+            return "other"
+        if stmt.args.get("alternative"):
+            unsafe.append(f"INSERT OR {str(stmt.args['alternative']).upper()}")
+            return "other"
+        return "write"
+    if isinstance(stmt, exp.Update):
+        return "write"
+    if isinstance(stmt, exp.Merge):
+        whens = stmt.args.get("whens")
+        if any("DELETE" in w.sql().upper() for w in (whens.expressions if whens else [])):
+            unsafe.append("MERGE ... DELETE")
+            return "delete"
+        return "write"
+    if isinstance(stmt, (exp.Delete, exp.Drop, exp.TruncateTable)):
+        return "delete"
+    if isinstance(stmt, (exp.Transaction, exp.Commit, exp.Rollback)):
+        return "session"
+    if isinstance(stmt, exp.Set):
+        for item in stmt.expressions:
+            if item.args.get("kind"):
+                settings.append(str(item.args["kind"]).lower())
+            elif isinstance(item.this, exp.EQ):
+                settings.append(item.this.this.sql().lower())
+            else:
+                settings.append(item.sql().lower())
+        return "session"
+    if isinstance(stmt, (exp.Show, exp.Describe)):
+        return "read"
+    if isinstance(stmt, exp.Command) and str(stmt.this).upper() in ("SAVEPOINT", "RELEASE", "START", "BEGIN"):
+        return "session"
+    if isinstance(stmt, exp.Command) and str(stmt.this).upper() == "EXPLAIN":
+        inner = re.sub(r"^\s*((ANALY[SZ]E|VERBOSE|QUERY\s+PLAN(\s+FOR)?|\([^)]*\))\s+)*", "", _command_rest(stmt),
+                       flags=re.I)
+        nested = describe_sql(inner) if inner.strip() else {"kind": "read"}
+        return nested.get("kind", "other")
+    what = _sql_kind(stmt) or type(stmt).__name__.upper()
+    if isinstance(stmt, exp.Create) and stmt.args.get("replace"):
+        what = "CREATE OR REPLACE"
+    unsafe.append(what)
+    return "other"
 
 
 def _sql_kinds(statements: list) -> list[str] | None:

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from gateway.toolcalls.sql import describe_sql, sql_side_effects
+from gateway.toolcalls.sqlpg import CLASSES
 
 
 @dataclass(frozen=True)
@@ -22,11 +23,13 @@ class _Client:
     sql_operands: bool = False       # operands after the first (the database) are SQL (sqlite3 DB 'SQL')
     meta: str = ""                   # meta-command style: "psql", "sqlite", "mysql"
     dialect: str = "sql"
+    grammar: str | None = None       # the SQL dialect when the client speaks one only ("postgres" for psql)
 
 
 _COMMON_INFO = ("--version", "-V", "--help", "-?", "-version", "-help")
 CLIENTS: dict[str, _Client] = {
-    "psql": _Client(("-c", "--command"), ("-f", "--file"), _COMMON_INFO + ("-l", "--list"), meta="psql"),
+    "psql": _Client(("-c", "--command"), ("-f", "--file"), _COMMON_INFO + ("-l", "--list"), meta="psql",
+                    grammar="postgres"),
     "usql": _Client(("-c", "--command"), ("-f", "--file"), _COMMON_INFO, meta="psql"),
     "mysql": _Client(("-e", "--execute"), (), _COMMON_INFO, meta="mysql"),
     "mariadb": _Client(("-e", "--execute"), (), _COMMON_INFO, meta="mysql"),
@@ -58,10 +61,14 @@ class SqlUse:
     invisible: bool = False
     spawns: list[str | None] = field(default_factory=list)
     writes: list[str | None] = field(default_factory=list)
+    grammar: str | None = None
 
     def facts(self) -> dict:
-        """The `sql` fact: {"parsed", "kinds", "unbounded", "visible"}."""
+        """The `sql` fact: {"parsed", "kinds", "unbounded", "visible"} and, for SQL, what describe_sql adds
+        (`kind`: the least safe of all texts', `functions`, `settings`, `unsafe`)."""
         parsed, kinds, unbounded = True, [], []
+        extra: dict[str, list] = {"functions": [], "settings": [], "unsafe": []}
+        classes: list[str] = []
         for text in self.texts:
             if self.dialect == "redis":
                 words = text.split()
@@ -70,12 +77,21 @@ class SqlUse:
             if self.dialect == "mongo":
                 got = _mongo_kinds(text)
             else:
-                got = describe_sql(text) if text.strip() else {"parsed": True, "kinds": [], "unbounded": []}
+                got = describe_sql(text, self.grammar) if text.strip() else {"parsed": True, "kinds": [],
+                                                                             "unbounded": []}
+                for key, values in extra.items():
+                    values += got.get(key, [])
+                if "kind" in got:
+                    classes.append(got["kind"])
             parsed = parsed and got["parsed"]
             kinds += got["kinds"]
             unbounded += got.get("unbounded", [])
-        return {"parsed": parsed, "kinds": list(dict.fromkeys(k for k in kinds if k)),
-                "unbounded": list(dict.fromkeys(unbounded)), "visible": not self.invisible}
+        facts = {"parsed": parsed, "kinds": list(dict.fromkeys(k for k in kinds if k)),
+                 "unbounded": list(dict.fromkeys(unbounded)), "visible": not self.invisible}
+        if self.dialect == "sql":
+            facts["kind"] = max(classes, key=CLASSES.index) if classes else "read"
+            facts.update({key: list(dict.fromkeys(values)) for key, values in extra.items()})
+        return facts
 
 
 def sql_client(name: str, values: dict[str, list[str]], operands: list[str], flags: list[str],
@@ -86,7 +102,7 @@ def sql_client(name: str, values: dict[str, list[str]], operands: list[str], fla
     client = CLIENTS.get(name)
     if client is None or any(f in client.info for f in flags):
         return None
-    use = SqlUse(client.dialect)
+    use = SqlUse(client.dialect, grammar=client.grammar)
     raw: list[str] = []
     for option in client.inline:
         raw += values.get(option, [])

@@ -228,11 +228,54 @@ ask contains {"code": "toolcall.sql_unknown", "reason": sprintf("SQL statement %
 	not sql_kind_known(k)
 }
 
+# What the SQL does (v3; gateway/toolcalls/sql.py): `kind` is read | session | write | delete | other, the least
+# safe statement's class. Only a read, transaction or session control, or a bounded write (INSERT; UPDATE with a
+# WHERE that is not trivially true) may run without approval; every function called must be one
+# `sql_safe_functions` lists, every setting a SET changes one `sql_safe_settings` lists (both objects: a site adds
+# keys in its copy of sandgate/config/toolcall/data.json, merged with the shipped tables).
+ask contains {"code": "toolcall.sql_unknown", "reason": sprintf("SQL %s is not known to be safe", [sql_unsafe_text(s)])} if {
+	some s in sql_facts
+	object.get(s, "parsed", false) == true
+	object.get(s, "kind", "") == "other"
+}
+
+ask contains {"code": "toolcall.delete", "reason": sprintf("SQL %s deletes data", [sql_unsafe_text(s)])} if {
+	some s in sql_facts
+	object.get(s, "kind", "") == "delete"
+}
+
+ask contains {"code": "toolcall.sql_function", "reason": sprintf("SQL calls %s(), which sql_safe_functions does not list", [f])} if {
+	some s in sql_facts
+	some f in object.get(s, "functions", [])
+	not sql_safe_function(f)
+}
+
+ask contains {"code": "toolcall.sql_setting", "reason": sprintf("SQL sets %s, which sql_safe_settings does not list", [k])} if {
+	some s in sql_facts
+	some k in object.get(s, "settings", [])
+	not sql_safe_setting(k)
+}
+
+sql_unsafe_text(s) := concat(", ", s.unsafe) if count(object.get(s, "unsafe", [])) > 0
+
+else := concat(", ", object.get(s, "kinds", ["statement"]))
+
+sql_safe_function(f) if conf_map("sql_safe_functions")[f] == true
+
+sql_safe_setting(k) if conf_map("sql_safe_settings")[k] == true
+
 sql_read(s) if {
 	object.get(s, "parsed", false) == true
 	object.get(s, "visible", true) == true
+	object.get(s, "kind", "read") in {"read", "session"}
 	every k in object.get(s, "kinds", []) {
 		k in conf("sql_read_kinds")
+	}
+	every f in object.get(s, "functions", []) {
+		sql_safe_function(f)
+	}
+	every k in object.get(s, "settings", []) {
+		sql_safe_setting(k)
 	}
 }
 

@@ -77,7 +77,8 @@ def test_http_request_url():
 
 def test_sql_tool():
     assert build("sql", {"query": "DROP TABLE x"})["sql"] == {"parsed": True, "kinds": ["DROP"], "unbounded": [],
-                                                              "visible": True}
+                                                              "visible": True, "kind": "delete", "dialect": "postgres",
+                                                              "functions": [], "settings": [], "unsafe": ["DROP"]}
     assert build("sql", {"query": "delete from t"})["sql"]["unbounded"] == ["DELETE"]
     assert build("sql", {})["sql"] == {"parsed": False, "kinds": [], "unbounded": [], "visible": False}
     assert build("sql", {"query": "SELECT 1", "dialect": "nonsense"})["sql"]["parsed"] is True
@@ -265,7 +266,8 @@ def test_describe_sql(query, kinds):
 @pytest.mark.parametrize("query", ["", "   ", "-- only a comment", "garbage here", "SELECT * FROM", "SELECT 1; x",
                                    "x" * 100_001, None])
 def test_describe_sql_unparsed(query):
-    assert describe_sql(query) == {"parsed": False, "kinds": [], "unbounded": []}
+    assert describe_sql(query) == {"parsed": False, "kinds": [], "unbounded": [], "kind": "other", "functions": [],
+                                   "settings": [], "unsafe": []}
 
 
 # -- properties -------------------------------------------------------------------------------------------

@@ -16,7 +16,8 @@ def use(name, values=None, operands=(), flags=(), stdin=None, given_=False, file
 
 def test_inline_file_and_stdin():
     assert use("psql", {"-c": ["DROP TABLE x"]}).facts() == {"parsed": True, "kinds": ["DROP"], "unbounded": [],
-                                                              "visible": True}
+                                                              "visible": True, "kind": "delete", "functions": [],
+                                                              "settings": [], "unsafe": ["DROP"]}
     assert use("psql", {"-f": ["x.sql"]}).facts()["visible"] is False
     assert use("psql", {"-f": ["x.sql"]}, files={"x.sql": "truncate t"}).facts()["kinds"] == ["TRUNCATE"]
     assert use("mysql", stdin="delete from t", given_=True).facts()["unbounded"] == ["DELETE"]

@@ -1,0 +1,510 @@
+"""PostgreSQL SQL read with PostgreSQL's own grammar (pglast, libpg_query): what each statement does.
+
+`classify_pg(text)` -> the SQL facts (see gateway/toolcalls/sql.py `describe_sql`) or None when pglast does not
+parse the text. Each statement gets a class:
+
+- `read`: SELECT / VALUES / TABLE / SHOW / COPY ... TO STDOUT / EXPLAIN of a read / DECLARE CURSOR of a read / FETCH / MOVE / CLOSE,
+  with no INTO, no locking clause and no writing CTE anywhere;
+- `session`: transaction and session control (BEGIN / START, COMMIT, ROLLBACK, SAVEPOINT, RELEASE, ROLLBACK TO,
+  SET / RESET, DISCARD, DEALLOCATE, LISTEN, UNLISTEN); the settings a SET names are listed in `settings` for the
+  policy to check against `sql_safe_settings`;
+- `write`: INSERT, COPY ... FROM STDIN, UPDATE, MERGE without DELETE; an UPDATE (or MERGE's update) whose WHERE (ON) is trivially
+  true is also listed in `unbounded`;
+- `delete`: DELETE, TRUNCATE, DROP, MERGE with DELETE;
+- `other`: everything else (and what made it so is listed in `unsafe`).
+
+`kind` is the least safe class of all statements (read < session < write < delete < other); every function a
+statement calls, wherever it stands, is listed in `functions` (but `set_config('name', ...)` in `settings`) (pg_catalog's unqualified, others as
+`schema.name`) for the policy to check against `sql_safe_functions`. Pure; never raises for any input text.
+"""
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from pglast import ast, parser
+from pglast.enums import A_Expr_Kind, BoolExprType, BoolTestType, NullTestType, TransactionStmtKind
+from pglast.enums import VariableSetKind
+from pglast.visitors import Visitor
+
+CLASSES = ("read", "session", "write", "delete", "other")
+_RANK = {c: i for i, c in enumerate(CLASSES)}
+
+_SESSION_TX = {TransactionStmtKind.TRANS_STMT_BEGIN, TransactionStmtKind.TRANS_STMT_START,
+               TransactionStmtKind.TRANS_STMT_COMMIT, TransactionStmtKind.TRANS_STMT_ROLLBACK,
+               TransactionStmtKind.TRANS_STMT_SAVEPOINT, TransactionStmtKind.TRANS_STMT_RELEASE,
+               TransactionStmtKind.TRANS_STMT_ROLLBACK_TO}
+_TX_WORDS = {TransactionStmtKind.TRANS_STMT_BEGIN: "BEGIN", TransactionStmtKind.TRANS_STMT_START: "BEGIN",
+             TransactionStmtKind.TRANS_STMT_COMMIT: "COMMIT", TransactionStmtKind.TRANS_STMT_ROLLBACK: "ROLLBACK",
+             TransactionStmtKind.TRANS_STMT_SAVEPOINT: "SAVEPOINT", TransactionStmtKind.TRANS_STMT_RELEASE: "RELEASE",
+             TransactionStmtKind.TRANS_STMT_ROLLBACK_TO: "ROLLBACK"}
+# statement node -> (kind word, shown name) where the name is not the node's words
+_NAMES = {"CreateStmt": ("CREATE", "CREATE TABLE"), "IndexStmt": ("CREATE", "CREATE INDEX"),
+          "ViewStmt": ("CREATE", "CREATE VIEW"), "CreateTableAsStmt": ("CREATE", "CREATE TABLE AS"),
+          "RenameStmt": ("ALTER", "ALTER ... RENAME"), "DropOwnedStmt": ("DROP", "DROP OWNED"),
+          "ReassignOwnedStmt": ("ALTER", "REASSIGN OWNED"), "DoStmt": ("DO", "DO"), "CallStmt": ("CALL", "CALL"),
+          "ExecuteStmt": ("EXECUTE", "EXECUTE"), "PrepareStmt": ("PREPARE", "PREPARE"), "CopyStmt": ("COPY", "COPY with a server file or program"),
+          "LockStmt": ("LOCK", "LOCK"), "NotifyStmt": ("NOTIFY", "NOTIFY"), "LoadStmt": ("LOAD", "LOAD"),
+          "CheckPointStmt": ("CHECKPOINT", "CHECKPOINT"), "DropdbStmt": ("DROP", "DROP DATABASE"),
+          "CreatedbStmt": ("CREATE", "CREATE DATABASE"), "AlterSystemStmt": ("ALTER", "ALTER SYSTEM"),
+          "RefreshMatViewStmt": ("REFRESH", "REFRESH MATERIALIZED VIEW"), "ClusterStmt": ("CLUSTER", "CLUSTER"),
+          "ReindexStmt": ("REINDEX", "REINDEX"), "CommentStmt": ("COMMENT", "COMMENT"),
+          "SecLabelStmt": ("SECURITY", "SECURITY LABEL"), "TruncateStmt": ("TRUNCATE", "TRUNCATE"),
+          "DropStmt": ("DROP", "DROP"), "DeleteStmt": ("DELETE", "DELETE"), "ImportForeignSchemaStmt":
+          ("IMPORT", "IMPORT FOREIGN SCHEMA"), "AlterDefaultPrivilegesStmt": ("ALTER", "ALTER DEFAULT PRIVILEGES"),
+          "CreateTrigStmt": ("CREATE", "CREATE TRIGGER"), "RuleStmt": ("CREATE", "CREATE RULE")}
+_DELETE_NODES = ("DeleteStmt", "TruncateStmt", "DropStmt", "DropOwnedStmt", "DropdbStmt", "DropRoleStmt",
+                 "DropTableSpaceStmt", "DropUserMappingStmt", "DropSubscriptionStmt")
+_DROP_SUBCOMMANDS = re.compile(r"AT_Drop")
+_ORDER_OPS = {"<": {"lt"}, "<=": {"lt", "eq"}, "=": {"eq"}, ">=": {"gt", "eq"}, ">": {"gt"}, "<>": {"lt", "gt"},
+              "!=": {"lt", "gt"}}
+_FLIP = {"<": ">", ">": "<", "<=": ">=", ">=": "<=", "=": "=", "<>": "<>", "!=": "!="}
+_COMPLEMENT = {"~~": "!~~", "~~*": "!~~*", "~": "!~", "~*": "!~*"}
+_COMPLEMENT.update({v: k for k, v in list(_COMPLEMENT.items())})
+_REFLEXIVE = {"=", "<=", ">="}
+_IRREFLEXIVE = {"<>", "!=", "<", ">"}
+
+
+def parse_pg(text: str) -> tuple | None:
+    """pglast's statements of `text`, or None when it does not parse."""
+    try:
+        return parser.parse_sql(text)
+    except Exception:  # noqa: BLE001 - pglast raises ParseError and others
+        return None
+
+
+def classify_pg(text: str) -> dict | None:
+    """The SQL facts of `text` read as PostgreSQL, or None when pglast does not parse it."""
+    stmts = parse_pg(text)
+    if stmts is None:
+        return None
+    facts = _Facts()
+    for raw in stmts:
+        facts.statement(raw.stmt)
+    return facts.result() if facts.classes else None
+
+
+class _Facts:
+    def __init__(self) -> None:
+        self.classes: list[str] = []
+        self.kinds: list[str] = []
+        self.unbounded: list[str] = []
+        self.functions: list[str] = []
+        self.settings: list[str] = []
+        self.unsafe: list[str] = []
+
+    def result(self) -> dict:
+        kind = max(self.classes, key=_RANK.__getitem__)
+        return {"parsed": True, "dialect": "postgres", "kind": kind, "kinds": _uniq(self.kinds),
+                "unbounded": _uniq(self.unbounded), "functions": _uniq(self.functions),
+                "settings": _uniq(self.settings), "unsafe": _uniq(self.unsafe)}
+
+    def other(self, what: str, kind: str | None = None) -> None:
+        self.classes.append("other")
+        self.unsafe.append(what)
+        self.kinds.append(kind or what.split()[0])
+
+    def statement(self, stmt: Any) -> None:
+        name = type(stmt).__name__
+        if name in ("SelectStmt", "InsertStmt", "UpdateStmt", "DeleteStmt", "MergeStmt"):
+            self.classes.append(self.dml(stmt))
+        elif name == "TransactionStmt":
+            word = _TX_WORDS.get(stmt.kind)
+            if stmt.kind in _SESSION_TX:
+                self.classes.append("session")
+                self.kinds.append(word)
+            else:   # PREPARE TRANSACTION, COMMIT PREPARED, ROLLBACK PREPARED: two-phase commit across sessions
+                self.other(stmt.kind.name.replace("TRANS_STMT_", "").replace("_", " ") + " (two-phase)",
+                           "TRANSACTION")
+        elif name == "VariableSetStmt":
+            self.classes.append("session")
+            self.kinds.append("RESET" if stmt.kind in (VariableSetKind.VAR_RESET, VariableSetKind.VAR_RESET_ALL)
+                              else "SET")
+            if stmt.kind not in (VariableSetKind.VAR_RESET, VariableSetKind.VAR_RESET_ALL) and stmt.name:
+                self.settings.append(stmt.name.lower())
+            self.scan(stmt)
+        elif name == "VariableShowStmt":
+            self.classes.append("read")
+            self.kinds.append("SHOW")
+        elif name in ("DiscardStmt", "DeallocateStmt", "ListenStmt", "UnlistenStmt"):
+            self.classes.append("session")
+            self.kinds.append({"DiscardStmt": "DISCARD", "DeallocateStmt": "DEALLOCATE", "ListenStmt": "LISTEN",
+                               "UnlistenStmt": "UNLISTEN"}[name])
+        elif name == "ExplainStmt":   # EXPLAIN ANALYZE runs its statement: decided as that statement
+            self.kinds.append("EXPLAIN")
+            self.statement(stmt.query)
+        elif name == "DeclareCursorStmt":
+            self.kinds.append("DECLARE")
+            self.statement(stmt.query)
+        elif name == "CopyStmt" and not stmt.filename and not stmt.is_program:
+            # COPY ... TO STDOUT reads (its query decided as a SELECT); COPY ... FROM STDIN inserts rows
+            self.kinds.append("COPY")
+            if stmt.is_from:
+                self.kinds.append("INSERT")
+                self.classes.append("write")
+                self.scan(stmt)
+            elif stmt.query is not None:
+                self.statement(stmt.query)
+            else:
+                self.classes.append("read")
+        elif name in ("FetchStmt", "ClosePortalStmt"):
+            self.classes.append("read")
+            self.kinds.append("CLOSE" if name == "ClosePortalStmt" else "FETCH")
+        else:
+            self.ddl(stmt, name)
+
+    def ddl(self, stmt: Any, name: str) -> None:
+        kind, shown = _NAMES.get(name) or _words(name)
+        if name == "GrantStmt" or name == "GrantRoleStmt":
+            kind = shown = "GRANT" if stmt.is_grant else "REVOKE"
+        elif name == "VacuumStmt":
+            kind = shown = "VACUUM" if stmt.is_vacuumcmd else "ANALYZE"
+        if getattr(stmt, "replace", False) is True:
+            shown = shown.replace("CREATE", "CREATE OR REPLACE", 1)
+        drops = name == "AlterTableStmt" and any(_DROP_SUBCOMMANDS.match(getattr(c.subtype, "name", ""))
+                                                 for c in stmt.cmds or () if isinstance(c, ast.AlterTableCmd))
+        if drops:
+            shown = shown + " ... DROP"
+        self.classes.append("delete" if name in _DELETE_NODES else "other")
+        self.unsafe.append(shown)
+        self.kinds.append(kind)
+        if drops:
+            self.kinds.append("DROP")
+        self.scan(stmt)
+
+    def dml(self, stmt: Any) -> str:
+        """The class of a SELECT / INSERT / UPDATE / DELETE / MERGE with everything nested in it."""
+        scan = self.scan(stmt)
+        worst = "read"
+        for node in [stmt] + scan.nested:
+            cls = self.dml_node(node, node is stmt)
+            worst = cls if _RANK[cls] > _RANK[worst] else worst
+        return worst
+
+    def dml_node(self, node: Any, top: bool) -> str:
+        name = type(node).__name__
+        if name == "SelectStmt":
+            if top:
+                self.kinds.append("SELECT")
+            if node.intoClause is not None:
+                self.unsafe.append("SELECT INTO")
+                self.kinds.append("CREATE")
+                return "other"
+            if node.lockingClause:
+                self.unsafe.append("SELECT ... FOR " + node.lockingClause[0].strength.name.replace("LCS_FOR", ""))
+                self.kinds.append("LOCK")
+                return "other"
+            return "read"
+        if name == "InsertStmt":
+            self.kinds.append("INSERT")
+            return "write"
+        if name == "UpdateStmt":
+            self.kinds.append("UPDATE")
+            if unbounded_where(node.whereClause, _targets(node.relation)):
+                self.unbounded.append("UPDATE")
+            return "write"
+        if name == "DeleteStmt":
+            self.kinds.append("DELETE")
+            if unbounded_where(node.whereClause, _targets(node.relation)):
+                self.unbounded.append("DELETE")
+            return "delete"
+        # MergeStmt: WHEN ... THEN DELETE deletes; THEN UPDATE over a trivially true ON updates every row
+        self.kinds.append("MERGE")
+        actions = {getattr(w.commandType, "name", "") for w in node.mergeWhenClauses or ()}
+        if unbounded_where(node.joinCondition, ()):
+            self.unbounded += [k for k, c in (("UPDATE", "CMD_UPDATE"), ("DELETE", "CMD_DELETE")) if c in actions]
+        if "CMD_DELETE" in actions:
+            self.kinds.append("DELETE")
+            self.unsafe.append("MERGE ... DELETE")
+            return "delete"
+        return "write"
+
+    def scan(self, stmt: Any) -> "_Scan":
+        scan = _Scan()
+        scan(stmt)
+        self.functions += scan.functions
+        self.settings += scan.settings
+        return scan
+
+
+class _Scan(Visitor):
+    """Functions called anywhere; data-changing or locking statements nested anywhere (CTEs, subqueries)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.functions: list[str] = []
+        self.settings: list[str] = []
+        self.nested: list[Any] = []
+        self.root = None
+
+    def __call__(self, node):  # noqa: ANN001, ANN204
+        self.root = node
+        return super().__call__(node)
+
+    def visit_FuncCall(self, ancestors, node) -> None:  # noqa: ANN001 - pglast's visitor signature
+        name = function_name(node.funcname)
+        first = node.args[0] if node.args else None
+        if name == "set_config" and isinstance(first, ast.A_Const) and isinstance(first.val, ast.String):
+            self.settings.append(first.val.sval.lower())      # decided as `SET name` is
+        else:
+            self.functions.append(name)
+
+    def _nested(self, node) -> None:  # noqa: ANN001
+        if node is not self.root:
+            self.nested.append(node)
+
+    def visit_SelectStmt(self, ancestors, node) -> None:  # noqa: ANN001
+        if node is not self.root and (node.intoClause is not None or node.lockingClause):
+            self.nested.append(node)
+
+    def visit_InsertStmt(self, ancestors, node) -> None:  # noqa: ANN001
+        self._nested(node)
+
+    def visit_UpdateStmt(self, ancestors, node) -> None:  # noqa: ANN001
+        self._nested(node)
+
+    def visit_DeleteStmt(self, ancestors, node) -> None:  # noqa: ANN001
+        self._nested(node)
+
+    def visit_MergeStmt(self, ancestors, node) -> None:  # noqa: ANN001
+        self._nested(node)
+
+
+def function_name(parts: Any) -> str:
+    names = [getattr(p, "sval", "") or "" for p in parts or ()]
+    if len(names) == 2 and names[0] == "pg_catalog":
+        names = names[1:]
+    return ".".join(names)
+
+
+def _words(node_name: str) -> tuple[str, str]:
+    words = [w.upper() for w in re.findall(r"[A-Z][a-z]*", node_name.removesuffix("Stmt"))]
+    return (words[0] if words else "UNKNOWN"), (" ".join(words) or "UNKNOWN")
+
+
+def _uniq(items: list) -> list:
+    return list(dict.fromkeys(i for i in items if i))
+
+
+def _targets(relation: Any) -> tuple[str, ...]:
+    """Names a column of the statement's own table may be qualified with (`t.id` in `UPDATE t`)."""
+    if relation is None:
+        return ()
+    names = [relation.relname]
+    if relation.alias is not None:
+        names = [relation.alias.aliasname]
+    return tuple(n for n in names if n)
+
+
+# -- trivially true predicates --------------------------------------------------------------------------------
+
+def unbounded_where(where: Any, targets: tuple[str, ...] = ()) -> bool:
+    """Whether a WHERE clause fails to bound the rows: absent, naming no column (constant: every row or none), or
+    trivially true (`true`, `... OR true`, `1 = 1`, `x = x`, `x IS NULL OR x IS NOT NULL`, `x > 0 OR x <= 0`,
+    `p OR NOT p`, `name LIKE '%'`, a CASE whose every result is such)."""
+    if where is None or not _has_column(where):
+        return True
+    return _Trivial(targets).true(where)
+
+
+def _has_column(node: Any) -> bool:
+    found = []
+
+    class _Cols(Visitor):
+        def visit_ColumnRef(self, ancestors, n) -> None:  # noqa: ANN001
+            found.append(n)
+
+        def visit_CurrentOfExpr(self, ancestors, n) -> None:  # noqa: ANN001
+            found.append(n)
+
+    _Cols()(node)
+    return bool(found)
+
+
+class _Trivial:
+    def __init__(self, targets: tuple[str, ...]):
+        self.targets = targets
+
+    def canon(self, node: Any) -> str:
+        """A text equal for two expressions that are the same (locations and the own table's qualifier dropped)."""
+        return json.dumps(self._strip(node(skip_none=True) if isinstance(node, ast.Node) else node), sort_keys=True,
+                          default=str)
+
+    def _strip(self, value: Any) -> Any:
+        if isinstance(value, dict):
+            if value.get("@") == "ColumnRef":
+                fields = [f.get("sval") if isinstance(f, dict) else f for f in value.get("fields", ())]
+                if len(fields) == 2 and fields[0] in self.targets:
+                    fields = fields[1:]
+                return {"@": "ColumnRef", "fields": fields}
+            return {k: self._strip(v) for k, v in value.items() if k != "location"}
+        if isinstance(value, (list, tuple)):
+            return [self._strip(v) for v in value]
+        return value
+
+    def const(self, node: Any) -> bool | None:
+        """The value of a column-free expression when it is plainly known (True/False; NULL is False), else None."""
+        node = _unwrap(node)
+        if isinstance(node, ast.A_Const):
+            if node.isnull:
+                return False
+            val = node.val
+            if isinstance(val, ast.Boolean):
+                return bool(val.boolval)
+            if isinstance(val, ast.String):
+                text = (val.sval or "").strip().lower()
+                if text in ("t", "tr", "tru", "true", "y", "ye", "yes", "on", "1"):
+                    return True
+                if text in ("f", "fa", "fal", "fals", "false", "n", "no", "off", "0"):
+                    return False
+            return None
+        if isinstance(node, ast.BoolExpr):
+            values = [self.const(a) for a in node.args]
+            if node.boolop == BoolExprType.NOT_EXPR:
+                return None if values[0] is None else not values[0]
+            if node.boolop == BoolExprType.AND_EXPR:
+                return False if False in values else (None if None in values else True)
+            return True if True in values else (None if None in values else False)
+        if isinstance(node, ast.A_Expr) and node.kind == A_Expr_Kind.AEXPR_OP and _op(node) in _ORDER_OPS:
+            left, right = _literal(node.lexpr), _literal(node.rexpr)
+            if left is None or right is None:
+                return None
+            return _compare(left, right, _op(node))
+        return None
+
+    def true(self, node: Any) -> bool:
+        """`node` holds for every row (columns non-null), or may (a column-free part not plainly false)."""
+        node = _unwrap(node)
+        if not _has_column(node):
+            value = self.const(node)
+            return value is not False
+        if isinstance(node, ast.BoolExpr):
+            if node.boolop == BoolExprType.OR_EXPR:
+                return any(self.true(a) for a in node.args) or self.covering(node.args)
+            if node.boolop == BoolExprType.AND_EXPR:
+                return all(self.true(a) for a in node.args)
+            return self.false(node.args[0])
+        if isinstance(node, ast.A_Expr):
+            op = _op(node)
+            if node.kind == A_Expr_Kind.AEXPR_OP and op in _REFLEXIVE and self.same(node.lexpr, node.rexpr):
+                return True
+            if node.kind == A_Expr_Kind.AEXPR_NOT_DISTINCT and self.same(node.lexpr, node.rexpr):
+                return True
+            if node.kind in (A_Expr_Kind.AEXPR_LIKE, A_Expr_Kind.AEXPR_ILIKE) and op in ("~~", "~~*"):
+                pattern = _literal(node.rexpr)
+                return isinstance(pattern, str) and pattern != "" and set(pattern) == {"%"}
+            if node.kind == A_Expr_Kind.AEXPR_OP and op in ("~", "~*"):
+                pattern = _literal(node.rexpr)
+                return isinstance(pattern, str) and pattern in ("", ".*", "^", "^.*", ".*$", "^.*$")
+            if node.kind in (A_Expr_Kind.AEXPR_BETWEEN, A_Expr_Kind.AEXPR_BETWEEN_SYM) \
+                    and isinstance(node.rexpr, (list, tuple)) and len(node.rexpr) == 2:
+                return all(self.same(node.lexpr, b) for b in node.rexpr)
+            return False
+        if isinstance(node, ast.BooleanTest):
+            if node.booltesttype == BoolTestType.IS_TRUE or node.booltesttype == BoolTestType.IS_NOT_FALSE:
+                return self.true(node.arg)
+            if node.booltesttype in (BoolTestType.IS_FALSE, BoolTestType.IS_NOT_TRUE):
+                return self.false(node.arg)
+            return False
+        if isinstance(node, ast.CaseExpr):
+            results = [w.result for w in node.args or ()] + [node.defresult]
+            return all(r is not None and self.true(r) for r in results)
+        return False
+
+    def false(self, node: Any) -> bool:
+        """`node` is false (or null) for every row."""
+        node = _unwrap(node)
+        if not _has_column(node):
+            return self.const(node) is False
+        if isinstance(node, ast.BoolExpr):
+            if node.boolop == BoolExprType.OR_EXPR:
+                return all(self.false(a) for a in node.args)
+            if node.boolop == BoolExprType.AND_EXPR:
+                return any(self.false(a) for a in node.args)
+            return self.true(node.args[0])
+        if isinstance(node, ast.A_Expr):
+            if node.kind == A_Expr_Kind.AEXPR_OP and _op(node) in _IRREFLEXIVE and self.same(node.lexpr, node.rexpr):
+                return True
+            if node.kind == A_Expr_Kind.AEXPR_DISTINCT and self.same(node.lexpr, node.rexpr):
+                return True
+        return False
+
+    def same(self, a: Any, b: Any) -> bool:
+        return a is not None and b is not None and self.canon(_unwrap(a)) == self.canon(_unwrap(b))
+
+    def covering(self, arms: Any) -> bool:
+        """Arms of an OR that together hold for every row: `p` and `NOT p`, IS NULL and IS NOT NULL of one
+        expression, comparisons of one pair covering <, = and >, complementary pattern tests, IN and NOT IN."""
+        seen: dict[str, set] = {}
+        order: dict[tuple[str, str], set] = {}
+        for arm in arms:
+            arm = _unwrap(arm)
+            if isinstance(arm, ast.BoolExpr) and arm.boolop == BoolExprType.NOT_EXPR:
+                seen.setdefault(self.canon(_unwrap(arm.args[0])), set()).add("not")
+                continue
+            seen.setdefault(self.canon(arm), set()).add("is")
+            if isinstance(arm, ast.NullTest):
+                seen.setdefault("null:" + self.canon(_unwrap(arm.arg)), set()).add(arm.nulltesttype.name)
+            elif isinstance(arm, ast.BooleanTest):
+                seen.setdefault("bool:" + self.canon(_unwrap(arm.arg)), set()).add(arm.booltesttype.name)
+            elif isinstance(arm, ast.A_Expr) and arm.lexpr is not None and arm.rexpr is not None:
+                op, left, right = _op(arm), self.canon(_unwrap(arm.lexpr)), self.canon(_unwrap(arm.rexpr))
+                if arm.kind == A_Expr_Kind.AEXPR_OP and op in _ORDER_OPS:
+                    if (right, left) in order and (left, right) not in order:
+                        left, right, op = right, left, _FLIP[op]
+                    order.setdefault((left, right), set()).update(_ORDER_OPS[op])
+                elif arm.kind in (A_Expr_Kind.AEXPR_OP, A_Expr_Kind.AEXPR_LIKE, A_Expr_Kind.AEXPR_ILIKE,
+                                  A_Expr_Kind.AEXPR_SIMILAR, A_Expr_Kind.AEXPR_IN):
+                    key = f"{arm.kind.name}:{left}:{right}"
+                    seen.setdefault(key, set()).add(op)
+                elif arm.kind in (A_Expr_Kind.AEXPR_DISTINCT, A_Expr_Kind.AEXPR_NOT_DISTINCT):
+                    seen.setdefault(f"distinct:{left}:{right}", set()).add(arm.kind.name)
+        pairs = ({"is", "not"}, {NullTestType.IS_NULL.name, NullTestType.IS_NOT_NULL.name},
+                 {"IS_TRUE", "IS_NOT_TRUE"}, {"IS_FALSE", "IS_NOT_FALSE"}, {"IS_UNKNOWN", "IS_NOT_UNKNOWN"},
+                 {"AEXPR_DISTINCT", "AEXPR_NOT_DISTINCT"}, {"=", "<>"})
+        if any(pair <= got for got in seen.values() for pair in pairs):
+            return True
+        if any(op in got and _COMPLEMENT[op] in got for got in seen.values() for op in _COMPLEMENT):
+            return True
+        return any(got >= {"lt", "eq", "gt"} for got in order.values())
+
+
+def _unwrap(node: Any) -> Any:
+    while isinstance(node, ast.TypeCast) and node.typeName is not None and \
+            [getattr(n, "sval", "") for n in node.typeName.names or ()][-1:] in (["bool"], ["boolean"]):
+        node = node.arg
+    return node
+
+
+def _op(node: Any) -> str:
+    names = [getattr(n, "sval", "") for n in node.name or ()]
+    return names[-1] if names else ""
+
+
+def _literal(node: Any) -> Any:
+    node = node.arg if isinstance(node, ast.TypeCast) else node
+    if isinstance(node, ast.A_Const) and not node.isnull:
+        val = node.val
+        if isinstance(val, ast.Integer):
+            return val.ival
+        if isinstance(val, ast.Float):
+            try:
+                return float(val.fval)
+            except (TypeError, ValueError):
+                return None
+        if isinstance(val, ast.String):
+            return val.sval
+        if isinstance(val, ast.Boolean):
+            return bool(val.boolval)
+    return None
+
+
+def _compare(left: Any, right: Any, op: str) -> bool | None:
+    if type(left) is not type(right) and not (isinstance(left, (int, float)) and isinstance(right, (int, float))):
+        return None
+    try:
+        return {"<": left < right, "<=": left <= right, "=": left == right, ">=": left >= right, ">": left > right,
+                "<>": left != right, "!=": left != right}[op]
+    except TypeError:
+        return None
