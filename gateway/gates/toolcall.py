@@ -303,7 +303,8 @@ class ToolCallGate:
         thread with a time cap. A failure is not an allow: the policy sees the call unparsed."""
         memo, engine = self.facts, self._engine
         rev, tables = engine.rev, tables_of_policy(getattr(engine, "data", None))   # the active revision's tables
-        key = memo.key(tool, args_json, base["session"]["workspace"], links, files, mcp_input,
+        read_as = f"{tool}@{base['via']}" if base.get("via") else tool     # a wire statement's facts are its own
+        key = memo.key(read_as, args_json, base["session"]["workspace"], links, files, mcp_input,
                        tuple(sorted(base["session"].get("secrets") or [])), rev)
         try:
             hit = memo.get(key)          # the same call with the same workspace, links and files: parsed before

@@ -103,6 +103,8 @@ def toolcall_facts(base: Mapping[str, Any], links: Mapping[str, str | None] | No
     if name == "sql":
         query = args.get("query")
         dialect = args.get("dialect") if isinstance(args.get("dialect"), str) else None
+        if base.get("via") == "postgres":      # the PostgreSQL gateway's statements: PostgreSQL's grammar only
+            dialect = "postgres"
         sql = describe_sql(query, dialect) if isinstance(query, str) else {"parsed": False, "kinds": [],
                                                                           "unbounded": []}
         doc["sql"] = {**sql, "visible": isinstance(query, str)}

@@ -16,6 +16,7 @@ from typing import Any
 import sqlglot
 from sqlglot import exp
 from sqlglot.errors import ErrorLevel
+from sqlglot.optimizer.simplify import simplify
 
 from gateway.toolcalls.sqlpg import CLASSES, classify_pg
 
@@ -106,7 +107,7 @@ def _glot_true(node: exp.Expression) -> bool:
     while isinstance(node, exp.Paren):
         node = node.this
     if node.find(exp.Column) is None:
-        return not (isinstance(node, exp.Boolean) and not node.this) and not isinstance(node, exp.Null)
+        return _glot_const(node) is not False
     if isinstance(node, exp.Or):
         arms = _flatten(node, exp.Or)
         return any(_glot_true(a) for a in arms) or _glot_covering(arms)
@@ -129,7 +130,7 @@ def _glot_false(node: exp.Expression) -> bool:
     while isinstance(node, exp.Paren):
         node = node.this
     if node.find(exp.Column) is None:
-        return (isinstance(node, exp.Boolean) and not node.this) or isinstance(node, exp.Null)
+        return _glot_const(node) is False
     if isinstance(node, exp.Not):
         return _glot_true(node.this)
     if isinstance(node, exp.And):
@@ -139,6 +140,21 @@ def _glot_false(node: exp.Expression) -> bool:
     if isinstance(node, (exp.NEQ, exp.GT, exp.LT, exp.NullSafeNEQ)):
         return node.this == node.expression
     return False
+
+
+def _glot_const(node: exp.Expression) -> bool | None:
+    """A column-free predicate's value when sqlglot folds it to a constant (NULL is False), else None."""
+    try:
+        folded = simplify(node.copy())
+    except Exception:  # noqa: BLE001 - the simplifier raises on shapes it does not fold
+        return None
+    while isinstance(folded, exp.Paren):
+        folded = folded.this
+    if isinstance(folded, exp.Boolean):
+        return bool(folded.this)
+    if isinstance(folded, exp.Null):
+        return False
+    return None
 
 
 def _flatten(node: exp.Expression, kind: type) -> list:

@@ -251,3 +251,32 @@ def test_an_approval_covers_one_run_of_a_prepared_statement(pg_gateway, cluster)
     assert out["result"].error_field(psycopg.pq.DiagnosticField.SQLSTATE) == b"42501"
     conn.close()
     assert cluster.count() == 8
+
+
+@pytest.mark.parametrize("statement", [
+    "MERGE INTO t USING (SELECT 1 AS id) s ON t.id = s.id WHEN MATCHED THEN DELETE",
+    "UPDATE t SET v = 'gone' WHERE id > 0 OR true",
+    "ALTER TABLE t RENAME TO t_old",
+    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE false",
+])
+def test_what_is_not_known_to_be_safe_is_held(pg_gateway, cluster, statement):
+    """The wire reads SQL as the sql tool does (one classification): these ask, and nothing runs until decided."""
+    sess, url = db_session(pg_gateway)
+    th, out = in_thread(psql, url, statement)
+    items = pending(pg_gateway, sess["id"])
+    assert len(items) == 1 and statement[:30] in str(items[0]["action"])
+    decide(pg_gateway, items[0]["id"], "deny")
+    th.join(30)
+    assert "sandgate: denied" in out["result"].stderr
+    assert cluster.table_exists() and cluster.count() == 10
+    assert cluster.psql_local("SELECT count(*) FROM t WHERE v = 'gone'").strip() == "0"
+
+
+def test_bounded_writes_and_transactions_flow(pg_gateway, cluster):
+    _, url = db_session(pg_gateway)
+    with psycopg.connect(url) as conn:           # psycopg's implicit BEGIN, then COMMIT
+        conn.execute("UPDATE t SET v = 'one' WHERE id = 1")
+        conn.execute("INSERT INTO t (id, v) VALUES (%s, %s)", (11, "eleven"))
+        conn.execute("SET statement_timeout = '5s'")
+        assert conn.execute("SELECT lower(v) FROM t WHERE id = %s", (11,)).fetchone() == ("eleven",)
+    assert cluster.count() == 11

@@ -6,6 +6,8 @@ must come back `allow`. Entries are `(command, before)`: `before` are earlier sh
 """
 from __future__ import annotations
 
+import shlex
+
 import pytest
 
 from tests.conftest import LOOPBACK_CONFIG
@@ -237,3 +239,64 @@ def test_implicit_benign_allowed(ev, before, command):
         assert sim.call(call["tool"], call["args"])["action"] == "allow", call
     decision = sim.call("shell", {"command": command})
     assert decision["action"] == "allow", decision
+
+
+# -- SQL: reads, transaction and session control, bounded writes ---------------------------------------------------
+SQL_BENIGN: list[str] = [
+    "SELECT id, email FROM users WHERE id = 42",
+    "SELECT count(*) FROM orders WHERE created_at > now() - interval '1 day'",
+    "SELECT u.id, lower(u.email), coalesce(p.name, '') FROM users u LEFT JOIN profiles p ON p.user_id = u.id "
+    "WHERE u.active ORDER BY u.id LIMIT 50",
+    "WITH recent AS (SELECT * FROM orders WHERE total > 100) SELECT customer_id, sum(total) FROM recent "
+    "GROUP BY customer_id",
+    "SELECT date_trunc('month', created_at) AS m, count(*) FROM events GROUP BY 1 ORDER BY 1",
+    "SELECT jsonb_build_object('id', id, 'tags', array_agg(tag)) FROM tags GROUP BY id",
+    "SELECT * FROM pg_stat_activity WHERE datname = current_database()",
+    "SELECT version()",
+    "EXPLAIN SELECT * FROM users WHERE email = 'a@example.com'",
+    "SHOW search_path",
+    "BEGIN",
+    "BEGIN ISOLATION LEVEL REPEATABLE READ",
+    "COMMIT",
+    "ROLLBACK",
+    "SAVEPOINT before_import",
+    "RELEASE SAVEPOINT before_import",
+    "ROLLBACK TO SAVEPOINT before_import",
+    "SET search_path TO app, public",
+    "SET statement_timeout = '5s'",
+    "SET TIME ZONE 'UTC'",
+    "SET TRANSACTION ISOLATION LEVEL SERIALIZABLE",
+    "RESET ALL",
+    "DISCARD ALL",
+    "INSERT INTO users (email, active) VALUES ('a@example.com', true)",
+    "INSERT INTO events (id, kind, at) VALUES (gen_random_uuid(), 'login', now())",
+    "INSERT INTO users (email) VALUES ('b@example.com') ON CONFLICT (email) DO UPDATE SET active = true "
+    "RETURNING id",
+    "INSERT INTO archive SELECT * FROM orders WHERE created_at < '2020-01-01'",
+    "UPDATE users SET active = false WHERE id = 42",
+    "UPDATE orders SET status = 'shipped' WHERE id IN (1, 2, 3) AND status = 'paid'",
+    "UPDATE users SET last_seen = now() WHERE email = lower('A@example.com')",
+    "UPDATE users u SET plan = p.name FROM plans p WHERE u.plan_id = p.id",
+    "UPDATE users SET active = true WHERE id > 0 OR email = 'x@example.com'",
+    "UPDATE t SET n = n + 1 WHERE id = 7 OR id = 8",
+    "MERGE INTO stock s USING deliveries d ON s.item = d.item WHEN MATCHED THEN UPDATE SET qty = s.qty + d.qty "
+    "WHEN NOT MATCHED THEN INSERT VALUES (d.item, d.qty)",
+    "COPY users TO STDOUT WITH (FORMAT csv)",
+    "DECLARE c CURSOR FOR SELECT * FROM users",
+    "FETCH 100 FROM c",
+    "SELECT current_setting('jit'), set_config('jit', 'off', false)",
+]
+
+
+@pytest.mark.parametrize("query", SQL_BENIGN)
+def test_sql_benign_allowed(ev, query):
+    for tool, args in (("sql", {"query": query}), ("shell", {"command": f"psql -c {shlex.quote(query)}"})):
+        decision = SessionSim(ev).call(tool, args)
+        assert decision["action"] == "allow", (tool, query, decision)
+
+
+def test_psycopg_transactions_never_ask(ev):
+    """psycopg opens every transaction with an implicit BEGIN (with an isolation level when one is set)."""
+    for query in ("BEGIN", "BEGIN ISOLATION LEVEL SERIALIZABLE", "BEGIN READ ONLY", "START TRANSACTION"):
+        for args in ({"query": query}, {"query": query, "dialect": "postgres"}, {"query": query, "dialect": "mysql"}):
+            assert SessionSim(ev).call("sql", args)["action"] == "allow", args

@@ -1,0 +1,135 @@
+"""The trivially-true WHERE detector (PostgreSQL's grammar, gateway/toolcalls/sqlpg.py; sqlglot's for other
+dialects, gateway/toolcalls/sql.py), by property.
+
+- sound: a predicate over a column it calls trivially true holds for every non-null value of that column;
+- closed: `P OR T` and `T AND T` are trivially true for any predicate P and trivially true T, `E = E` for any E;
+- it bounds: `x = c`, and `P AND x = c`, never are.
+"""
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gateway.toolcalls.sql import describe_sql
+from gateway.toolcalls.sqlpg import classify_pg
+
+OPS = {"=": lambda a, b: a == b, "<>": lambda a, b: a != b, "<": lambda a, b: a < b, "<=": lambda a, b: a <= b,
+       ">": lambda a, b: a > b, ">=": lambda a, b: a >= b}
+TRIVIAL = ["true", "1 = 1", "x = x", "x IS NULL OR x IS NOT NULL", "'a' = 'a'", "NOT false", "x >= x",
+           "x < 3 OR x >= 3", "(x = 2) OR NOT (x = 2)", "name LIKE '%'", "x <= x", "NOT (x <> x)",
+           "CASE WHEN x > 0 THEN true ELSE true END", "x BETWEEN x AND x", "x IS NOT DISTINCT FROM x", "'t'",
+           "x > 1 OR x < 1 OR x = 1", "2 > 1"]
+
+operand = st.one_of(st.just("x"), st.integers(-2, 2))
+atom = st.one_of(
+    st.tuples(st.just("cmp"), operand, st.sampled_from(sorted(OPS)), operand),
+    st.tuples(st.just("const"), st.booleans()),
+    st.tuples(st.just("notnull"), st.booleans()),
+)
+predicate = st.recursive(atom, lambda inner: st.one_of(
+    st.tuples(st.just("and"), inner, inner), st.tuples(st.just("or"), inner, inner), st.tuples(st.just("not"), inner)),
+    max_leaves=6)
+
+
+def render(p) -> str:
+    kind = p[0]
+    if kind == "cmp":
+        return f"{p[1]} {p[2]} {p[3]}"
+    if kind == "const":
+        return "true" if p[1] else "false"
+    if kind == "notnull":
+        return "x IS NOT NULL" if p[1] else "x IS NULL"
+    if kind == "not":
+        return f"NOT ({render(p[1])})"
+    return f"({render(p[1])}) {kind.upper()} ({render(p[2])})"
+
+
+def holds(p, x: int) -> bool:
+    kind = p[0]
+    if kind == "cmp":
+        a, b = (x if v == "x" else v for v in (p[1], p[3]))
+        return OPS[p[2]](a, b)
+    if kind == "const":
+        return p[1]
+    if kind == "notnull":
+        return p[1]              # x is never null here
+    if kind == "not":
+        return not holds(p[1], x)
+    if kind == "and":
+        return holds(p[1], x) and holds(p[2], x)
+    return holds(p[1], x) or holds(p[2], x)
+
+
+def unbounded_pg(where: str) -> bool:
+    facts = classify_pg(f"UPDATE t SET y = 1 WHERE {where}")
+    assert facts is not None, where
+    return "UPDATE" in facts["unbounded"]
+
+
+def unbounded_glot(where: str) -> bool:
+    facts = describe_sql(f"UPDATE t SET y = 1 WHERE {where}", "mysql")
+    assert facts["parsed"], where
+    return "UPDATE" in facts["unbounded"]
+
+
+DETECTORS = [pytest.param(unbounded_pg, id="pglast"), pytest.param(unbounded_glot, id="sqlglot")]
+
+
+@pytest.mark.parametrize("unbounded", DETECTORS)
+@settings(max_examples=200, deadline=None)
+@given(p=predicate)
+def test_sound(unbounded, p):
+    where = render(p)
+    if "x" in where and unbounded(where):
+        assert all(holds(p, x) for x in range(-5, 6)), where
+
+
+@pytest.mark.parametrize("unbounded", DETECTORS)
+@settings(max_examples=200, deadline=None)
+@given(p=predicate, t=st.sampled_from(TRIVIAL), u=st.sampled_from(TRIVIAL), left=st.booleans())
+def test_or_true_and_true_and_true(unbounded, p, t, u, left):
+    if unbounded is unbounded_glot and ("BETWEEN" in t or "DISTINCT" in t or t == "'t'"):
+        return                     # PostgreSQL spellings the sqlglot reading leaves to PostgreSQL's grammar
+    arms = [f"({render(p)})", f"({t})"]
+    assert unbounded(" OR ".join(arms if left else arms[::-1]))
+    if unbounded is unbounded_glot and ("BETWEEN" in u or "DISTINCT" in u or u == "'t'"):
+        return
+    assert unbounded(f"({t}) AND ({u})")
+
+
+EXPRESSIONS = ["x", "x + 1", "lower(name)", "coalesce(x, 0)", "t.x", "abs(x - 3) * 2", "name || 'a'",
+               "(x)::text", "date_trunc('day', created_at)"]
+
+
+@pytest.mark.parametrize("unbounded", DETECTORS)
+@settings(max_examples=100, deadline=None)
+@given(e=st.sampled_from(EXPRESSIONS), op=st.sampled_from(["=", "<=", ">="]), spaces=st.sampled_from(["", " ", "  "]))
+def test_an_expression_compared_with_itself(unbounded, e, op, spaces):
+    if unbounded is unbounded_glot and "::" in e:
+        return
+    assert unbounded(f"{e}{spaces}{op}{spaces}{e}")
+
+
+@pytest.mark.parametrize("unbounded", DETECTORS)
+@settings(max_examples=200, deadline=None)
+@given(p=predicate, c=st.integers(-1000, 1000), col=st.sampled_from(["id", "x", "t.id", "email"]),
+       op=st.sampled_from(["=", "<", ">", "<>", "<=", ">="]))
+def test_a_column_compared_with_a_constant_bounds(unbounded, p, c, col, op):
+    assert not unbounded(f"{col} {op} {c}")
+    assert not unbounded(f"({render(p)}) AND {col} {op} {c}")
+    assert not unbounded(f"{col} {op} {c} OR {col} {op} {c + 1}") or op in ("<>",)
+
+
+def test_no_where_and_constant_where():
+    for where in ("false", "1 = 2", "NULL", "EXISTS (SELECT 1)", "now() > '2000-01-01'"):
+        assert unbounded_pg(where), where
+    assert "UPDATE" in classify_pg("UPDATE t SET y = 1")["unbounded"]
+    assert "DELETE" in classify_pg("DELETE FROM t")["unbounded"]
+    assert classify_pg("UPDATE t SET y = 1 WHERE CURRENT OF c")["unbounded"] == []
+
+
+def test_own_table_qualifier_only():
+    assert unbounded_pg("t.id = id")
+    assert not classify_pg("UPDATE t SET y = 1 FROM u WHERE t.id = u.id")["unbounded"]
+    assert classify_pg("UPDATE t AS a SET y = 1 WHERE a.id = id")["unbounded"] == ["UPDATE"]
