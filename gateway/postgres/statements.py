@@ -187,7 +187,7 @@ def _numeric(value: bytes) -> str | None:
     digits = struct.unpack_from(f"!{ndigits}h", value, 8)
     if any(not 0 <= d < 10000 for d in digits):
         return None
-    with decimal.localcontext(prec=4 * ndigits + max(dscale, 0) + 8):
+    with decimal.localcontext(prec=4 * (ndigits + max(weight, 0) + 1) + max(dscale, 0) + 8):
         number = decimal.Decimal(0)
         for i, d in enumerate(digits):
             number += decimal.Decimal(d).scaleb(4 * (weight - i))
