@@ -105,6 +105,10 @@ class BearerGuard:
         await self.app(scope, receive, send)
 
 
+MAX_HTTP_SESSIONS = 64
+SESSION_IDLE_S = 1800.0
+
+
 async def serve_http(server: Any, listen: str, token: str) -> None:
     import uvicorn
 
@@ -115,7 +119,10 @@ async def serve_http(server: Any, listen: str, token: str) -> None:
     sock.bind((host, int(port)))
     sock.listen(128)            # listening before the URL is printed: a client may connect at once
     bound = sock.getsockname()[1]
-    app = BearerGuard(server.streamable_http_app(host=host), token)
+    # An agent opening MCP sessions without end would make this process keep each one's stream: at most
+    # MAX_HTTP_SESSIONS at once (beyond: 503), each closed after SESSION_IDLE_S without a request.
+    app = BearerGuard(server.streamable_http_app(host=host, max_sessions=MAX_HTTP_SESSIONS,
+                                                 session_idle_timeout=SESSION_IDLE_S), token)
     shown = f"[{host}]" if ":" in host else host
     print(json.dumps({"url": f"http://{shown}:{bound}/mcp", "token": token}), flush=True)
     config = uvicorn.Config(app, log_level="warning", lifespan="on")

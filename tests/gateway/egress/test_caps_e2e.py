@@ -175,6 +175,13 @@ def test_held_dos_from_one_session_is_capped_and_others_keep_flowing(gw, upstrea
     for t in threads:
         t.join(60)
     try:
+        # An answer slowed by a loaded machine is not a hold: ask the silent ones again before counting.
+        for c in list(held_clients):
+            status, _ = c.status(timeout=5)
+            if status is not None:
+                held_clients.remove(c)
+                c.close()
+                outcomes[outcomes.index(None)] = status
         held = [o for o in outcomes if o is None]
         refused = [o for o in outcomes if o in (429, 503)]
         p99 = statistics.quantiles(latencies, n=100)[98] if len(latencies) >= 2 else float("nan")

@@ -218,6 +218,32 @@ def test_streamable_http_front(sg, session, tmp_path):
         proc.wait(15)
 
 
+def test_streamable_http_sessions_are_capped(sg, session, tmp_path):
+    """An agent that opens MCP sessions without end: the proxy keeps at most MAX_HTTP_SESSIONS (then 503); one
+    ended by DELETE makes room."""
+    import requests
+
+    from sandgate.mcp.command import MAX_HTTP_SESSIONS
+
+    proc, url = start_proxy(sg, session["id"], tmp_path / "log", "--", sys.executable, str(UPSTREAM))
+    headers = {"Authorization": "Bearer front-token-123", "Accept": "application/json, text/event-stream"}
+    init = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}
+    try:
+        ids = []
+        with requests.Session() as http:
+            for _ in range(MAX_HTTP_SESSIONS):
+                resp = http.post(url, json=init, headers=headers, timeout=30)
+                assert resp.status_code == 200, resp.text
+                ids.append(resp.headers["mcp-session-id"])
+            assert http.post(url, json=init, headers=headers, timeout=30).status_code == 503
+            assert http.delete(url, headers={**headers, "mcp-session-id": ids[0]}, timeout=30).status_code == 200
+            assert http.post(url, json=init, headers=headers, timeout=30).status_code == 200
+    finally:
+        proc.terminate()
+        proc.wait(15)
+
+
 def test_remote_streamable_http_upstream(sg, session, tmp_path):
     from tests.support.upstream import free_port
 
