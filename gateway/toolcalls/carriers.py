@@ -35,9 +35,9 @@ class Carried:
     script: str = ""
 
 
-def _runs_something(words: list[str]) -> bool:
+def _runs_something(words: list[str], tables: Tables) -> bool:
     """Whether `words` run a command of their own (not an interactive shell or interpreter waiting for stdin)."""
-    u = unwrap(words)
+    u = unwrap(words, table=tables.wrappers)
     if u.script is not None:
         return True
     if not u.argv:
@@ -85,7 +85,7 @@ def unknown_carried(argv: list[str], tables: Tables) -> list[Carried]:
             continue
         if _names_program(value, tables):
             candidate = [value] + words[i + 1:]
-            if _runs_something(candidate):
+            if _runs_something(candidate, tables):
                 out.append(Carried("argv", tuple(candidate)))
                 break
     return out

@@ -248,7 +248,7 @@ class _Line:
         words = names + [w for word, how in zip(argv[1:], quoting[1:])
                          for w in expand_word(word, self.variables, self.cwd, how)]
         self.env_path = (cmd.get("env") or {}).get("PATH")
-        unwrapped = unwrap(words, self.program_behind)     # a renamed program is judged as what it is
+        unwrapped = unwrap(words, self.program_behind, self.tables.wrappers)   # a renamed program: what it is
         self.env_path = None
         rec: dict[str, Any] = {"argv": argv, "op": op, "effective": unwrapped.argv, "redirects": cmd["redirects"]}
         if cmd.get("env"):
@@ -635,7 +635,7 @@ class _Command:
                 rec.setdefault("executes", []).append({"via": "find -exec", "known": True})
             for group in find_exec_groups(eff):
                 group = [w for g in group for w in ([*starts] if g == "{}" else [g.replace("{}", starts[0])])]
-                inner = unwrap(group).argv
+                inner = unwrap(group, table=line.tables.wrappers).argv
                 rec["exec_names"].append(posixpath.basename(inner[0]) if inner else "")
                 line.command({"argv": group, "op": ";", "redirects": []}, self.depth + 1, "find -exec", ";", None)
         elif name == "parallel":

@@ -5,6 +5,8 @@ and which programs run a command they carry on another machine or in a container
 `docker exec C CMD`, `kubectl exec POD -- CMD`, `ansible HOSTS -m shell -a CMD`, `salt T cmd.run CMD`, ...).
 A site extends both without code, in its copy of `sandgate/config/toolcall/data.json`:
 
+- `wrappers`: programs (or "program subcommand") that run the command in their arguments locally (`sudo`,
+  `timeout 5`, `uv run`), with their options (wrappers.py `_Spec`);
 - `plain_programs`: programs sandgate should treat as plain (their arguments are never read as a command);
 - `subcommand_words`: a first operand of an unknown program that is its own subcommand (`ruff format`,
   `mytool init`), not a program it runs: the words after it are still read;
@@ -26,7 +28,7 @@ from typing import Any, Mapping
 
 from gateway.toolcalls.interpreters import language_of
 from gateway.toolcalls.sqlclients import CLIENTS
-from gateway.toolcalls.wrappers import SHELLS, WRAPPER_NAMES
+from gateway.toolcalls.wrappers import SHELLS, WrapperTable, default_wrappers
 
 # Programs the fact builders model in code (beyond the policy's own lists): shells, wrappers, interpreters,
 # SQL and HTTP clients, and the programs effects.py / programs.py / describe.py read options of.
@@ -114,6 +116,7 @@ class Tables:
     dns_programs: frozenset[str] | None = None
     sensitive_files: tuple[str, ...] = ()             # globs ("/srv/keys/*", "~/.config/corp/token")
     secret_variables: tuple[str, ...] = ()            # name globs ("CORP_*", "VAULT_ADDR")
+    wrappers: WrapperTable = field(default_factory=WrapperTable)
 
     def known(self, name: str) -> bool:
         """Whether sandgate models the program `name` (a basename): its arguments are not read for a command."""
@@ -132,7 +135,9 @@ class Tables:
 def build_tables(config: Mapping[str, Any] | None) -> Tables:
     """Tables from a toolcall configuration (`data.sandgate.config.toolcall`); missing parts are empty."""
     cfg = config if isinstance(config, Mapping) else {}
-    names: set[str] = set(MODELLED) | set(SHELLS) | set(WRAPPER_NAMES) | set(CLIENTS)
+    # a policy directory copied before the wrappers were data has none: the shipped ones apply
+    wrappers = WrapperTable.of(cfg["wrappers"]) if "wrappers" in cfg else default_wrappers()
+    names: set[str] = set(MODELLED) | set(SHELLS) | wrappers.names() | set(CLIENTS)
     for key in _LISTS:
         names |= _words(cfg.get(key))
     for key in _MAPS:
@@ -153,7 +158,8 @@ def build_tables(config: Mapping[str, Any] | None) -> Tables:
                   _words(cfg.get("subcommand_words")),
                   _words(stream) | _words(cfg.get("network_commands")) if stream is not None else None,
                   _words(dns) if dns is not None else None,
-                  tuple(sorted(_words(cfg.get("sensitive_files")))), tuple(sorted(_words(cfg.get("secret_variables")))))
+                  tuple(sorted(_words(cfg.get("sensitive_files")))), tuple(sorted(_words(cfg.get("secret_variables")))),
+                  wrappers=wrappers)
 
 
 _cache: dict[int, tuple[Any, Tables]] = {}

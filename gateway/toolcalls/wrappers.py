@@ -6,14 +6,17 @@ what the wrappers add: environment assignments (env, sudo, cross-env), a shell s
 parallel), an interactive shell (`sudo -i`, `su`, `chroot DIR`), a working directory (`env -C`), files the
 wrapper itself writes (`script FILE`, `strace -o`), a remote host (`parallel -S`, `systemd-run -H`).
 `shell_script` finds a shell's `-c` script, `find_exec_groups` the commands `find -exec` runs.
+The table of wrappers and their options is the policy's data (`wrappers` in `sandgate/config/toolcall/data.json`,
+`WrapperTable`); what is particular to one wrapper (gdb --args, su -, env -S, xargs, sudo -e, script FILE) is here.
 """
 from __future__ import annotations
 
+import json
 import posixpath
 import re
 import shlex
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable, Mapping
 
 from gateway.toolcalls.words import split_words
 
@@ -41,111 +44,58 @@ class _Spec:
         return frozenset(getattr(self, which).split())
 
 
-_T = {
-    "sudo": _Spec(args="-u -g -h -p -C -D -r -t -T -U -R --user --group --host --prompt --close-from --chdir "
-                       "--role --type --command-timeout --other-user --chroot", assignments=True, interactive=True,
-                  chdir="-D --chdir", no_command="-l -v -V --list --validate --version --help"),
-    "doas": _Spec(args="-u -C", interactive=True, no_command="-C"),
-    "run0": _Spec(args="-u -g -D --user --group --chdir --setenv --unit --property --description --slice "
-                       "--nice --machine", interactive=True, chdir="-D --chdir"),
-    "pkexec": _Spec(args="--user", interactive=True),
-    "env": _Spec(args="-u --unset -C --chdir -S --split-string -P --default-signal --ignore-signal "
-                      "--block-signal", assignments=True, chdir="-C --chdir"),
-    "cross-env": _Spec(assignments=True),
-    "nice": _Spec(args="-n --adjustment"),
-    "ionice": _Spec(args="-c -n --class --classdata", no_command="-p -P -u --pid --pgid --uid"),
-    "nohup": _Spec(),
-    "coproc": _Spec(),              # `coproc cmd args`: bash runs cmd in the background
-    "setsid": _Spec(),
-    "time": _Spec(args="-f -o --format --output", writes="-o --output"),
-    "timeout": _Spec(args="-s -k --signal --kill-after", skip=1),
-    "stdbuf": _Spec(args="-i -o -e --input --output --error"),
-    "flock": _Spec(args="-w -E --timeout --wait --conflict-exit-code", skip=1, script="-c --command"),
-    "chroot": _Spec(args="--userspec --groups", skip=1, interactive=True),
-    "unshare": _Spec(args="--propagation --setgroups -S --setuid -G --setgid -R --root -w --wd --map-user "
-                          "--map-group --map-users --map-groups --monotonic --boottime", interactive=True,
-                     chdir="-w --wd"),
-    "nsenter": _Spec(args="-t --target -S --setuid -G --setgid --env", interactive=True),
-    "watch": _Spec(args="-n --interval -q --equexit", join=True),
-    "script": _Spec(args="-E --echo -I --log-in -O --log-out -B --log-io -T --log-timing -m --logging-format",
-                    script="-c --command", interactive=True, writes="-I --log-in -O --log-out -B --log-io"),
-    "su": _Spec(args="-s --shell -g --group -G --supp-group -w --whitelist-environment", skip=1,
-                script="-c --command -C --session-command", interactive=True),
-    "runuser": _Spec(args="-u --user -s --shell -g --group -G --supp-group -w --whitelist-environment", skip=1,
-                     script="-c --command -C --session-command", interactive=True),
-    "sg": _Spec(script="-c", skip=1, join=True),
-    "command": _Spec(no_command="-v -V"),
-    "builtin": _Spec(),
-    "exec": _Spec(args="-a"),
-    "xargs": _Spec(args="-I -n -P -d -L -s -E -a --max-args --max-procs --delimiter --max-lines --max-chars "
-                        "--eof --arg-file --process-slot-var", stdin_operands=True),
-    "taskset": _Spec(skip=1, no_command="-p --pid"),
-    "chrt": _Spec(args="-T -P -D --sched-runtime --sched-period --sched-deadline", skip=1,
-                  no_command="-p --pid -m --max"),
-    "numactl": _Spec(args="-C -N -m -i -p -P --physcpubind --cpunodebind --membind --interleave --preferred"),
-    "prlimit": _Spec(args="-o --output", no_command="-p --pid"),
-    "systemd-run": _Spec(args="-u --unit -p --property -E --setenv --uid --gid --nice --working-directory "
-                              "--description --slice -M --machine -H --host --on-active --on-calendar "
-                              "--timer-property --path-property --socket-property --service-type",
-                         chdir="--working-directory", remote="-H --host"),
-    "strace": _Spec(args="-o -e -p -s -u -E -a -b -I -O -P -S -X", writes="-o", no_command="-p"),
-    "ltrace": _Spec(args="-o -e -p -s -u -a -n -A -D -F -l -x", writes="-o", no_command="-p"),
-    "valgrind": _Spec(),
-    "fakeroot": _Spec(args="-l --lib --faked -s -i -b"),
-    "firejail": _Spec(),
-    "proxychains": _Spec(args="-f"),
-    "proxychains4": _Spec(args="-f"),
-    "torsocks": _Spec(args="-u -p -a -P"),
-    "caffeinate": _Spec(args="-t -w"),
-    "unbuffer": _Spec(),
-    "catchsegv": _Spec(),
-    "eatmydata": _Spec(),
-    "dbus-run-session": _Spec(),
-    "xvfb-run": _Spec(args="-n -s -f -e -p --server-num --server-args --auth-file --error-file"),
-    "busybox": _Spec(applet=True),
-    "toybox": _Spec(applet=True),
-    "coreutils": _Spec(applet=True),
-    "bundle": _Spec(),
-    "npx": _Spec(args="-p --package --call", script="-c --call"),
-    "bunx": _Spec(),
-    "uvx": _Spec(args="--from --with --with-requirements --with-editable --python -p --index --default-index "
-                      "--index-url --extra-index-url -f --find-links"),
-    "asdf": _Spec(),
-    "direnv": _Spec(skip=1),
-    "nix-shell": _Spec(args="-p -I --arg --argstr -A --attr", script="--run --command", interactive=True),
-    "gdb": _Spec(),
-}
-# wrappers that are one subcommand of a bigger tool: (tool, subcommand) -> spec
-_T2 = {
-    ("uv", "run"): _Spec(args="--with --with-requirements --with-editable --python -p --project --directory "
-                              "--package --extra --group --env-file --index --default-index -i --index-url "
-                              "--extra-index-url -f --find-links", chdir="--directory"),
-    ("uv", "tool"): _Spec(skip=1, args="--from --with --python -p"),
-    ("poetry", "run"): _Spec(args="-C --directory -P --project", chdir="-C --directory"),
-    ("pipenv", "run"): _Spec(),
-    ("pdm", "run"): _Spec(args="-p --project"),
-    ("hatch", "run"): _Spec(),
-    ("rye", "run"): _Spec(),
-    ("pixi", "run"): _Spec(args="-e --environment --manifest-path"),
-    ("conda", "run"): _Spec(args="-n --name -p --prefix --cwd", chdir="--cwd"),
-    ("mamba", "run"): _Spec(args="-n --name -p --prefix --cwd", chdir="--cwd"),
-    ("micromamba", "run"): _Spec(args="-n --name -p --prefix --cwd", chdir="--cwd"),
-    ("bundle", "exec"): _Spec(),
-    ("npm", "exec"): _Spec(args="--package -p --call", script="-c --call"),
-    ("npm", "x"): _Spec(args="--package -p --call", script="-c --call"),
-    ("pnpm", "exec"): _Spec(),
-    ("pnpm", "dlx"): _Spec(args="--package"),
-    ("yarn", "exec"): _Spec(),
-    ("yarn", "dlx"): _Spec(args="-p --package"),
-    ("bun", "x"): _Spec(),
-    ("nix", "develop"): _Spec(args="--profile -i"),
-    ("mise", "exec"): _Spec(args="-C --cd", chdir="-C --cd"),
-    ("mise", "x"): _Spec(args="-C --cd", chdir="-C --cd"),
-    ("asdf", "exec"): _Spec(),
-    ("direnv", "exec"): _Spec(skip=1),
-}
 _GDB_ARGS = "--args"
-WRAPPER_NAMES = frozenset(_T) | frozenset(tool for tool, _sub in _T2)
+_SPEC_FIELDS = frozenset(("args", "script", "chdir", "writes", "remote", "no_command"))
+_SPEC_FLAGS = frozenset(("assignments", "join", "interactive", "stdin_operands", "applet"))
+
+
+def _spec_of(raw: Mapping[str, Any]) -> _Spec:
+    """A wrapper's spec from its data entry (unknown or mistyped fields are ignored)."""
+    fields: dict[str, Any] = {k: v for k, v in raw.items() if k in _SPEC_FIELDS and isinstance(v, str)}
+    fields.update({k: v for k, v in raw.items() if k in _SPEC_FLAGS and isinstance(v, bool)})
+    skip = raw.get("skip", 0)
+    if isinstance(skip, int) and not isinstance(skip, bool) and 0 <= skip <= 4:
+        fields["skip"] = skip
+    return _Spec(**fields)
+
+
+@dataclass(frozen=True)
+class WrapperTable:
+    """The wrappers of a policy's data (`data.sandgate.config.toolcall.wrappers`): per program, or per
+    "program subcommand" (`uv run`, `npm exec`), the options of `_Spec`."""
+    single: Mapping[str, _Spec] = field(default_factory=dict)
+    double: Mapping[tuple[str, str], _Spec] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, raw: Any) -> "WrapperTable":
+        single: dict[str, _Spec] = {}
+        double: dict[tuple[str, str], _Spec] = {}
+        if isinstance(raw, Mapping):
+            for key, spec in raw.items():
+                words = key.split() if isinstance(key, str) else []
+                if not isinstance(spec, Mapping) or not 1 <= len(words) <= 2:
+                    continue
+                if len(words) == 1:
+                    single[words[0]] = _spec_of(spec)
+                else:
+                    double[(words[0], words[1])] = _spec_of(spec)
+        return cls(single, double)
+
+    def names(self) -> frozenset[str]:
+        return frozenset(self.single) | frozenset(tool for tool, _sub in self.double)
+
+
+_default: list[WrapperTable] = []
+
+
+def default_wrappers() -> WrapperTable:
+    """The wrappers of the shipped policy directory (read once)."""
+    if not _default:
+        from gateway.policy.loader import default_policy_dir
+
+        path = default_policy_dir() / "sandgate" / "config" / "toolcall" / "data.json"
+        _default.append(WrapperTable.of(json.loads(path.read_text(encoding="utf-8")).get("wrappers")))
+    return _default[0]
 
 
 @dataclass
@@ -164,28 +114,29 @@ class Unwrapped:
     separator: str | None = None       # xargs: what separates its items (-0, -d, lines for -I/-L); None: blanks
 
 
-def _spec_for(words: list[str]) -> tuple[_Spec | None, int, str]:
+def _spec_for(words: list[str], table: WrapperTable) -> tuple[_Spec | None, int, str]:
     if not words:
         return None, 0, ""
     name = posixpath.basename(words[0])
-    if len(words) > 1 and (name, words[1]) in _T2:
-        return _T2[(name, words[1])], 2, f"{name} {words[1]}"
+    if len(words) > 1 and (name, words[1]) in table.double:
+        return table.double[(name, words[1])], 2, f"{name} {words[1]}"
     if name == "gdb" and _GDB_ARGS not in words:
         return None, 0, ""
-    if name in ("bundle", "asdf", "direnv"):       # only their exec forms (above) wrap
-        return None, 0, ""
-    return _T.get(name), 1, name
+    return table.single.get(name), 1, name
 
 
-def unwrap(argv: list[str], program_of: Callable[[str], str | None] | None = None) -> Unwrapped:
+def unwrap(argv: list[str], program_of: Callable[[str], str | None] | None = None,
+           table: WrapperTable | None = None) -> Unwrapped:
     """argv without leading wrappers and their options: `sudo -u x nice rm y` -> Unwrapped(["rm", "y"], ...).
-    `program_of(word)` names the program a renamed one is (a link or copy made earlier), at every layer."""
+    `program_of(word)` names the program a renamed one is (a link or copy made earlier), at every layer;
+    `table` the policy's wrappers (the shipped ones when None)."""
+    table = table if table is not None else default_wrappers()
     out = Unwrapped(list(argv))
     for _ in range(16):
         behind = program_of(out.argv[0]) if program_of is not None and out.argv else None
         if behind is not None:
             out.argv[0] = behind
-        spec, start, name = _spec_for(out.argv)
+        spec, start, name = _spec_for(out.argv, table)
         if spec is None:
             return out
         words = out.argv

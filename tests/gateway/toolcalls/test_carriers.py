@@ -123,3 +123,18 @@ def test_tables_of_a_policy_revision_and_the_memo_key():
     assert tables_of_policy(None) is default_tables() and tables_of_policy({"sandgate": 1}) is default_tables()
     key = FactsMemo.key("shell", "{}", "/w", {}, {}, None, (), "rev-a")
     assert key != FactsMemo.key("shell", "{}", "/w", {}, {}, None, (), "rev-b")
+
+
+def test_wrappers_are_data():
+    from gateway.toolcalls.wrappers import WrapperTable, unwrap
+
+    cfg = shipped_config()
+    assert "sudo" in cfg["wrappers"] and "uv run" in cfg["wrappers"]
+    site = build_tables({**cfg, "wrappers": {**cfg["wrappers"], "myprivs": {"args": "-u", "skip": 0}}})
+    assert unwrap(["myprivs", "-u", "rm", "ls"], table=site.wrappers).argv == ["ls"]
+    facts, _ = describe_line("myprivs -u x rm -rf ~", "/workspace", tables=site)
+    assert facts["commands"][0]["effective"] == ["rm", "-rf", "~"]
+    old = {k: v for k, v in cfg.items() if k != "wrappers"}       # a copy from before wrappers were data
+    assert build_tables(old).wrappers == default_tables().wrappers
+    assert WrapperTable.of({"x": {"skip": "two", "args": 3, "join": "yes"}, "a b c": {}, 4: {}}).single["x"] == \
+        WrapperTable.of({"x": {}}).single["x"]

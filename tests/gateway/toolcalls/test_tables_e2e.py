@@ -1,5 +1,5 @@
 """The fact builders' tables are the policy's data, read at each revision: a site edits `executors` or
-`plain_programs` in its policy directory and the next decisions use them, with the embedded engine and with
+`plain_programs` or `wrappers` in its policy directory and the next decisions use them, with the embedded engine and with
 `policy.engine = "opa"` (the real OPA server), through POST /v1/toolcalls of a real sandgate. The facts memo keys
 on the revision, so a call decided before the edit is not served stale facts after it.
 """
@@ -40,6 +40,7 @@ def edit_tables(pol) -> None:
     data = json.loads(path.read_text())
     data["executors"]["myrun exec"] = {"targets": 1, "remote": True}
     data["plain_programs"] = ["hyperfine"]
+    data["wrappers"]["myprivs"] = {"args": "-u"}            # `myprivs -u USER CMD`
     path.write_text(json.dumps(data))
 
 
@@ -47,6 +48,7 @@ def run(sg: Sandgate, pol) -> None:
     sid = sg.session(workload="persistent", allow=["example.com"], workspace="/workspace")["id"]
     assert decide(sg, sid, "myrun exec box ls") == "allow"              # an unknown program carrying a read
     assert decide(sg, sid, "hyperfine 'git push --force origin main'") == "ask"
+    assert decide(sg, sid, "myprivs -u rm ls") == "ask"                 # read as `rm ls`
     old = sg.call("GET", "/healthz").json()["policy"]["rev"]
     edit_tables(pol)
     wait_for_rev(sg, old)
@@ -54,6 +56,8 @@ def run(sg: Sandgate, pol) -> None:
     assert decide(sg, sid, "myrun exec box ls") == "ask"                # now a remote runner: it asks as ssh does
     assert decide(sg, sid, "myrun exec box rm -rf /") == "deny"         # its command is decided over there
     assert decide(sg, sid, "hyperfine 'git push --force origin main'") == "allow"   # the site made it plain
+    assert decide(sg, sid, "myprivs -u rm ls") == "allow"               # a wrapper now: user rm runs `ls`
+    assert decide(sg, sid, "myprivs -u x rm -rf ~") == "deny"
 
 
 def copy_policies(tmp_path):
