@@ -24,6 +24,7 @@ from gateway.net.addresses import parse_ip_literal, vet_addresses
 from gateway.net.hosts import normalise_host
 from gateway.policy.inputs import build_egress_input
 from gateway.toolcalls.enrich import toolcall_base, toolcall_facts
+from gateway.toolcalls.tables import Tables, tables_of_policy
 
 DEFAULT_PORTS = {"http": 80, "https": 443}
 
@@ -54,10 +55,10 @@ def session_from_flags(args: argparse.Namespace, now: float) -> dict:
             "created_at": now, "allow": list(args.allow), "workspace": args.workspace, "secrets": list(args.secret)}
 
 
-def toolcall_input(session: dict, tool: str, args: dict, now: float) -> dict:
+def toolcall_input(session: dict, tool: str, args: dict, now: float, tables: Tables | None = None) -> dict:
     """The `sandgate.toolcall` input the gate builds for this call in a session with no earlier calls."""
     base = toolcall_base(session=session, tool=tool, args=args, step=None, now=now, history=[])
-    facts, _effects = toolcall_facts(base, {}, {})
+    facts, _effects = toolcall_facts(base, {}, {}, tables)
     return {**base, **facts}
 
 
@@ -142,14 +143,17 @@ def run(cfg: Config, args: argparse.Namespace, out: TextIO = sys.stdout, err: Te
                 raise ValueError(f"--args: not JSON ({exc})") from None
             if not isinstance(call_args, dict):
                 raise ValueError("--args: a JSON object, such as '{\"command\": \"ls\"}'")
+        directory = Path(args.policies) if args.policies else policy_dir(cfg.policy)
+        source = load_policy_dir(directory)
+        if args.tool:
+            tables = tables_of_policy(source.data)          # the facts read that policy's tables, as the gate does
             kind, steps = "toolcall", [(f"{args.tool} {args.args}", toolcall_input(session, args.tool, call_args,
-                                                                                     now))]
+                                                                                     now, tables))]
         else:
             if args.kind not in (None, "egress"):
                 raise ValueError("--request is an egress request: --kind egress (or leave --kind out)")
             kind, steps = "egress", egress_inputs(session, args.request, args.header, now, cfg)
-        directory = Path(args.policies) if args.policies else policy_dir(cfg.policy)
-        evaluator = Evaluator(load_policy_dir(directory))
+        evaluator = Evaluator(source)
     except (ValueError, OSError, PolicyError) as exc:
         print(f"sandgate policy: {exc}", file=err)
         return 1
