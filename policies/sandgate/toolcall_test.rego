@@ -249,6 +249,31 @@ test_ask_sql_invisible if {
 	d.codes == ["toolcall.sql_invisible"]
 }
 
+test_ask_sql_other_kind_names_what if {
+	d := toolcall.decision with input as sql({"kinds": ["ALTER"], "kind": "other", "unsafe": ["ALTER ... RENAME"]})
+	d.action == "ask"
+	"toolcall.sql_unknown" in d.codes
+	contains(concat(" ", d.reasons), "ALTER ... RENAME")
+}
+
+test_ask_sql_delete_kind if {
+	d := toolcall.decision with input as sql({"kinds": ["MERGE"], "kind": "delete", "unsafe": ["MERGE ... DELETE"]})
+	"toolcall.delete" in d.codes
+}
+
+test_sql_functions_and_settings_from_the_tables if {
+	read := {"kinds": ["SELECT"], "kind": "read"}
+	ok := toolcall.decision with input as sql(object.union(read, {"functions": ["lower"], "settings": ["search_path"]}))
+	ok.action == "allow"
+	fn := toolcall.decision with input as sql(object.union(read, {"functions": ["dblink_exec"]}))
+	fn.codes == ["toolcall.sql_function"]
+	st := toolcall.decision with input as sql(object.union(read, {"settings": ["role"]}))
+	st.codes == ["toolcall.sql_setting"]
+	site := toolcall.decision with input as sql(object.union(read, {"functions": ["dblink_exec"]}))
+		with data.sandgate.config.toolcall.sql_safe_functions as {"dblink_exec": true}
+	site.action == "allow"
+}
+
 test_ask_sql_missing_facts if {
 	d := toolcall.decision with input as call("sql", {"query": "q"}, {})
 	d.codes == ["toolcall.no_facts"]
