@@ -502,7 +502,7 @@ class _Command:
         sinks = sf.command_sinks(self.name, words, self.operands, self.values, self.cmd["redirects"],
                                  (rec.get("http") or {}).get("urls", []), (rec.get("remote") or {}).get("host"),
                                  "\n".join(self.code_texts) if self.code_texts else None,
-                                 tables.stream_programs, tables.dns_programs)
+                                 tables.stream_programs, tables.dns_programs, tables.cli_programs)
         if not self.eff and self.u.wrappers and self.u.wrappers[-1].split()[0] == "exec":
             line.sockets += [r["target"] for r in self.cmd["redirects"] if re.match(r"/dev/(?:tcp|udp)/", r["target"])]
         elif line.sockets:

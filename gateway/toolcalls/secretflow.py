@@ -9,7 +9,8 @@ Each is `{"kind": "file"|"env"|"environment"|"archive", "name": str, "via": str}
 
 A **sink** is where a command sends data off the machine: `{"kind", "host", "port"}` with kind `url`,
 `header`, `cookie`, `user_agent`, `referrer`, `user`, `data`, `upload`, `dns`, `index_url`, `git_remote`,
-`stdin` (a network program's input: nc, socat, openssl s_client, ssh, mail, sendmail, ...), `remote`,
+`stdin` (a network program's input: nc, socat, openssl s_client, ssh, mail, sendmail, ...), `remote`, `cli`
+(a cloud, cluster or forge CLI: `gh gist create`, `kubectl create secret --from-file`),
 `dev_tcp` (a redirect to /dev/tcp or /dev/udp) or `code` (interpreter code that opens URLs or sockets);
 `host` is "" when it is not known.
 
@@ -302,7 +303,7 @@ _CURL_KINDS = {"-H": "header", "--header": "header", "--proxy-header": "header",
 def command_sinks(name: str, words: list[str], operands: list[str], values: dict[str, list[str]],
                   redirects: list[dict], http_urls: list[dict], remote: str | None,
                   code_text: str | None = None, stream: frozenset[str] | None = None,
-                  dns: frozenset[str] | None = None) -> list[dict]:
+                  dns: frozenset[str] | None = None, cli: frozenset[str] = frozenset()) -> list[dict]:
     """Where one command sends data: URLs in any of its words, its HTTP options, DNS names, package indexes,
     git remotes, a network program's input, /dev/tcp redirects, interpreter code that opens connections."""
     sinks: list[dict] = []
@@ -335,6 +336,8 @@ def command_sinks(name: str, words: list[str], operands: list[str], values: dict
         names = [o for o in operands if o not in ("hosts", "ahosts", "ahostsv4", "ahostsv6", "query")
                  and not o.startswith("@") and not o.startswith("+")]
         sinks += [{"kind": "dns", "host": "", "port": 53} for _ in names[:4]]
+    if name in cli:                             # a cloud, cluster or forge CLI sends what it is given to an API
+        sinks.append({"kind": "cli", "host": "", "port": 0})
     if name in stream and name not in _HTTP_NAMES:
         sinks.append({"kind": "stdin", "host": remote or "", "port": 0})
     elif remote:
@@ -379,6 +382,10 @@ def command_sources(name: str, words: list[str], values: dict[str, list[str]], p
     if hits or paths:
         local = _LOCAL_OPTIONS.get(name, _NO_OPTIONS)
         skip = {v for key, vals in values.items() if key in local or key in _ALL_LOCAL for v in vals}
+        for i, word in enumerate(words[:256]):   # an option sandgate's option table does not know takes a value
+            key = word.split("=", 1)[0]
+            if key in local or key in _ALL_LOCAL:
+                skip.add(word if "=" in word else words[i + 1] if i + 1 < len(words) else word)
         if name == "git":
             skip |= {w for w in hits if w.lower().startswith(("core.sshcommand=", "credential."))}
     for word in hits:
@@ -406,6 +413,6 @@ def environment_dump(name: str, operands: list[str], flags: list[str], wrappers:
         return not operands
     if name == "set" and not operands and not flags:
         return True
-    if name in ("export", "declare", "typeset") and any(f in flags for f in ("-p", "-x")) and not operands:
+    if name in ("export", "declare", "typeset") and not operands and set(flags) <= {"-p", "-x"}:
         return True
     return name == "env" and not operands

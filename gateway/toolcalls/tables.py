@@ -117,6 +117,7 @@ class Tables:
     sensitive_files: tuple[str, ...] = ()             # globs ("/srv/keys/*", "~/.config/corp/token")
     secret_variables: tuple[str, ...] = ()            # name globs ("CORP_*", "VAULT_ADDR")
     wrappers: WrapperTable = field(default_factory=WrapperTable)
+    cli_programs: frozenset[str] = frozenset()        # cloud, cluster and forge CLIs (`cli`): they send to APIs
 
     def known(self, name: str) -> bool:
         """Whether sandgate models the program `name` (a basename): its arguments are not read for a command."""
@@ -159,7 +160,9 @@ def build_tables(config: Mapping[str, Any] | None) -> Tables:
                   _words(stream) | _words(cfg.get("network_commands")) if stream is not None else None,
                   _words(dns) if dns is not None else None,
                   tuple(sorted(_words(cfg.get("sensitive_files")))), tuple(sorted(_words(cfg.get("secret_variables")))),
-                  wrappers=wrappers)
+                  wrappers=wrappers,
+                  cli_programs=frozenset(k for k in cfg.get("cli") or {} if isinstance(k, str))
+                  if isinstance(cfg.get("cli"), Mapping) else frozenset())
 
 
 _cache: dict[int, tuple[Any, Tables]] = {}

@@ -48,6 +48,9 @@ NETWORK_BENIGN: list[tuple[str, list[str]]] = [
     ("curl -s https://example.com/ | jq .name", []),
     ("curl --cacert ~/.ssh/../certs/ca.pem https://example.com/", []),
     ("export TOKEN_URL=https://example.com/token; echo $TOKEN_URL", []),
+    ("gcloud auth activate-service-account --key-file ~/.config/gcloud/key.json", []),
+    ("curl --key ~/.ssh/client.key --cert ~/.ssh/client.crt https://example.com/", []),
+    ("export -p | grep -c PATH", []),
 ]
 
 
