@@ -439,7 +439,8 @@ ask contains {"code": "toolcall.external_write", "reason": sprintf("%s changes d
 # substitution over them, its pipeline's input from them) and sends data off the machine (URLs, headers,
 # cookies, @file, DNS names, package indexes, git remotes, a network program's input, /dev/tcp, code that opens
 # connections). A secret's variable (a placeholder) sent only to hosts on the session's allow list is the
-# ordinary use of a session secret: the proxy swaps the placeholder there and nowhere else.
+# ordinary use of a session secret: the proxy swaps the placeholder there and nowhere else (and so is a CLI's
+# own credential given in its options).
 exfiltrating contains i if {
 	some i, c in commands
 	count(object.get(c, "sinks", [])) > 0
@@ -453,6 +454,9 @@ placeholder_to_allowed(s, c) if {
 		sink_allowed(k)
 	}
 }
+
+# A cloud, cluster or forge CLI given a secret's variable uses it as its own credential.
+sink_allowed(k) if k.kind == "cli"
 
 sink_allowed(k) if {
 	object.get(k, "host", "") != ""

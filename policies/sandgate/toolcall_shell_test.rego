@@ -668,3 +668,14 @@ test_allow_implicit_run_of_seen_file if {
 	d := decide([cmd(["pytest"], {"implicit_runs": [r]})])
 	d.action == "allow"
 }
+
+test_allow_secret_variable_as_a_cli_credential if {
+	env := {"kind": "env", "name": "KUBE_TOKEN", "via": "argument"}
+	d := decide([cmd(["kubectl"], {"sources": [env], "sinks": [{"kind": "cli", "host": "", "port": 0}]})])
+	not "toolcall.exfiltration" in d.codes
+}
+
+test_ask_key_file_to_a_cli if {
+	d := decide([cmd(["gh"], {"sources": [key_source], "sinks": [{"kind": "cli", "host": "", "port": 0}]})])
+	"toolcall.exfiltration" in d.codes
+}

@@ -51,6 +51,7 @@ NETWORK_BENIGN: list[tuple[str, list[str]]] = [
     ("gcloud auth activate-service-account --key-file ~/.config/gcloud/key.json", []),
     ("curl --key ~/.ssh/client.key --cert ~/.ssh/client.crt https://example.com/", []),
     ("export -p | grep -c PATH", []),
+    ("kubectl --token \"$KUBE_TOKEN\" get pods -n web", []),
 ]
 
 
