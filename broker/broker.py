@@ -294,6 +294,11 @@ class Broker:
         pairs = self._minted_pairs(placeholders) + list(zip(names, values))
         return {v.encode("utf-8"): placeholders[n].encode("utf-8") for n, v in pairs if v != placeholders[n]}
 
+    def minted(self, name: str) -> bool:
+        """Whether `name`'s value is a token sandgate mints (oauth2, github_app): getting one may take a request."""
+        spec = self.specs.get(name)
+        return spec is not None and spec.oauth2 is not None
+
     def _fresh_value(self, spec: SecretSpec) -> str | None:
         if spec.oauth2 is not None:
             return self.oauth2.fresh(spec.name) if self.oauth2 is not None else None

@@ -25,7 +25,7 @@ from broker.backends import SecretUnavailable
 from broker.broker import AWS_SECRET_PART, Broker
 from broker.sigv4 import SigV4Error
 from broker.inject import substitute_body, substitute_headers, substitute_query
-from broker.oauth2 import REFRESH_FAILED
+from broker.oauth2 import REFRESH_FAILED, TOKEN_TIMEOUT_S as MINT_TIMEOUT_S
 from broker.registry import MASK_PREFIX, PlaceholderRegistry
 from broker.scrub import Scrubber, StreamScrubber, replacements_for, scrubber_for
 from gateway.egress.aws import AwsSigning, Checked
@@ -123,6 +123,8 @@ class InjectionAddon:
             return
         mine = {name: own[name] for _owner, name in found if name in own}
         timeout = self._broker.lookup_timeout_s + 1
+        if any(self._broker.minted(name) for name in mine):
+            timeout += MINT_TIMEOUT_S               # a token endpoint asked now (or a replica's refresh awaited)
         now = time.time()
         signed: dict[str, Checked] = {}
         for name in mine:

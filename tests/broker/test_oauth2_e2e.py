@@ -157,6 +157,18 @@ def test_github_app_installation_tokens_in_every_form_git_and_the_api_use(env):
     assert all("ghs_" in a or a.startswith("Basic ") for a in auth.state.api_auth[-3:])
 
 
+def test_a_slow_token_endpoint_is_waited_for(env):
+    sg, auth, _ = env
+    sess = session(sg, "svc")
+    ph = sess["env"]["SVC_TOKEN"]
+    time.sleep(2.1)                                   # any cached token is past its refresh time
+    auth.state.token_delay_s = 4.0                    # longer than a secret store lookup may take
+    try:
+        assert call(sess, f"https://api.test:{auth.port}/api/slow", ph).status_code == 200
+    finally:
+        auth.state.token_delay_s = 0.0
+
+
 def test_a_revoked_refresh_token_is_a_clear_502_and_never_the_placeholder_upstream(env):
     sg, auth, _ = env
     sess = session(sg, "crm")

@@ -32,6 +32,7 @@ class AuthState:
     refused_grants: int = 0
     api_auth: list[str] = field(default_factory=list)             # Authorization headers /api saw
     api_status: list[int] = field(default_factory=list)
+    token_delay_s: float = 0.0                                    # a slow token endpoint
     app_id: str = ""                                              # a GitHub App (installation tokens)
     installation_id: str = ""
     app_public_key: str = ""
@@ -114,6 +115,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _token(self) -> None:
         st = self.server.state
+        time.sleep(st.token_delay_s)
         form = dict(urllib.parse.parse_qsl(self._body().decode()))
         cid, secret = form.get("client_id"), form.get("client_secret")
         auth = self.headers.get("Authorization", "")
