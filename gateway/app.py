@@ -313,7 +313,7 @@ async def open_gateway(cfg: Config, stack: AsyncExitStack, worker: bool = False,
                      session_of=egress.session_of, connection_valid=egress.connection_valid,
                      on_refused=lambda code: metrics.decision("egress", "deny"), tunnel_of=egress.tunnel_of)
     addons: list[object] = [gate, egress, HoldAddon(approvals, sessions, placeholders, recorder, cfg.egress, held),
-                            PackageIndexAddon(packages), InjectionAddon(broker, placeholders, screen, recorder, metrics,
+                            PackageIndexAddon(packages, held), InjectionAddon(broker, placeholders, screen, recorder, metrics,
                                                            AwsSigning(broker, cfg.egress.inspect_max_bytes))]
     if broker.oauth2 is not None:
         # before the credential addon: the answer the sandbox gets (the retry's or the 401) is scrubbed like any

@@ -95,8 +95,11 @@ class Client:
         return [SessionInfo.from_json(r) for r in rows]
 
     async def patch_session(self, sid: str, *, frozen: bool | None = None, labels: Mapping[str, str] | None = None,
-                            ttl_s: int | None = None) -> SessionInfo:
-        body = {k: v for k, v in (("frozen", frozen), ("labels", labels), ("ttl_s", ttl_s)) if v is not None}
+                            ttl_s: int | None = None, budgets: Mapping[str, int] | None = None) -> SessionInfo:
+        """`budgets`: those keys of the session's own budgets (requests, bytes_out, bytes_in, toolcalls,
+        denials_per_10m; 0 = none), the others kept."""
+        body = {k: v for k, v in (("frozen", frozen), ("labels", labels), ("ttl_s", ttl_s), ("budgets", budgets))
+                if v is not None}
         return SessionInfo.from_json(await self.request("PATCH", f"/v1/sessions/{sid}", body))
 
     async def renew_session(self, sid: str, ttl_s: int) -> SessionInfo:

@@ -66,6 +66,9 @@ class SessionInfo:
     env: Mapping[str, str] = field(default_factory=dict)
     source: str | None = None                        # the source address it is bound to (transparent capture)
     transparent: Mapping[str, str] | None = None     # on creation with a source: {"listen", "dns"} (HOST:PORT)
+    budgets: Mapping[str, int] = field(default_factory=dict)      # in force (0 = none)
+    budgets_spent: tuple[str, ...] = ()              # the counted budgets spent: every action asks
+    stats: Mapping[str, int] = field(default_factory=dict)        # the session's counters, every replica's
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> "SessionInfo":
@@ -75,7 +78,8 @@ class SessionInfo:
                    workspace=d.get("workspace", "/workspace"), ca_path=d.get("ca_path", ""),
                    frozen=bool(d.get("frozen")), created_at=d.get("created_at", ""), token=d.get("token"),
                    proxy_url=d.get("proxy_url"), ca_pem=d.get("ca_pem"), env=dict(d.get("env") or {}),
-                   source=d.get("source"), transparent=d.get("transparent"))
+                   source=d.get("source"), transparent=d.get("transparent"), budgets=dict(d.get("budgets") or {}),
+                   budgets_spent=tuple(d.get("budgets_spent") or ()), stats=dict(d.get("stats") or {}))
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import weakref
 import zlib
 from dataclasses import dataclass, field
 
@@ -23,6 +24,7 @@ from mitmproxy import http
 from mitmproxy.net import encoding as codings
 
 from gateway.egress.flows import StreamFilter, chain, flow_state
+from gateway.egress.limits import Claim, HeldLimits
 from gateway.packages.firewall import PackageFirewall
 
 log = logging.getLogger("sandgate.packages")
@@ -38,6 +40,7 @@ class IndexFlow:
     buffered: bool = False
     held: bytearray = field(default_factory=bytearray)
     passing: bool = False
+    claim: Claim | None = None          # its share of egress.max_held_bytes while it is held (limits.py)
 
 
 def decode_bounded(data: bytes, coding: str, limit: int) -> bytes | None:
@@ -74,8 +77,26 @@ def decode_bounded(data: bytes, coding: str, limit: int) -> bytes | None:
 
 
 class PackageIndexAddon:
-    def __init__(self, firewall: PackageFirewall):
+    def __init__(self, firewall: PackageFirewall, limits: HeldLimits | None = None):
         self._firewall = firewall
+        self._limits = limits               # a document is held only within egress.max_held_bytes (all sessions)
+
+    def _admit(self, flow: http.HTTPFlow, mark: IndexFlow, nbytes: int) -> bool:
+        """Take `nbytes` of egress.max_held_bytes for holding the document; False when the gateway already holds
+        as much as it may (the document then passes unmodified, like one past package_max_bytes)."""
+        if self._limits is None:
+            return True
+        claim = self._limits.admit(None, nbytes)
+        if not isinstance(claim, Claim):
+            log.warning("an index document passes unmodified: egress.max_held_bytes is in use")
+            return False
+        mark.claim = claim
+        weakref.finalize(flow, self._limits.release, claim)
+        return True
+
+    def _release(self, mark: IndexFlow) -> None:
+        if self._limits is not None:
+            self._limits.release(mark.claim)
 
     def _rewrite(self, ecosystem: str, content_type: str, coding: str, raw: bytes) -> bytes | None:
         """The rewritten body in the response's own coding, or None to leave it."""
@@ -117,6 +138,8 @@ class PackageIndexAddon:
         limit = self._firewall.max_bytes
         if size.isdigit() and int(size) > limit:
             return flow.metadata.pop(_KEY, None)              # larger than the cap: passes unmodified
+        if not self._admit(flow, mark, int(size) if size.isdigit() else limit):
+            return flow.metadata.pop(_KEY, None)
         resp.headers.pop("etag", None)
         if size.isdigit() and not st.scrub:
             mark.buffered = True                                 # bounded by its declared size: read whole
@@ -140,9 +163,11 @@ class PackageIndexAddon:
                 if len(mark.held) > limit:                        # past the cap: everything passes as it came
                     mark.passing = True
                     out, mark.held = bytes(mark.held), bytearray()
+                    self._release(mark)
                     return [out]
                 return []
             raw, mark.held = bytes(mark.held), bytearray()
+            self._release(mark)
             new = self._rewrite(mark.ecosystem, ctype, coding, raw)
             out = raw if new is None else new
             return [out] if out else []
@@ -151,12 +176,22 @@ class PackageIndexAddon:
     async def response(self, flow: http.HTTPFlow) -> None:
         mark = flow.metadata.get(_KEY)
         resp = flow.response
-        if not isinstance(mark, IndexFlow) or not mark.buffered or resp is None or resp.raw_content is None:
+        if not isinstance(mark, IndexFlow):
             return
-        ctype = resp.headers.get("content-type", "").split(";", 1)[0].strip().lower()
-        coding = resp.headers.get("content-encoding", "").strip().lower()
-        new = await asyncio.to_thread(self._rewrite, mark.ecosystem, ctype, coding, resp.raw_content)
-        if new is not None:
-            resp.raw_content = new
-            if "content-length" in resp.headers:
-                resp.headers["content-length"] = str(len(new))
+        try:
+            if not mark.buffered or resp is None or resp.raw_content is None:
+                return
+            ctype = resp.headers.get("content-type", "").split(";", 1)[0].strip().lower()
+            coding = resp.headers.get("content-encoding", "").strip().lower()
+            new = await asyncio.to_thread(self._rewrite, mark.ecosystem, ctype, coding, resp.raw_content)
+            if new is not None:
+                resp.raw_content = new
+                if "content-length" in resp.headers:
+                    resp.headers["content-length"] = str(len(new))
+        finally:
+            self._release(mark)
+
+    def error(self, flow: http.HTTPFlow) -> None:
+        mark = flow.metadata.get(_KEY)
+        if isinstance(mark, IndexFlow):
+            self._release(mark)

@@ -158,3 +158,29 @@ def test_decode_bounded_refuses_garbage_and_overflow(coding):
                           999) is None
     assert decode_bounded(codings.encode(b"a" * 1000, coding) if coding != "identity" else b"a" * 1000, coding,
                           1000) == b"a" * 1000
+
+
+async def test_documents_held_at_once_stay_within_max_held_bytes(world):
+    """Index documents being held count against egress.max_held_bytes with the request bodies: past it, a document
+    passes unmodified (as one past package_max_bytes does; the download's denial stays the guarantee)."""
+    from gateway.egress.limits import HeldLimits
+
+    addons, _index, token = world
+    limits = HeldLimits(max_held=8, max_bytes=CAP + 10)
+    index = PackageIndexAddon(addons.egress.deps.packages, limits)
+    mine = (addons, index, token)
+    first = await request(mine, "https://registry.npmjs.org/@acme%2fw")
+    first.response = http.Response.make(200, b"")
+    first.response.headers.update({"content-type": "application/json"})
+    first.response.headers.pop("content-length", None)
+    addons.egress.responseheaders(first)
+    index.responseheaders(first)                      # of unknown size: held up to package_max_bytes
+    assert limits.bytes == CAP
+    second = await request(mine, "https://registry.npmjs.org/@acme%2fw")
+    await respond(mine, second, DOC, {"content-type": "application/json"})
+    assert second.response.raw_content == DOC         # no room: passed as it came
+    out = list(first.response.stream(DOC)) + list(first.response.stream(b""))
+    assert deprecated(b"".join(out))["1.1.0"].endswith("(MAL-9)") and limits.bytes == 0
+    third = await request(mine, "https://registry.npmjs.org/@acme%2fw")
+    await respond(mine, third, DOC, {"content-type": "application/json"})
+    assert deprecated(third.response.raw_content)["1.1.0"].endswith("(MAL-9)") and limits.bytes == 0

@@ -104,3 +104,11 @@ def test_caps_and_budgets_in_the_configuration():
                                ({"budgets": {"persistent": {"requests": "x"}}}, "budgets.persistent.requests")):
         with pytest.raises(ValueError, match=message):
             load_config(environ={}, overrides=overrides)
+
+
+def test_the_sdk_reads_budgets_and_counters():
+    from sandgate.types import SessionInfo
+
+    info = SessionInfo.from_json({"id": "s_1", "budgets": {"bytes_in": 5}, "budgets_spent": ["bytes_in"],
+                                  "stats": {"bytes_in": 9}})
+    assert info.budgets == {"bytes_in": 5} and info.budgets_spent == ("bytes_in",) and info.stats["bytes_in"] == 9
