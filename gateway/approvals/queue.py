@@ -78,6 +78,7 @@ class ApprovalQueue:
                  feed: ChangeFeed | None = None, max_pending: int = 0):
         self._store = store
         self.max_pending = max_pending               # per session, 0 = no cap (sessions.max_pending_approvals)
+        self._filing: dict[str, list] = {}           # session -> [lock, users]: its count-and-file one at a time
         self._feed: ChangeFeed = feed if feed is not None else LocalChangeFeed()
         self._audit = audit
         self._metrics = metrics
@@ -238,8 +239,23 @@ class ApprovalQueue:
         for row in pending:
             if row["expires_at"] > now:
                 return row
-        if self.max_pending and await self._store.count_pending(session) >= self.max_pending:
-            raise TooManyPending(self.max_pending)
+        if not self.max_pending:
+            return await self._put_pending(session, kind, binding, summary, action, reasons, requested_by, ttl_s, now)
+        entry = self._filing.setdefault(session, [asyncio.Lock(), 0])
+        entry[1] += 1
+        try:
+            async with entry[0]:             # concurrent asks of one session: counted and filed one at a time
+                if await self._store.count_pending(session) >= self.max_pending:
+                    raise TooManyPending(self.max_pending)
+                return await self._put_pending(session, kind, binding, summary, action, reasons, requested_by,
+                                               ttl_s, now)
+        finally:
+            entry[1] -= 1
+            if not entry[1]:
+                self._filing.pop(session, None)
+
+    async def _put_pending(self, session: str, kind: str, binding: str, summary: str, action: dict,
+                           reasons: list[str], requested_by: str, ttl_s: float | None, now: float) -> dict:
         row = ApprovalRow(id=new_approval_id(), session=session, kind=kind, status="pending", binding=binding,
                           summary=summary[:300], action=action, reasons=list(reasons), created_at=now,
                           expires_at=now + float(ttl_s or self.settings.ttl_s), quorum=self.settings.quorum,

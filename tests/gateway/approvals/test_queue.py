@@ -130,3 +130,20 @@ async def test_ending_a_session_cancels_its_pending_items(svc):
     await svc.sessions.delete(session, "harness:test")
     row = await svc.approvals.get(item["id"])
     assert row["status"] == "cancelled" and row["reason"] == "the session ended"
+
+
+async def test_pending_cap_holds_under_concurrent_asks(svc):
+    """sessions.max_pending_approvals: asks of one session arriving together are counted one at a time."""
+    from gateway.approvals.queue import TooManyPending
+
+    svc.approvals.max_pending = 3
+    session, _ = await svc.session()
+    other, _ = await svc.session()
+    out = await asyncio.gather(*(svc.approvals.request_approval(ask(session, f"deploy{i}")) for i in range(10)),
+                               return_exceptions=True)
+    assert sum(1 for o in out if isinstance(o, TooManyPending)) == 7
+    assert len(await svc.approvals.list(status="pending", session=session["id"])) == 3
+    assert not (await svc.approvals.request_approval(ask(other))).reused      # another session files its own
+    again = await svc.approvals.request_approval(ask(session, "deploy0"))      # the pending one, not a new item
+    assert again.row["status"] == "pending"
+    assert svc.approvals._filing == {}
