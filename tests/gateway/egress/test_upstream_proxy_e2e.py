@@ -11,7 +11,7 @@ import requests
 from tests.conftest import LOOPBACK_CONFIG
 from tests.support.forward_proxy import ForwardProxy
 from tests.support.gateway import Sandgate
-from tests.support.tunnel import open_tunnel
+from tests.support.tunnel import h2_request, open_tunnel, tls_in_tunnel
 from tests.support.upstream import EchoServer, Upstream, make_cert
 
 REAL = "proxy-tls-" + "S" * 26
@@ -80,6 +80,24 @@ def test_a_keep_alive_tls_client_reuses_one_proxy_tunnel(env):
                               verify=sess["ca_file"], timeout=20)
             assert resp.status_code == 200
     assert [a.target for a in proxy.log.asked] == [f"127.0.0.1:{secure.port}"]
+
+
+def test_an_http2_client_goes_through_the_proxy_with_the_secret_injected(env):
+    sg, proxy, _plain, secure, _ = env
+    sess = session(sg, "tok")
+    ph = sess["env"]["TOK"]
+    proxy.log.clear()
+    secure.recorder.requests.clear()
+    with open_tunnel(sg.proxy_port, sess["token"], f"bound.test:{secure.port}") as sock:
+        tls = tls_in_tunnel(sock, sess["ca_file"], "bound.test", alpn=["h2"])
+        assert tls.selected_alpn_protocol() == "h2"
+        status, body = h2_request(tls, [(":method", "GET"), (":scheme", "https"),
+                                        (":authority", f"bound.test:{secure.port}"), (":path", "/echo"),
+                                        ("authorization", f"Bearer {ph}")])
+    assert status == 200 and ph.encode() in body and REAL.encode() not in body
+    assert secure.recorder.requests[-1].headers["authorization"] == f"Bearer {REAL}"
+    assert [(a.method, a.target) for a in proxy.log.asked] == [("CONNECT", f"127.0.0.1:{secure.port}")]
+    assert REAL.encode() not in bytes(proxy.log.relayed)
 
 
 def test_cleartext_goes_in_absolute_form_to_the_vetted_address_keeping_the_host(env):
@@ -167,14 +185,14 @@ def test_a_name_only_the_proxy_resolves_is_refused_in_local_mode(env):
 def proxy_resolving(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("upstream-proxy-resolve")
     cert = make_cert(tmp / "certs", NAMES)
-    with Upstream(tls=cert) as secure, ForwardProxy({"onlyproxy.test": "127.0.0.1"}) as proxy:
+    with Upstream(tls=cert) as secure, Upstream() as plain, ForwardProxy({"onlyproxy.test": "127.0.0.1"}) as proxy:
         cfg = {"egress": {"upstream_ca": cert.cert, "upstream_proxy": proxy.url, "upstream_proxy_resolve": "proxy"}}
         with Sandgate(tmp / "gw", cfg) as sg:
-            yield sg, proxy, secure
+            yield sg, proxy, secure, plain
 
 
 def test_proxy_mode_hands_the_proxy_the_name(proxy_resolving):
-    sg, proxy, secure = proxy_resolving
+    sg, proxy, secure, plain = proxy_resolving
     sess = sg.session(allow=["onlyproxy.test", "127.0.0.1"])
     resp = requests.get(f"https://onlyproxy.test:{secure.port}/", proxies=sess["proxies"], verify=sess["ca_file"],
                         timeout=20)
@@ -244,3 +262,14 @@ def test_sandgates_own_requests_go_through_the_proxy_too(tmp_path):
         relayed = bytes(proxy.log.relayed)
         for secret in ["cs-" + "Z" * 24, ph, *auth.state.access]:
             assert secret.encode() not in relayed
+
+
+def test_proxy_mode_cleartext_goes_in_absolute_form_with_the_name(proxy_resolving):
+    sg, proxy, _secure, plain = proxy_resolving
+    sess = sg.session(allow=["onlyproxy.test"])
+    proxy.log.clear()
+    resp = requests.get(f"http://onlyproxy.test:{plain.port}/echo", proxies=sess["proxies"], timeout=20)
+    assert resp.status_code == 200, resp.text
+    assert [(a.method, a.target) for a in proxy.log.asked] == [("GET", f"http://onlyproxy.test:{plain.port}/echo")]
+    assert plain.recorder.requests[-1].headers["host"] == f"onlyproxy.test:{plain.port}"
+
