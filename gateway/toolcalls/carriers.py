@@ -124,19 +124,51 @@ def _key_end(argv: list[str], used: int) -> int:
 def executor_carried(spec: Executor, argv: list[str], used: int) -> tuple[str, list[Carried]]:
     """(the target host or container, or "", the commands carried) for an executor's argv; `used`: how many
     subcommand words its key took."""
-    takes = spec.options | spec.target_options | spec.script_options | spec.module_options | spec.args_options
+    return _executor(spec, argv, used)[:2]
+
+
+def executor_context(spec: Executor, argv: list[str], used: int) -> tuple[list[tuple[str, str]], str | None]:
+    """([(host path, path in the container)] it mounts, the directory its command starts in or None)."""
+    return _executor(spec, argv, used)[2:]
+
+
+def _mount(option: str, value: str) -> tuple[str, str] | None:
+    if option == "--mount":
+        fields = dict(part.split("=", 1) for part in value.split(",") if "=" in part)
+        source = fields.get("source") or fields.get("src")
+        target = fields.get("target") or fields.get("destination") or fields.get("dst")
+        if source and target and fields.get("type", "volume") == "bind":
+            return source, target
+        return None
+    parts = value.split(":")
+    if len(parts) >= 2 and parts[0].startswith(("/", "~", ".", "$")) and parts[1].startswith("/"):
+        return parts[0], parts[1]
+    return None
+
+
+def _executor(spec: Executor, argv: list[str], used: int) -> tuple[str, list[Carried], list[tuple[str, str]],
+                                                                    str | None]:
+    takes = spec.options | spec.target_options | spec.script_options | spec.module_options | spec.args_options | \
+        spec.mount_options | spec.workdir_options | spec.entrypoint_options
     i = _key_end(argv, used)
     target, targets = "", spec.targets
     scripts: list[str] = []
     module, module_args = spec.default_module, None
     operands: list[str] = []
     command: list[str] | None = None
+    mounts: list[tuple[str, str]] = []
+    workdir: str | None = None
+    entrypoint: str | None = None
     while i < len(argv):
         word = argv[i]
         if word == "--":
             command = argv[i + 1:]
             break
-        if word.startswith("-") and word != "-" and (targets or not operands or spec.modules or spec.functions):
+        # a container runner's options come before the target (`docker exec -it C CMD`); ssh, the remote and module
+        # runners and those that wait for `--` read them anywhere
+        past_target = spec.targets > 0 and not targets and not (spec.join or spec.modules or spec.functions or
+                                                                spec.separator or spec.remote)
+        if word.startswith("-") and word != "-" and not past_target:
             key, value, i = _option(word, argv, i, takes)
             if value is None:
                 continue
@@ -148,6 +180,14 @@ def executor_carried(spec: Executor, argv: list[str], used: int) -> tuple[str, l
                 module = value
             elif key in spec.args_options:
                 module_args = value
+            elif key in spec.mount_options:
+                mount = _mount(key, value)
+                if mount is not None:
+                    mounts.append(mount)
+            elif key in spec.workdir_options:
+                workdir = value
+            elif key in spec.entrypoint_options:
+                entrypoint = value
             continue
         if targets:
             target = target or word
@@ -161,6 +201,8 @@ def executor_carried(spec: Executor, argv: list[str], used: int) -> tuple[str, l
         command = argv[i:]
         break
     out = [Carried("script", script=s) for s in scripts]
+    if entrypoint is not None:
+        command = [entrypoint, *(command or [])]
     if spec.separator or spec.join or not (spec.modules or spec.functions):
         if command:
             out.append(Carried("script", script=" ".join(command)) if spec.join else Carried("argv", tuple(command)))
@@ -174,7 +216,7 @@ def executor_carried(spec: Executor, argv: list[str], used: int) -> tuple[str, l
             out.append(Carried("script", script=" ".join(args)))
         elif kind == "delete" and args:
             out.append(Carried("argv", ("rm", "-rf", "--", *args)))
-    return target, out[:MAX_CARRIED]
+    return target, out[:MAX_CARRIED], mounts[:MAX_CARRIED], workdir
 
 
 def _module(kind: str, args: str) -> list[Carried]:

@@ -25,7 +25,7 @@ from typing import Any
 from gateway.toolcalls import effects as fx
 from gateway.toolcalls import implicit as im
 from gateway.toolcalls import secretflow as sf
-from gateway.toolcalls.carriers import Carried, executor_carried, unknown_carried
+from gateway.toolcalls.carriers import Carried, executor_carried, executor_context, unknown_carried
 from gateway.toolcalls.codefacts import CodeFacts
 from gateway.toolcalls.expand import expand_braces, expand_word, split_fields, substitute
 from gateway.toolcalls.interpreters import analyze, code_source, language_of_script
@@ -681,7 +681,8 @@ class _Command:
             if spec.remote:                     # it runs on another host: like ssh, the runner itself asks
                 rec.setdefault("remote", mark["remote"])
             origin = f"{spec.name} {target}".strip()
-            self.run_carried(carried, origin, mark, elsewhere=True)
+            mounts, workdir = executor_context(spec, eff, used) if not spec.remote else ([], None)
+            self.run_carried(carried, origin, mark, elsewhere=True, mounts=mounts, workdir=workdir)
             return
         if tables.known(self.name) or "code" in rec or rec.get("name") in SHELLS:
             return
@@ -689,15 +690,24 @@ class _Command:
         if carried:
             self.run_carried(carried, self.name, {"via_unknown": self.name}, elsewhere=False)
 
-    def run_carried(self, carried: list[Carried], origin: str, mark: dict, elsewhere: bool) -> None:
+    def run_carried(self, carried: list[Carried], origin: str, mark: dict, elsewhere: bool,
+                    mounts: list[tuple[str, str]] = (), workdir: str | None = None) -> None:  # type: ignore[assignment]
         """Describe the carried commands as if they ran (on another machine: working directory unknown, and
-        nothing they write is a file of this session), each marked with `mark`."""
+        nothing they write is a file of this session; in a container, the host directories it mounts are links
+        to where they are here), each marked with `mark`."""
         line = self.line
         start = len(line.out)
         saved = (line.cwd, dict(line.files), dict(line.links), dict(line.copies), dict(line.effects.files),
                  dict(line.effects.links), line.workspace) if elsewhere else None
         if elsewhere:                          # no workspace, no links, no files of this session over there
-            line.cwd, line.workspace, line.links, line.files = ELSEWHERE, ELSEWHERE, {}, {}
+            links: dict[str, str | None] = {}
+            for source, inside in mounts:
+                dest = resolve_path(inside, "/")
+                if dest is not None and dest != "/":
+                    links[dest] = line.resolve(source, self.here)     # None when only known at run time
+            line.cwd, line.workspace, line.links, line.files = ELSEWHERE, ELSEWHERE, links, {}
+            if workdir is not None:
+                line.cwd = resolve_path(workdir, ELSEWHERE)
         try:
             for item in carried:
                 if item.kind == "argv":

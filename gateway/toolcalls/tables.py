@@ -70,7 +70,9 @@ class Executor:
     than in a container on this one; `modules` (ansible `-m`, default `default_module`, arguments in
     `args_options`) and `functions` (salt `cmd.run`, the operand after the target): what each runs, one of
     "shell" (its arguments are a command line), "file" (ansible's file module: `path=... state=absent`) or
-    "delete" (its operands are removed)."""
+    "delete" (its operands are removed); `mount_options` (host directories the container sees: `-v SRC:DST`,
+    `--mount type=bind,source=S,target=D`), `workdir_options` (`-w DIR`) and `entrypoint_options`
+    (`--entrypoint PROG`) for container runners."""
     name: str
     options: frozenset[str] = frozenset()
     targets: int = 0
@@ -84,6 +86,9 @@ class Executor:
     default_module: str = ""
     modules: Mapping[str, str] = field(default_factory=dict)
     functions: Mapping[str, str] = field(default_factory=dict)
+    mount_options: frozenset[str] = frozenset()        # `-v SRC:DST`, `--mount type=bind,source=S,target=D`
+    workdir_options: frozenset[str] = frozenset()      # `-w DIR`: where the command starts over there
+    entrypoint_options: frozenset[str] = frozenset()   # `--entrypoint PROG`: the program its words are given to
 
     @classmethod
     def of(cls, name: str, spec: Mapping[str, Any]) -> "Executor":
@@ -100,7 +105,9 @@ class Executor:
                    join=spec.get("join") is True, remote=spec.get("remote") is not False,
                    module_options=_words(spec.get("module_options")), args_options=_words(spec.get("args_options")),
                    default_module=spec.get("default_module") if isinstance(spec.get("default_module"), str) else "",
-                   modules=kinds("modules"), functions=kinds("functions"))
+                   modules=kinds("modules"), functions=kinds("functions"),
+                   mount_options=_words(spec.get("mount_options")), workdir_options=_words(spec.get("workdir_options")),
+                   entrypoint_options=_words(spec.get("entrypoint_options")))
 
 
 @dataclass(frozen=True)

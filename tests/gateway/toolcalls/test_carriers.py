@@ -138,3 +138,17 @@ def test_wrappers_are_data():
     assert build_tables(old).wrappers == default_tables().wrappers
     assert WrapperTable.of({"x": {"skip": "two", "args": 3, "join": "yes"}, "a b c": {}, 4: {}}).single["x"] == \
         WrapperTable.of({"x": {}}).single["x"]
+
+
+def test_container_mounts_and_workdir():
+    from gateway.toolcalls.carriers import executor_context
+
+    argv = ["docker", "run", "-v", "~:/h", "--mount", "type=bind,source=/srv,target=/s", "-v", "named:/n", "-w",
+            "/app", "alpine", "rm", "-rf", "/h"]
+    spec, used = T.executor("docker", ["run"])
+    assert executor_context(spec, argv, used) == ([("~", "/h"), ("/srv", "/s")], "/app")
+    assert executor_carried(spec, argv, used) == ("alpine", [Carried("argv", ("rm", "-rf", "/h"))])
+    facts, _ = describe_line(" ".join(argv), "/workspace")
+    assert facts["commands"][1]["paths"][0]["is_home"] is True
+    assert executed(["docker", "run", "--entrypoint", "rm", "img", "-rf", "/"]) == (
+        "img", [Carried("argv", ("rm", "-rf", "/"))])

@@ -131,6 +131,9 @@ UNKNOWN_PROGRAMS: list[tuple[str, str]] = [
     ("kubectl exec pod -- cat /etc/os-release", "a read in a pod"),
     ("docker compose exec web python manage.py check", "a check in a container"),
     ("lxc exec box -- uname -a", "a read in a container"),
+    ("docker run --rm python:3 python -c 'print(1)'", "a one-off container"),
+    ("docker run --rm -v \"$PWD\":/src -w /src golang:1.22 go build ./...", "a build in a container"),
+    ("podman run --rm -v ./data:/data alpine ls /data", "a listing of a mounted directory"),
 ]
 
 # -- archives and compressors that keep their sources ---------------------------------------------------------

@@ -79,6 +79,15 @@ REMOTE_RUNNERS = [
     ("clush -w n1 'rm -rf ~'", "deny", "clush"),
     ("gcloud compute ssh vm --zone z --command 'rm -rf /'", "deny", "gcloud compute ssh"),
     ("vagrant ssh -c 'rm -rf ~'", "deny", "vagrant ssh"),
+    ("docker run --rm alpine rm -rf /", "deny", "a container's command"),
+    ("docker run --rm -v ~:/h alpine rm -rf /h", "deny", "home mounted into a container and wiped there"),
+    ("podman run --mount type=bind,source=/,target=/x alpine rm -rf /x", "deny", "the root mounted and wiped"),
+    ("docker run --entrypoint rm alpine -rf /", "deny", "the entrypoint is the program"),
+    ("docker run --rm -v \"$PWD\":/app -w /app alpine rm -rf src", "ask", "a delete in the mounted workspace"),
+    ("rsh host rm -rf ~", "deny", "rsh"),
+    ("podman machine ssh 'rm -rf ~'", "deny", "podman's VM"),
+    ("az vm run-command invoke -g rg -n vm --command-id RunShellScript --scripts 'rm -rf /'", "deny",
+     "a cloud VM's run-command"),
 ]
 ARCHIVES = [
     ("7z a -sdel backup.7z ~", "deny", "7z deletes home after adding it"),
