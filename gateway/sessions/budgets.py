@@ -67,6 +67,10 @@ class DenialWindow:
             samples.popleft()              # samples[0] stays: the newest one at least a window old
         return max(0, total - samples[0][1])
 
+    def restart(self, sid: str, now: float, total: int) -> None:
+        """Count from here (the session was just frozen for its burst: lifting the freeze starts a new window)."""
+        self._samples[sid] = deque([(now, total)])
+
     def forget(self, sid: str) -> None:
         self._samples.pop(sid, None)
 

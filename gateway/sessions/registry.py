@@ -316,10 +316,11 @@ class SessionRegistry:
             if not limit:
                 continue
             watched.add(row["id"])
-            n = self._denials.observe(row["id"], now, self._cache.stats_of(row["id"])["denied"],
-                                      float(row["created_at"]))
+            total = self._cache.stats_of(row["id"])["denied"]
+            n = self._denials.observe(row["id"], now, total, float(row["created_at"]))
             if budget_rules.burst(limit, n) and not row.get("frozen"):
                 await self.patch(row["id"], {"frozen": True}, "sandgate")
+                self._denials.restart(row["id"], now, total)      # a lifted freeze counts new denials only
                 self._audit.record("session.alert", session=row["id"], action="freeze", codes=["budget.denials"],
                                    reasons=[f"{n} denials within 10 minutes (more than denials_per_10m = {limit}): "
                                             "the session is frozen"], detail={"denials": n, "limit": limit})

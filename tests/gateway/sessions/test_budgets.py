@@ -112,3 +112,10 @@ def test_the_sdk_reads_budgets_and_counters():
     info = SessionInfo.from_json({"id": "s_1", "budgets": {"bytes_in": 5}, "budgets_spent": ["bytes_in"],
                                   "stats": {"bytes_in": 9}})
     assert info.budgets == {"bytes_in": 5} and info.budgets_spent == ("bytes_in",) and info.stats["bytes_in"] == 9
+
+
+def test_a_restarted_window_counts_only_new_denials():
+    w = DenialWindow()
+    assert w.observe("s", 10, 40, created_at=0) == 40
+    w.restart("s", 10, 40)
+    assert w.observe("s", 11, 40) == 0 and w.observe("s", 20, 43) == 3

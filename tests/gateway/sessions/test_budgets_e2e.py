@@ -102,6 +102,13 @@ def test_toolcall_budget_and_denial_burst(tmp_path, upstream):
         # Frozen: a write asks now (reads still pass).
         r = requests.post(f"http://allowed.test:{upstream.port}/w", data=b"x", proxies=sess["proxies"], timeout=30)
         assert r.status_code == 403 and r.json()["code"] == "approval.timeout"
+        # The harness lifts the freeze: it stays lifted (the burst is not counted twice); a new burst freezes again.
+        assert sg.call("PATCH", f"/v1/sessions/{sid}", json={"frozen": False}).status_code == 200
+        time.sleep(2.5)
+        assert not session_view(sg, sid)["frozen"]
+        for i in range(4):
+            requests.get(f"http://other.test:{upstream.port}/again/{i}", proxies=sess["proxies"], timeout=30)
+        assert wait_for(lambda: session_view(sg, sid)["frozen"]), "not frozen again"
         # A session of the same workload that did not burst is untouched.
         calm = sg.session(workload="persistent", allow=["allowed.test"])
         assert not session_view(sg, calm["id"])["frozen"]
