@@ -257,3 +257,35 @@ async def test_installation_tokens_are_minted_with_the_apps_jwt_and_cached(serve
     with pytest.raises(SecretUnavailable) as exc:
         await bad.token("gh")
     assert exc.value.code == REFRESH_FAILED and auth.state.refused_grants == 1
+
+
+async def test_rotated_refresh_tokens_go_back_to_vault_kv(server, tmp_path, bao_server):
+    from broker.vault import VaultBackend
+
+    auth, cert = server
+    vault = VaultBackend(url=bao_server.addr, token=bao_server.token)
+    first = auth.state.new_refresh_token()
+    await vault.put("secret/crm-oauth#refresh", first)
+    await vault.put("secret/crm-oauth#other", "kept-" + "K" * 10)
+    loop = asyncio.get_running_loop()
+    resolver = StaticResolver({"auth.test": ["127.0.0.1"]}, SystemResolver(loop.getaddrinfo))
+    tls = ssl.create_default_context(cafile=cert.cert)
+
+    def vet(addresses, port):
+        return vet_addresses(addresses, port, private_allow=parse_networks(["127.0.0.0/8"]), own_listeners=[])
+    secrets = CachedResolver({"env": EnvBackend({"ID": "cid", "SECRET": "csecret"}), "vault": vault})
+    params = OAuth2Params(f"https://auth.test:{auth.port}/token", "refresh_token", "env:ID", "env:SECRET",
+                          "vault:secret/crm-oauth#refresh")
+    clock = Clock()
+    tokens = OAuth2Tokens({"crm": params}, secrets, lambda: VettedTransport(resolver, vet, tls), MemoryTokenState(),
+                          clock=clock)
+    await tokens.token("crm")
+    stored = await vault.get("secret/crm-oauth#refresh")
+    assert stored != first and stored in auth.state.refresh_tokens
+    assert await vault.get("secret/crm-oauth#other") == "kept-" + "K" * 10          # the secret's other keys stay
+    # a new process (nothing kept but what Vault holds) refreshes with the rotated token
+    fresh = OAuth2Tokens({"crm": params}, CachedResolver({"env": EnvBackend({"ID": "cid", "SECRET": "csecret"}),
+                                                          "vault": vault}),
+                         lambda: VettedTransport(resolver, vet, tls), MemoryTokenState(), clock=clock)
+    await fresh.token("crm")
+    assert auth.state.refused_grants == 0 and len(auth.state.grants) == 2
