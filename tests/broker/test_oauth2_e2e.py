@@ -4,6 +4,7 @@ refreshes the real one at the token endpoint. Real sandgate, a real OAuth2 serve
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from pathlib import Path
 
@@ -15,6 +16,7 @@ from tests.conftest import LOOPBACK_CONFIG
 from tests.support.gateway import Sandgate
 from tests.support.oauth_server import OAuthServer
 from tests.broker.test_oauth2 import app_key
+from tests.support.tunnel import h2_request, open_tunnel, tls_in_tunnel
 from tests.support.upstream import make_cert
 
 CLIENT_ID, CLIENT_SECRET = "sandgate-client", "cs-" + "C" * 30
@@ -125,6 +127,22 @@ def test_an_upstream_401_refreshes_the_token_and_retries_once(env):
     auth.state.lifetime_s = 2
     assert resp.status_code == 401 and auth.state.api_status == [401, 401]
     assert "at-" not in resp.text
+
+
+def test_the_retry_answers_an_http2_client_too(env):
+    sg, auth, _ = env
+    sess = session(sg, "svc")
+    ph = sess["env"]["SVC_TOKEN"]
+    assert call(sess, f"https://api.test:{auth.port}/api/warm", ph).status_code == 200
+    auth.state.expire_access_tokens()
+    auth.state.api_status.clear()
+    with open_tunnel(sg.proxy_port, sess["token"], f"api.test:{auth.port}") as sock:
+        tls = tls_in_tunnel(sock, sess["ca_file"], "api.test", alpn=["h2"])
+        assert tls.selected_alpn_protocol() == "h2"
+        status, body = h2_request(tls, [(":method", "GET"), (":scheme", "https"), (":authority", f"api.test:{auth.port}"),
+                                        (":path", "/api/h2"), ("authorization", f"Bearer {ph}")])
+    assert status == 200 and auth.state.api_status == [401, 200]
+    assert json.loads(body)["authorization"] == f"Bearer {ph}"
 
 
 def test_a_streamed_request_is_not_replayed_but_the_next_one_gets_a_fresh_token(env):
