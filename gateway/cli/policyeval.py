@@ -99,12 +99,13 @@ def egress_inputs(session: dict, line: str, headers: list[str], now: float, cfg:
         out.append((f"CONNECT {parts.hostname}:{port}", _egress(session, now, "CONNECT", "", parts.hostname, port,
                                                                "", "", pairs, cfg)))
     out.append((f"{method} {target}", _egress(session, now, method, parts.scheme, parts.hostname, port,
-                                              parts.path or "/", parts.query, pairs, cfg)))
+                                              parts.path or "/", parts.query, pairs, cfg,
+                                              tunnel=parts.scheme == "https")))
     return out
 
 
 def _egress(session: dict, now: float, method: str, scheme: str, host: str, port: int, path: str, query: str,
-            headers: list[tuple[str, str]], cfg: Config) -> dict:
+            headers: list[tuple[str, str]], cfg: Config, tunnel: bool = False) -> dict:
     host = normalise_host(host)
     literal = parse_ip_literal(host)
     ip, ip_class = "", ""
@@ -112,7 +113,7 @@ def _egress(session: dict, now: float, method: str, scheme: str, host: str, port
         ip = str(literal)
         ip_class = vet_addresses([ip], port, private_allow=cfg.egress.private_allow).ip_class
     return build_egress_input(session=session, now=now, method=method, scheme=scheme, host=host, port=port,
-                              path=path, query=query, headers=headers, ip=ip, ip_class=ip_class)
+                              path=path, query=query, headers=headers, ip=ip, ip_class=ip_class, tunnel=tunnel)
 
 
 # -- the command ----------------------------------------------------------------------------------------------

@@ -237,7 +237,8 @@ class EgressAddon:
             path=path, query="" if is_connect else url_query(req), headers=req.headers.items(multi=True),
             ip=ip, ip_class=ip_class, secrets=[name for owner, name in found if owner == sid],
             markers=[own[n] for o, n in found if o == sid and n in own],
-            package=None if is_connect else deps.packages.download(host, req.method, path))
+            package=None if is_connect else deps.packages.download(host, req.method, path),
+            tunnel=tunnel is not None and not is_connect)
         decision = await deps.engine.decide("egress", doc, flow.id)
         st.decision = decision
         if decision.action == "deny":

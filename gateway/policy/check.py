@@ -4,7 +4,8 @@ Reported with file:line: parse errors, calls to functions that are neither defin
 builtins of the engine, unsafe variables and conflicting rules (regorus finds the last two when a rule is
 first evaluated, so every rule is evaluated once on an empty input). `strict` adds OPA's strict-mode checks
 that a static walk can make: unused and duplicate imports, deprecated builtins, local assignments and function
-arguments never used, assignments to `input` or `data`.
+arguments never used, assignments to `input` or `data`; and sandgate's own trap: an egress rule restricting the
+request method that forgets the CONNECT every HTTPS request starts with.
 """
 from __future__ import annotations
 
@@ -244,6 +245,46 @@ def _opa_only_errors(modules: list[dict]) -> list[Finding]:
     return findings
 
 
+_METHOD = re.compile(r"input\.request\.method|(?<![\w.])method(?!\w)")
+_NEGATED_METHOD = re.compile(r"(\bnot\b|!=)[^\n]*(input\.request\.method|(?<![\w.])method(?!\w))|"
+                             r"(input\.request\.method|(?<![\w.])method(?!\w))[^\n]*!=")
+
+
+def _method_without_connect(modules: list[dict]) -> list[Finding]:
+    """Egress rules that restrict `input.request.method` and never mention CONNECT. For HTTPS the proxy decides
+    the CONNECT first (method "CONNECT", empty path) and then each request in the tunnel: an `allow` limited to
+    some methods never lets the tunnel open (the host is then denied as not allowlisted), and a `deny`/`ask` for
+    every method but some catches the CONNECT too. Warnings: a rule may mean it."""
+    findings = []
+    for module in modules:
+        file = ast.module_file(module)
+        if ast.module_package(module) != "sandgate.egress" or file.endswith("_test.rego"):
+            continue
+        contents = module.get("source", {}).get("contents", "")
+        rules = [next(iter(r.items())) for r in module["ast"].get("rules", [])]
+        starts = sorted(body["span"]["start"] for _, body in rules)
+        ends = dict(zip(starts, starts[1:] + [len(contents)]))
+        for kind, body in rules:
+            if kind != "Spec" or "Set" not in body["head"]:
+                continue
+            name = (ast.ref_path(body["head"]["Set"]["refr"]) or [""])[0]
+            if name not in ("allow", "deny", "ask"):
+                continue
+            text = contents[body["span"]["start"]:ends[body["span"]["start"]]]
+            if "CONNECT" in text or not _METHOD.search(text):
+                continue
+            if name == "allow":
+                why = ("this allow restricts input.request.method but not to CONNECT: for HTTPS the proxy decides "
+                       "the CONNECT first, so the tunnel never opens (add \"CONNECT\" to the methods)")
+            elif _NEGATED_METHOD.search(text):
+                why = (f"this {name} applies to every method but some, CONNECT included: for HTTPS the proxy decides "
+                       "the CONNECT first (list \"CONNECT\" among the methods it leaves out)")
+            else:
+                continue
+            findings.append(Finding(file, body["span"]["line"], why, "warning"))
+    return findings
+
+
 def check_source(source: PolicySource, strict: bool = False) -> list[Finding]:
     """Every problem found, sorted by file and line; empty when the policy is clean."""
     try:
@@ -254,5 +295,5 @@ def check_source(source: PolicySource, strict: bool = False) -> list[Finding]:
     findings = set(_unknown_functions(modules)) | set(_evaluation_errors(engine, modules)) \
         | set(_opa_only_errors(modules))
     if strict:
-        findings |= set(_strict(modules))
+        findings |= set(_strict(modules)) | set(_method_without_connect(modules))
     return sorted(findings)

@@ -52,6 +52,11 @@ def run(cfg: Any, args: Any) -> int:
 
     explicit = getattr(args, "dir", None) or getattr(args, "policies", None)
     directory = Path(explicit) if explicit else policy_dir(cfg.policy)
+    if not explicit and args.policy_cmd in ("test", "check"):
+        # Without a directory the command works on policy.dir: say which, since without --config (or
+        # SANDGATE_CONFIG) that is the shipped package, not the site's copy.
+        where = "policy.dir" if cfg.policy.dir else "the shipped policies: no policy.dir is configured"
+        print(f"sandgate policy {args.policy_cmd}: {directory} ({where})", file=sys.stderr)
     try:
         if args.policy_cmd == "test":
             return cmd_test(directory, args, sys.stdout)
@@ -115,7 +120,7 @@ def cmd_test(directory: Path, args: Any, out: TextIO) -> int:
     passed = sum(r.passed for r in report.results)
     errors = sum(r.outcome == "error" for r in report.results)
     skipped = sum(r.outcome == "skip" for r in report.results)
-    failed = len(report.results) - passed - skipped
+    failed = sum(r.outcome == "fail" for r in report.results)       # an error is counted once, as an error
     tail = (f", {skipped} skipped" if skipped else "") + (f", {errors} errors" if errors else "")
     if not report.results:
         out.write("no tests found\n")

@@ -60,7 +60,7 @@ def build_egress_input(*, session: Mapping[str, Any], now: float, method: str, s
                        port: int, path: str, query: str = "", headers: Iterable[tuple[str, str]] = (),
                        ip: str = "", ip_class: str = "", secrets: Iterable[str] = (),
                        stats: Mapping[str, Any] | None = None, markers: Iterable[str] = (),
-                       package: Mapping[str, Any] | None = None) -> dict:
+                       package: Mapping[str, Any] | None = None, tunnel: bool = False) -> dict:
     doc = {
         "kind": "egress",
         "session": build_session_input(session, now, stats),
@@ -75,6 +75,7 @@ def build_egress_input(*, session: Mapping[str, Any], now: float, method: str, s
             "ip": ip,
             "ip_class": ip_class,
             "secrets": sorted(set(secrets)),
+            "tunnel": bool(tunnel),         # a request inside a tunnel whose CONNECT was allowed
         },
     }
     if package is not None:                 # a package download: {"ecosystem", "name", "version", "advisories"}

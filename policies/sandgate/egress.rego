@@ -81,8 +81,22 @@ allow contains item if {
 # Nothing (shipped or site rule) allows this destination.
 deny contains item if {
 	count(allow) == 0
+	not in_tunnel
 	item := {"code": "egress.not_allowlisted", "reason": sprintf("%s is not on this session's allow list", [host])}
 }
+
+# Inside a tunnel whose CONNECT was allowed, nothing allows this request: a rule allowed the host for some
+# methods or paths only (for HTTPS the CONNECT is decided first, then each request in the tunnel).
+deny contains item if {
+	count(allow) == 0
+	in_tunnel
+	item := {
+		"code": "egress.request_not_allowed",
+		"reason": sprintf("no rule allows this %s to %s: its tunnel was allowed, but no allow covers this request (a rule may allow only some methods or paths)", [method_name, host]),
+	}
+}
+
+in_tunnel if input.request.tunnel == true
 
 deny contains item if {
 	not ip_class_ok

@@ -167,8 +167,10 @@ test_deny_missing_session if {
 	d.codes == ["egress.not_allowlisted"]
 }
 
+# Only inputs sandgate can build here: a site rule (loaded beside these tests) need not be null-safe. Inputs of
+# the wrong type are tested in tests/gateway/policy/test_site_rule_safety.py against the shipped files alone.
 test_deny_missing_host if {
-	d := egress.decision with input as inp({"host": null}, {})
+	d := egress.decision with input as {"kind": "egress", "session": session, "request": object.remove(request, ["host"])}
 	d.action == "deny"
 }
 
@@ -237,4 +239,15 @@ test_no_budget_spent_changes_nothing if {
 test_spent_budget_never_lifts_a_deny if {
 	d := egress.decision with input as inp({"host": "unlisted.test"}, {"budgets_spent": ["requests"]})
 	d.action == "deny"
+}
+
+test_deny_in_an_allowed_tunnel_says_no_rule_allows_the_request if {
+	d := egress.decision with input as inp({"host": "other.test", "method": "POST", "tunnel": true}, {})
+	d.codes == ["egress.request_not_allowed"]
+	d.reasons == ["no rule allows this POST to other.test: its tunnel was allowed, but no allow covers this request (a rule may allow only some methods or paths)"]
+}
+
+test_deny_outside_a_tunnel_names_the_allow_list if {
+	d := egress.decision with input as inp({"host": "other.test", "method": "POST", "tunnel": false}, {})
+	d.codes == ["egress.not_allowlisted"]
 }
