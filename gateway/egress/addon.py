@@ -310,8 +310,9 @@ class EgressAddon:
 
     def release(self, flow: http.HTTPFlow) -> None:
         st = flow_state(flow)
-        if st is not None and st.claim is not None:
+        if st is not None:
             self.deps.held.release(st.claim)
+            self.deps.held.release(st.response_claim)
 
     def client_disconnected(self, client: connection.Client) -> None:
         self.deps.connections.close(client.id)
@@ -349,7 +350,13 @@ class EgressAddon:
             return          # decided in `response` (a switch to anything but WebSocket is refused)
         size = flow.response.headers.get("content-length", "")
         if size.isdigit() and int(size) <= STREAM_ABOVE_BYTES:
-            return          # small: buffered by mitmproxy, counted in `response` (unless scrubbed: injection.py)
+            # small: buffered by mitmproxy (counted in `response`, unless scrubbed: injection.py), within
+            # egress.max_held_bytes; when that is in use it streams through instead (never refused)
+            claim = self.deps.held.admit(None, int(size))
+            if isinstance(claim, Claim):
+                st.response_claim = claim
+                weakref.finalize(flow, self.deps.held.release, claim)
+                return
         flow.response.stream = st.count_in
 
     def response(self, flow: http.HTTPFlow) -> None:

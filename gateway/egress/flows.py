@@ -49,6 +49,7 @@ class FlowState:
     scrub_blocked: bool = False                    # a compressed response could not be scanned: withheld
     withheld: bytes = b""                          # the 502 body sent instead
     claim: Claim | None = None                     # its held slot and buffered bytes (limits.py), given back once
+    response_claim: Claim | None = None            # the bytes of a small response buffered whole
 
     def audit_detail(self) -> dict:
         """What its audit row adds about approvals and secrets."""

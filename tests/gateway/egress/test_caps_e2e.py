@@ -264,8 +264,10 @@ def test_held_bytes_cap_is_global_and_answers_503(tmp_path, upstream):
                 status, data = c.status(timeout=20)
                 c.close()
                 assert status == 503 and b"egress.held_bytes_full" in data, (method, data)
-            # A request without a body still flows.
+            # A request without a body still flows, and a small response that no longer fits streams through.
             assert requests.get(url + "/ok", proxies=b["proxies"], timeout=30).status_code == 200
+            r = requests.get(url + "/big/200000", proxies=b["proxies"], timeout=30)
+            assert r.status_code == 200 and len(r.content) == 200000
             # Once the held requests are gone, the bytes are free again.
         finally:
             for c in clients:
