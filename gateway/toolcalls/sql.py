@@ -57,14 +57,49 @@ def describe_sql(query: str, dialect: str | None = None) -> dict:
     name = dialect.strip().lower() if isinstance(dialect, str) and dialect.strip() else None
     if name is None or name in POSTGRES_DIALECTS:
         facts = classify_pg(query)
+        if facts is not None and name is None and _OTHER_LEXING.search(query):
+            # Not said to be PostgreSQL: text another server lexes otherwise (a backslash escaping a quote, MySQL's
+            # executable comments) is also read as MySQL would, and the less safe reading counts.
+            facts = _merge(facts, _glot(query, ("mysql",)), executable="/*!" in query or "/*M!" in query)
         if facts is not None or name is not None:
             return facts or dict(_UNPARSED, dialect="postgres")
-    for read in ((name,) if name else ()) + _SQL_DIALECTS:
+    known = name is not None and _known_dialect(name)
+    # a dialect sqlglot knows: that grammar only (what it does not parse asks); else the usual ones in turn
+    return _glot(query, (name,) if known else ((name,) if name else ()) + _SQL_DIALECTS)
+
+
+_OTHER_LEXING = re.compile(r"\\|/\*M?!")
+
+
+def _known_dialect(name: str) -> bool:
+    try:
+        sqlglot.Dialect.get_or_raise(name)
+    except Exception:  # noqa: BLE001 - an unknown dialect name
+        return False
+    return True
+
+
+def _merge(facts: dict, other: dict, executable: bool) -> dict:
+    if not other.get("parsed"):
+        other = {"kind": "read"}
+    out = dict(facts)
+    for key in ("kinds", "unbounded", "functions", "settings", "unsafe"):
+        out[key] = list(dict.fromkeys(facts.get(key, []) + other.get(key, [])))
+    if _RANK[other.get("kind", "other")] > _RANK[out["kind"]]:
+        out["kind"] = other["kind"]
+    if executable:
+        out["kind"] = "other"
+        out["unsafe"] = out["unsafe"] + ["MySQL executable comment"]
+    return out
+
+
+def _glot(query: str, dialects: tuple) -> dict:
+    for read in dialects:
         try:
             # IMMEDIATE, never RAISE: with RAISE sqlglot parses on after an error and loops forever on a malformed
             # COPY ("COPY #"), gathering error texts until the process is out of memory.
             statements = [s for s in sqlglot.parse(query, read=read, error_level=ErrorLevel.IMMEDIATE)
-                          if s is not None]
+                          if s is not None and not isinstance(s, exp.Semicolon)]
             kinds = _sql_kinds(statements)
         except Exception:  # noqa: BLE001 - sqlglot raises several error types (and ValueError for dialects)
             continue

@@ -198,6 +198,9 @@ class _Facts:
             return "read"
         if name == "InsertStmt":
             self.kinds.append("INSERT")
+            if _rewrites_every_row(node):
+                self.kinds.append("UPDATE")
+                self.unbounded.append("UPDATE")
             return "write"
         if name == "UpdateStmt":
             self.kinds.append("UPDATE")
@@ -269,6 +272,18 @@ class _Scan(Visitor):
 
     def visit_MergeStmt(self, ancestors, node) -> None:  # noqa: ANN001
         self._nested(node)
+
+
+def _rewrites_every_row(node: Any) -> bool:
+    """`INSERT INTO t SELECT ... FROM t ON CONFLICT ... DO UPDATE` with no bound on the rows read or updated: an
+    UPDATE of every row spelt as an upsert."""
+    conflict, source = node.onConflictClause, node.selectStmt
+    if conflict is None or getattr(conflict.action, "name", "") != "ONCONFLICT_UPDATE" or \
+            not isinstance(source, ast.SelectStmt) or not unbounded_where(conflict.whereClause):
+        return False
+    target = node.relation.relname if node.relation is not None else None
+    tables = [r for r in source.fromClause or () if isinstance(r, ast.RangeVar)]
+    return any(r.relname == target for r in tables) and unbounded_where(source.whereClause)
 
 
 def function_name(parts: Any) -> str:

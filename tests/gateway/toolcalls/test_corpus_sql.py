@@ -103,6 +103,7 @@ SQL_DESTRUCTIVE: list[str] = [
     "LOAD 'plpython3u'",
     "CREATE EXTENSION dblink",
     "INSERT INTO t SELECT dblink_exec('dbname=x', 'DROP TABLE y')",
+    "INSERT INTO users SELECT * FROM users ON CONFLICT (id) DO UPDATE SET role = 'x'",
     # does not parse: asks
     "DELET FROM users",
     "UPDATE users SET x = 1 WHERE",
@@ -212,3 +213,16 @@ def test_a_slice_through_the_api(gw):
                                                       "step": step})
         assert resp.status_code == 200, resp.text
         assert (resp.json()["decision"] == "allow") is benign, (query, resp.json())
+
+
+@pytest.mark.parametrize("query, dialect", [
+    ("SELECT 'a\\' , ' ; DROP TABLE users; -- '", None),      # MySQL: a backslash escapes the quote
+    ("SELECT 'a\\' , ' ; DROP TABLE users; -- '", "mysql"),
+    ("SELECT 1 /*! ; DROP TABLE users */", None),               # MySQL runs what is in /*! ... */
+    ("SELECT 1 /*M! ; DELETE FROM users */", None),
+    ("UPDATE users SET x = 1 WHERE id = 1 LIMIT 1 ; DROP TABLE users", "mysql"),
+    ("selec 1", "mysql"),                                        # a dialect sqlglot knows: no other grammar tried
+])
+def test_other_servers_lexing_is_not_read_as_postgres(ev, query, dialect):
+    args = {"query": query} if dialect is None else {"query": query, "dialect": dialect}
+    assert SessionSim(ev).call("sql", args)["action"] != "allow", (query, dialect)
