@@ -453,6 +453,7 @@ class _Trivial:
         expression, comparisons of one pair covering <, = and >, complementary pattern tests, IN and NOT IN."""
         seen: dict[str, set] = {}
         order: dict[tuple[str, str], set] = {}
+        bounds: dict[str, tuple[list, list]] = {}
         for arm in arms:
             arm = _unwrap(arm)
             if isinstance(arm, ast.BoolExpr) and arm.boolop == BoolExprType.NOT_EXPR:
@@ -469,6 +470,7 @@ class _Trivial:
                     if (right, left) in order and (left, right) not in order:
                         left, right, op = right, left, _FLIP[op]
                     order.setdefault((left, right), set()).update(_ORDER_OPS[op])
+                    self.half_line(arm, op, bounds)
                 elif arm.kind in (A_Expr_Kind.AEXPR_OP, A_Expr_Kind.AEXPR_LIKE, A_Expr_Kind.AEXPR_ILIKE,
                                   A_Expr_Kind.AEXPR_SIMILAR, A_Expr_Kind.AEXPR_IN):
                     key = f"{arm.kind.name}:{left}:{right}"
@@ -482,7 +484,30 @@ class _Trivial:
             return True
         if any(op in got and _COMPLEMENT[op] in got for got in seen.values() for op in _COMPLEMENT):
             return True
-        return any(got >= {"lt", "eq", "gt"} for got in order.values())
+        if any(got >= {"lt", "eq", "gt"} for got in order.values()):
+            return True
+        # half-lines of one expression that meet: `x > 0 OR x < 10`, `x >= 5 OR x <= 5`
+        for lows, highs in bounds.values():
+            for low, low_in in lows:
+                for high, high_in in highs:
+                    if _compare(high, low, ">") or (_compare(high, low, "=") and (low_in or high_in)):
+                        return True
+        return False
+
+    def half_line(self, arm: Any, op: str, bounds: dict) -> None:
+        """Record `expr > c` (a lower bound) or `expr < c` (an upper bound) of a number constant c."""
+        left, right = _literal(arm.rexpr), _literal(arm.lexpr)
+        if isinstance(left, (int, float)) and not isinstance(left, bool) and _has_column(arm.lexpr):
+            expr, value = arm.lexpr, left
+        elif isinstance(right, (int, float)) and not isinstance(right, bool) and _has_column(arm.rexpr):
+            expr, value, op = arm.rexpr, right, _FLIP[op]
+        else:
+            return
+        lows, highs = bounds.setdefault(self.canon(_unwrap(expr)), ([], []))
+        if op in (">", ">="):
+            lows.append((value, op == ">="))
+        elif op in ("<", "<="):
+            highs.append((value, op == "<="))
 
 
 def _unwrap(node: Any) -> Any:

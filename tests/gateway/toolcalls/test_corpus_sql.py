@@ -78,6 +78,7 @@ SQL_DESTRUCTIVE: list[str] = [
     "UPDATE users SET role = 'x' WHERE NOT (id <> id)",
     "UPDATE users SET role = 'x' WHERE id < 10 OR id >= 10",
     "UPDATE users SET role = 'x' WHERE name LIKE '%'",
+    "UPDATE users SET role = 'x' WHERE id > 0 OR id < 10",
     "UPDATE users SET role = 'x' WHERE active OR NOT active",
     "UPDATE users SET role = 'x' WHERE 't'",
     "UPDATE users SET role = 'x' WHERE (id = 5) OR ('a' = 'a')",

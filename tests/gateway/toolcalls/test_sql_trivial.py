@@ -133,3 +133,10 @@ def test_own_table_qualifier_only():
     assert unbounded_pg("t.id = id")
     assert not classify_pg("UPDATE t SET y = 1 FROM u WHERE t.id = u.id")["unbounded"]
     assert classify_pg("UPDATE t AS a SET y = 1 WHERE a.id = id")["unbounded"] == ["UPDATE"]
+
+
+def test_half_lines_that_meet():
+    for where in ("id > 0 OR id < 10", "id >= 5 OR id <= 5", "10 > id OR id > 2", "x > 0.5 OR x < 1"):
+        assert unbounded_pg(where), where
+    for where in ("id > 5 OR id < 5", "id > 5 OR id < 3", "id > 1 OR x < 10", "id >= 5 OR id < 5 AND x = 1"):
+        assert not unbounded_pg(where), where
