@@ -65,9 +65,21 @@ _WHOLE_VAR = re.compile(r"\$(?:\{\w+\}|\w+)")
 
 @dataclass
 class Effects:
-    """What a tool call leaves behind for later ones: links made, files written (content or None)."""
+    """What a tool call leaves behind for later ones: links made, files written (content or None), and which of
+    those files it wrote from sensitive data (a key file, the environment: secretflow.py)."""
     links: dict[str, str | None] = field(default_factory=dict)
     files: dict[str, str | None] = field(default_factory=dict)
+    secret: set[str] = field(default_factory=set)
+
+
+class Files(dict):
+    """A session's written files (path -> content or None) and, in `secret`, those written from sensitive data."""
+
+    __slots__ = ("secret",)
+
+    def __init__(self, *args, secret: frozenset[str] = frozenset(), **kwargs):
+        super().__init__(*args, **kwargs)
+        self.secret = secret
 
 
 @dataclass
@@ -92,6 +104,8 @@ def describe_line(command: str, workspace: str, links: dict[str, str | None] | N
     (their variables are sensitive sources); `tables` from the policy's data (the shipped ones when None)."""
     line = _Line(clean_dir(workspace), links or {}, files or {}, tables or default_tables())
     line.secrets = tuple(secrets)
+    for path in sorted(getattr(files, "secret", ()))[:256]:
+        line.tainted_files[path] = path           # written from sensitive data by an earlier call
     try:
         line.run_script(command if isinstance(command, str) else "", 0, "")
     except ValueError:
@@ -1097,6 +1111,7 @@ class _Command:
             for fact in self.writes:
                 if fact.get("normalized") and len(line.tainted_files) < 256:
                     line.tainted_files[fact["normalized"]] = fact["raw"]
+                    line.effects.secret.add(fact["normalized"])
         for target, link in fx.link_pairs(name, self.flags, self.operands, self.values):
             line.link(target, link, here)
         for source, dest in fx.copy_pairs(name, self.operands, self.values):
@@ -1123,6 +1138,8 @@ class _Command:
                         name == "wget" and any(f in self.flags for f in ("-r", "--recursive", "-m"))) else ""
                     line.files[fact["normalized"].rstrip("/") + suffix] = None
                     line.effects.files[fact["normalized"].rstrip("/") + suffix] = None
+        for path in [p for p in line.effects.secret if p not in line.effects.files][:64]:
+            line.effects.files[path] = None     # a copy of a key (`cp ~/.ssh/id_rsa /tmp/k`): remembered as secret
 
     def change_directory(self) -> None:
         line = self.line

@@ -23,7 +23,7 @@ from typing import Any, Mapping, Sequence
 
 from gateway.policy.inputs import build_session_input
 from gateway.policy.readset import Stamped
-from gateway.toolcalls.describe import Effects, describe_line, describe_shell
+from gateway.toolcalls.describe import Effects, Files, describe_line, describe_shell
 from gateway.toolcalls.options import parse_options
 from gateway.toolcalls.paths import clean_dir, describe_path
 from gateway.toolcalls.sql import MAX_SQL_LENGTH, describe_sql, sql_side_effects
@@ -87,7 +87,7 @@ def toolcall_facts(base: Mapping[str, Any], links: Mapping[str, str | None] | No
         if isinstance(command, list) and command and all(isinstance(w, str) for w in command):
             command = shlex.join(command)
         if isinstance(command, str):
-            doc["shell"], effects = describe_line(command, workspace, links, dict(files or {}),
+            doc["shell"], effects = describe_line(command, workspace, links, _written(files),
                                                   _secret_names(base), tables)
         else:
             doc["shell"] = {"parsed": False, "commands": []}
@@ -112,10 +112,15 @@ def toolcall_facts(base: Mapping[str, Any], links: Mapping[str, str | None] | No
             # COPY ... TO/FROM PROGRAM runs a shell command on the database host: its commands are facts like
             # a shell tool's (`from: "sql"`); a program that is not a literal is not parsed (ask).
             programs, _files = sql_side_effects(query)
-            shell, _fx = describe_line("\n".join(programs), workspace, links, dict(files or {}),
+            shell, _fx = describe_line("\n".join(programs), workspace, links, _written(files),
                                        _secret_names(base), tables)
             doc["shell"] = {**shell, "parsed": bool(programs) and shell["parsed"], "from": "sql"}
     return doc, effects
+
+
+def _written(files: Mapping[str, str | None] | None) -> dict[str, str | None]:
+    """The session's written files as describe_line takes them (a describe.Files keeps which hold secrets)."""
+    return files if isinstance(files, Files) else dict(files or {})
 
 
 def _secret_names(base: Mapping[str, Any]) -> tuple[str, ...]:

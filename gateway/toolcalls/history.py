@@ -11,9 +11,10 @@ from __future__ import annotations
 from typing import Any, Iterable, Mapping
 
 from gateway.policy.readset import Shared, stamp
-from gateway.toolcalls.describe import Effects
+from gateway.toolcalls.describe import Effects, Files
 
 HISTORY_SIZE = 20
+SECRET = "secret"          # a file row's target: the call wrote it from sensitive data (secretflow.py)
 MAX_WRITES = 20
 # The distinct paths (files written, links made) a session's memory keeps; past it a path missing from the
 # memory may still have been written or linked, and the session's tool calls are refused (gates/toolcall.py).
@@ -78,20 +79,27 @@ def path_rows(session: str, effects: Effects, now: float) -> list[dict]:
     """Store rows for the links a call made and the files it wrote."""
     rows = [{"session": session, "path": path, "kind": "link", "target": target, "content": None, "ts": now}
             for path, target in effects.links.items()]
-    rows += [{"session": session, "path": path, "kind": "file", "target": None, "content": content, "ts": now}
-             for path, content in effects.files.items()]
+    rows += [{"session": session, "path": path, "kind": "file", "target": SECRET if path in effects.secret else None,
+              "content": content, "ts": now} for path, content in effects.files.items()]
     return rows
 
 
 def paths_from_rows(rows: Iterable[Mapping[str, Any]]) -> tuple[dict[str, str | None], dict[str, str | None]]:
-    """(links, files) from a session's path rows, oldest first (a later row for a path wins)."""
+    """(links, files) from a session's path rows, oldest first (a later row for a path wins); `files` is a
+    describe.Files whose `secret` names the files written from sensitive data (a file row's target "secret")."""
     links: dict[str, str | None] = {}
     files: dict[str, str | None] = {}
+    secret: set[str] = set()
     for row in rows:
         if row.get("kind") == "link":
             links[row["path"]] = row.get("target")
             files.pop(row["path"], None)
+            secret.discard(row["path"])
         elif row.get("kind") == "file":
             files[row["path"]] = row.get("content")
             links.pop(row["path"], None)
-    return links, files
+            if row.get("target") == SECRET:
+                secret.add(row["path"])
+            else:
+                secret.discard(row["path"])
+    return links, Files(files, secret=frozenset(secret))

@@ -28,7 +28,7 @@ class FactsMemo:
         if mcp is not None:
             return None
         return (tool, args_json, workspace, tuple(sorted(links.items())), tuple(sorted(files.items())), secrets,
-                rev)
+                rev, tuple(sorted(getattr(files, "secret", ()))))
 
     def get(self, key: tuple | None) -> tuple[dict, Effects] | None:
         if key is None:
