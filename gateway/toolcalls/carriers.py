@@ -17,6 +17,7 @@ from __future__ import annotations
 import posixpath
 import re
 from dataclasses import dataclass
+from typing import Callable
 
 from gateway.toolcalls.interpreters import code_source, language_of
 from gateway.toolcalls.tables import Executor, Tables
@@ -57,8 +58,10 @@ def _names_program(word: str, tables: Tables) -> bool:
     return tables.known(posixpath.basename(word))
 
 
-def unknown_carried(argv: list[str], tables: Tables) -> list[Carried]:
-    """The commands an unknown program's arguments carry (see the module's docstring)."""
+def unknown_carried(argv: list[str], tables: Tables,
+                    written_script: Callable[[str], bool] | None = None) -> list[Carried]:
+    """The commands an unknown program's arguments carry (see the module's docstring); `written_script(word)`
+    says whether a word names a script the session wrote (it is run as that script)."""
     out: list[Carried] = []
     words = argv[1:]
     first = True                       # the first operand may be the program's own subcommand (`ruff format`)
@@ -83,6 +86,9 @@ def unknown_carried(argv: list[str], tables: Tables) -> list[Carried]:
         if _SCRIPT.search(value):
             out.append(Carried("script", script=value))
             continue
+        if written_script is not None and value is word and written_script(word):
+            out.append(Carried("argv", (word, *words[i + 1:])))
+            break
         if _names_program(value, tables):
             candidate = [value] + words[i + 1:]
             if _runs_something(candidate, tables):

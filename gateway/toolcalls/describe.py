@@ -60,6 +60,8 @@ _READS_VARS = frozenset({"read", "mapfile", "readarray", "getopts"})
 _RESERVED = frozenset({"then", "else", "elif", "fi", "do", "done", "esac", "in", "}", "{", "if", "while", "until",
                        "for", "case", "select", "function"})
 ELSEWHERE = "/\u2400elsewhere"    # where commands run on another host or in a container start: no path of ours
+_SCRIPT_EXTENSIONS = frozenset({".sh", ".bash", ".zsh", ".ksh", ".py", ".js", ".mjs", ".cjs", ".ts", ".pl", ".rb",
+                                ".php", ".lua", ".r", ".jl", ".tcl", ".ps1", ".awk", ".sed"})
 _WHOLE_VAR = re.compile(r"\$(?:\{\w+\}|\w+)")
 
 
@@ -690,6 +692,11 @@ class _Command:
         if hit is not None:
             spec, used = hit
             target, carried = executor_carried(spec, eff, used)
+            if spec.join and not carried and self.stdin.given:      # `ssh HOST < cmds.sh`: its shell reads stdin
+                if self.stdin.text is not None:
+                    carried = [Carried("script", script=self.stdin.text)]
+                else:
+                    rec["stdin_script"] = rec["dynamic"] = True
             mark = {"remote": {"host": target or "?", "via": spec.name}} if spec.remote else \
                 {"container": {"name": target or "?", "via": spec.name}}
             if spec.remote:                     # it runs on another host: like ssh, the runner itself asks
@@ -700,9 +707,19 @@ class _Command:
             return
         if tables.known(self.name) or "code" in rec or rec.get("name") in SHELLS:
             return
-        carried = unknown_carried(eff, tables)
+        carried = unknown_carried(eff, tables, self.written_script)
         if carried:
             self.run_carried(carried, self.name, {"via_unknown": self.name}, elsewhere=False)
+
+    def written_script(self, word: str) -> bool:
+        """Whether `word` names a script the session wrote (`echo ... > x.sh; hyperfine ./x.sh`): a script's
+        extension, or content seen to start with `#!`."""
+        if not word or word.startswith("-") or _DYNAMIC_NAME.search(word):
+            return False
+        written, content = self.line.content(word, self.here)
+        if not written:
+            return False
+        return (content or "").startswith("#!") or posixpath.splitext(word)[1].lower() in _SCRIPT_EXTENSIONS
 
     def run_carried(self, carried: list[Carried], origin: str, mark: dict, elsewhere: bool,
                     mounts: list[tuple[str, str]] = (), workdir: str | None = None) -> None:  # type: ignore[assignment]
@@ -726,8 +743,11 @@ class _Command:
             for item in carried:
                 if item.kind == "argv":
                     argv = list(item.argv)
-                    line.command({"argv": argv, "op": ";", "redirects": [], "quoting": ["single"] * len(argv)},
-                                 self.depth + 1, origin, ";", None)
+                    if "/" not in argv[0] and self.written_script(argv[0]) and not line.tables.known(argv[0]):
+                        argv[0] = "./" + argv[0]               # a script the session wrote, run from here
+                    piped = _Out(self.stdin.text) if self.stdin.given else None     # what it reads comes along
+                    line.command({"argv": argv, "op": ";", "redirects": [],
+                                  "quoting": ["single"] * len(argv)}, self.depth + 1, origin, ";", piped)
                 elif parse_shell(item.script)["parsed"]:
                     self.nested(item.script, origin)
                 elif _names_known(item.script, line.tables):

@@ -152,3 +152,16 @@ def test_container_mounts_and_workdir():
     assert facts["commands"][1]["paths"][0]["is_home"] is True
     assert executed(["docker", "run", "--entrypoint", "rm", "img", "-rf", "/"]) == (
         "img", [Carried("argv", ("rm", "-rf", "/"))])
+
+
+def test_written_scripts_and_stdin_are_carried():
+    assert unknown_carried(["x", "run.sh"], T, lambda w: w == "run.sh") == [Carried("argv", ("run.sh",))]
+    assert unknown_carried(["x", "run.sh"], T) == []
+    facts, _ = describe_line("echo 'rm -rf ~' > x.sh; mytool x.sh", "/workspace")
+    assert any(c.get("via_unknown") == "mytool" and c["name"] == "rm" for c in facts["commands"])
+    facts, _ = describe_line("echo '# x' > notes.md; mytool notes.md", "/workspace")
+    assert not any(c.get("via_unknown") for c in facts["commands"])
+    facts, _ = describe_line("echo 'rm -rf /' | ssh h", "/workspace")
+    assert facts["commands"][-1]["name"] == "rm" and facts["commands"][-1]["remote"]["via"] == "ssh"
+    facts, _ = describe_line("ssh h < unseen.sh", "/workspace")
+    assert facts["commands"][0]["stdin_script"] is True

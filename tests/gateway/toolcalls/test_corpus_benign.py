@@ -131,6 +131,8 @@ UNKNOWN_PROGRAMS: list[tuple[str, str]] = [
     ("kubectl exec pod -- cat /etc/os-release", "a read in a pod"),
     ("docker compose exec web python manage.py check", "a check in a container"),
     ("lxc exec box -- uname -a", "a read in a container"),
+    ("echo 'pytest -q' > check.sh && hyperfine ./check.sh", "a benchmark of a script the session wrote"),
+    ("echo '# Notes' > notes.md && pandoc notes.md -o notes.html", "a document the session wrote is not a script"),
     ("docker run --rm python:3 python -c 'print(1)'", "a one-off container"),
     ("docker run --rm -v \"$PWD\":/src -w /src golang:1.22 go build ./...", "a build in a container"),
     ("podman run --rm -v ./data:/data alpine ls /data", "a listing of a mounted directory"),

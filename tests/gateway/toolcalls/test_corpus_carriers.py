@@ -50,6 +50,8 @@ UNKNOWN_WRAPPERS = [
     ("daemonize -c /tmp /bin/rm -rf /", "deny", "an absolute program path"),
     ("loginctl-run bash -c 'mkfs.ext4 /dev/sda1'", "deny", "a filesystem tool through a shell"),
     ("sshpass -p secret ssh host 'rm -rf ~'", "deny", "a password helper carrying ssh"),
+    ("echo 'rm -rf ~' > x.sh && hyperfine ./x.sh", "deny", "a script the session wrote, run by a benchmark"),
+    ("printf 'rm -rf /\\n' > job.sh; tsp job.sh", "deny", "a written script named without ./"),
 ]
 REMOTE_RUNNERS = [
     ("docker exec c rm -rf /", "deny", "a container's root"),
@@ -85,6 +87,9 @@ REMOTE_RUNNERS = [
     ("docker run --entrypoint rm alpine -rf /", "deny", "the entrypoint is the program"),
     ("docker run --rm -v \"$PWD\":/app -w /app alpine rm -rf src", "ask", "a delete in the mounted workspace"),
     ("rsh host rm -rf ~", "deny", "rsh"),
+    ("echo 'rm -rf ~' | ssh host", "deny", "a remote shell reading its commands from stdin"),
+    ("echo 'rm -rf /' | docker exec -i c sh", "deny", "a container's shell reading stdin"),
+    ("ssh host < cmds.sh", "ask", "a remote shell reading a script it cannot see"),
     ("podman machine ssh 'rm -rf ~'", "deny", "podman's VM"),
     ("az vm run-command invoke -g rg -n vm --command-id RunShellScript --scripts 'rm -rf /'", "deny",
      "a cloud VM's run-command"),
