@@ -48,7 +48,7 @@ from gateway.egress.upstream import UpstreamProxyAddon
 from gateway.egress.token_transport import VettedTransport, tls_context
 from gateway.egress.oauth_retry import OAuth2RetryAddon
 from gateway.egress.tls import write_upstream_bundle
-from gateway.net.addresses import AddressVerdict, vet_addresses
+from gateway.net.addresses import OPERATOR_ENDPOINT_NETWORKS, AddressVerdict, vet_addresses
 from gateway.net.upstream_proxy import basic_credentials
 from gateway.gates.toolcall import ToolCallGate
 from gateway.egress.packages import PackageIndexAddon
@@ -216,11 +216,14 @@ def _upstream_tls(cfg: Config) -> ssl.SSLContext:
 
 def _token_transport(cfg: Config, resolver: Resolver, own_listeners: list[tuple[str, int]],
                      proxy_auth: Callable[[], Awaitable[str | None]] | None):
-    """What sandgate's OAuth2 client dials token endpoints with: names resolved and vetted as egress does."""
+    """What sandgate's OAuth2 client dials token endpoints with: a name in `token_url` resolved as egress resolves
+    it, and dialled at the address resolved. A token endpoint is an endpoint the operator configured, so it is
+    dialled without `egress.private_allow` (an internal identity provider must not open private ranges to every
+    sandbox); only sandgate's own listeners are refused."""
     tls = _upstream_tls(cfg)
 
     def vet(addresses: list[str], port: int) -> AddressVerdict:
-        return vet_addresses(addresses, port, private_allow=cfg.egress.private_allow, own_listeners=own_listeners)
+        return vet_addresses(addresses, port, private_allow=OPERATOR_ENDPOINT_NETWORKS, own_listeners=own_listeners)
     return lambda: VettedTransport(resolver, vet, tls, proxy=cfg.egress.upstream_proxy, proxy_auth=proxy_auth)
 
 

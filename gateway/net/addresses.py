@@ -14,6 +14,9 @@ from dataclasses import dataclass
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
+# Endpoints the operator configures (token endpoints, databases, the upstream proxy) are dialled at whatever address
+# they resolve to, private or not: `private_allow` is for what sandboxes ask for. Used as that check's private_allow.
+OPERATOR_ENDPOINT_NETWORKS: tuple[IPNetwork, ...] = (ipaddress.ip_network("0.0.0.0/0"), ipaddress.ip_network("::/0"))
 
 IP_CLASSES = (
     "public", "private", "loopback", "link_local", "cgnat", "multicast", "reserved",
