@@ -20,6 +20,7 @@ from typing import Any, Awaitable, Callable, Coroutine
 
 from aiohttp import web
 
+from broker.aws_ops import ServiceModels
 from broker.backends import CachedResolver, EnvBackend, LocalBackend, VaultBackend, parse_source
 from broker.broker import Broker
 from broker.registry import PlaceholderRegistry
@@ -311,7 +312,8 @@ async def open_gateway(cfg: Config, stack: AsyncExitStack, worker: bool = False,
     egress = EgressAddon(EgressDeps(settings=cfg.egress, tokens=tokens, sessions=sessions, engine=engine,
                                     audit=audit, metrics=metrics, resolver=dial_resolver, recorder=recorder,
                                     screen=screen, packages=packages, own_listeners=own_listeners,
-                                    held=held, connections=ConnectionLimits(cfg.sessions.max_connections)))
+                                    held=held, connections=ConnectionLimits(cfg.sessions.max_connections),
+                                    aws_models=ServiceModels()))
     gate = LayerGate(raw_tcp=cfg.egress.raw_tcp, passthrough=cfg.egress.passthrough, audit=audit,
                      session_of=egress.session_of, connection_valid=egress.connection_valid,
                      on_refused=lambda code: metrics.decision("egress", "deny"), tunnel_of=egress.tunnel_of)

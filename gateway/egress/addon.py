@@ -8,20 +8,25 @@ state this addon attaches (flows.FlowState).
 """
 from __future__ import annotations
 
+import asyncio
+import functools
 import logging
 import time
 import weakref
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from mitmproxy import connection, http
 from mitmproxy.proxy import server_hooks
 from wsproto.handshake import WEBSOCKET_VERSION
 
+from broker.aws_ops import ServiceModels
+from broker.broker import AWS_SECRET_PART
 from broker.scrub import scrubber_for
 from gateway.audit.log import AuditLog
 from gateway.auth.tokens import AuthError, Principal, TokenVerifier
 from gateway.config import EgressSettings
 from gateway.net.addresses import AddressVerdict, parse_ip_literal, vet_addresses
+from gateway.egress.aws import AwsCall, aws_facts, describe_call
 from gateway.egress.credentials import parse_proxy_authorization, take_proxy_authorization
 from gateway.egress.flows import ConnState, FlowState, attach, flow_state
 from gateway.egress.guard import fail_closed
@@ -63,6 +68,7 @@ class EgressDeps:
     own_listeners: list[tuple[str, int]]     # sandgate's own listening addresses (always refused), once bound
     held: HeldLimits                         # held requests per session, bytes held in memory (limits.py)
     connections: ConnectionLimits            # client connections per session
+    aws_models: ServiceModels = field(default_factory=ServiceModels)   # botocore's models: AWS operations
 
 
 class EgressAddon:
@@ -230,7 +236,42 @@ class EgressAddon:
             req.host = host             # dial the name the policy judges (no trailing dot, punycode, canonical IP)
         sid = session["id"]
         own = session["placeholders"]
+        aws = None if is_connect else await self.aws_call(flow, sid, own, found)
+        if aws is not None and aws.needs_body:
+            size = req.headers.get("content-length", "")
+            if not size.isdigit() or int(size) > deps.settings.inspect_max_bytes:
+                return self.deny(flow, "aws.body_too_large",
+                                 "this AWS call names its operation in a body too large to read")
+            st.deferred = functools.partial(self.judge, flow, st, host, ip, ip_class, found)
+            return                                  # decided in `request`, with the body that names the operation
+        await self.judge(flow, st, host, ip, ip_class, found, aws)
+
+    async def aws_call(self, flow: http.HTTPFlow, sid: str, own: dict, found: set) -> AwsCall | None:
+        """The AWS operation a request signed with the session's placeholder key calls (None for any other)."""
+        names = [n for o, n in found if o == sid and f"{n}{AWS_SECRET_PART}" in own]
+        if not names:
+            return None
+        models = self.deps.aws_models
+        facts = aws_facts(flow, own[names[0]])
+        if facts is None:
+            return None
+        if not models.loaded(facts.service):
+            await asyncio.to_thread(models.load, facts.service)
+        return describe_call(models.index(facts.service), facts, flow, body=None)
+
+    async def judge(self, flow: http.HTTPFlow, st: FlowState, host: str, ip: str, ip_class: str, found: set,
+                    aws: AwsCall | None) -> None:
+        """The policy's decision on a request, and what follows from it."""
+        deps = self.deps
+        req = flow.request
+        is_connect = req.method == "CONNECT"
+        state = self.conns.get(flow.client_conn)
+        tunnel = state.tunnel if state is not None else None
+        session = st.session
+        sid = session["id"]
+        own = session["placeholders"]
         path = "" if is_connect else req.path.split("?", 1)[0]
+        st.aws = aws.facts() if aws is not None else None
         doc = build_egress_input(
             session=deps.sessions.with_stats(session), now=time.time(), method=req.method,
             scheme=req.scheme if not is_connect else "", host=host, port=req.port,
@@ -238,7 +279,7 @@ class EgressAddon:
             ip=ip, ip_class=ip_class, secrets=[name for owner, name in found if owner == sid],
             markers=[own[n] for o, n in found if o == sid and n in own],
             package=None if is_connect else deps.packages.download(host, req.method, path),
-            tunnel=tunnel is not None and not is_connect)
+            tunnel=tunnel is not None and not is_connect, aws=st.aws)
         decision = await deps.engine.decide("egress", doc, flow.id)
         st.decision = decision
         if decision.action == "deny":
@@ -260,7 +301,8 @@ class EgressAddon:
             deps.recorder.audit(flow, st, action="allow", codes=list(decision.codes),
                                 reasons=list(decision.reasons), status=200)
             return
-        self.prepare_request_body(flow, st)
+        if st.deferred is None:
+            self.prepare_request_body(flow, st)
 
     def prepare_request_body(self, flow: http.HTTPFlow, st: FlowState) -> None:
         """Stream large or unsized bodies through (counting bytes); small ones are buffered for inspection."""
@@ -339,6 +381,21 @@ class EgressAddon:
         st = flow_state(flow)
         if st is None or flow.response is not None:
             return
+        if st.deferred is not None:                 # an AWS call that names its operation in its (held) body
+            facts = aws_facts(flow, st.session["placeholders"].get(
+                next(n for o, n in st.head_secrets if o == st.session["id"] and
+                     f"{n}{AWS_SECRET_PART}" in st.session["placeholders"]), ""))
+            aws = describe_call(self.deps.aws_models.index(facts.service), facts, flow,
+                                body=flow.request.raw_content or b"") if facts is not None else None
+            await st.deferred(aws)
+            if flow.response is not None:
+                return
+            if st.ask:                              # now held: it takes a held slot like any held request
+                self.release(flow)
+                st.claim = None
+                self.admit(flow, st)
+                if flow.response is not None:
+                    return
         if not flow.request.stream:
             st.bytes_out = len(flow.request.raw_content or b"")
 

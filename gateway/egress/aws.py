@@ -10,14 +10,66 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
+from urllib.parse import parse_qsl
 
 from mitmproxy import http
 
+from broker.aws_ops import Call, ServiceIndex, needs_body, operation_of, resource_of
 from broker.broker import AWS_SECRET_PART, Broker
 from broker.sigv4 import (SIGNED_CHUNKS, STREAMING_SIGNED_TRAILER, Credentials, Request, Signature, SigV4Error,
                           parse_signature, payload_hash, resign, signing_key, verify)
 from broker.sigv4_chunks import ChunkResigner
 from gateway.egress.flows import StreamFilter
+
+
+@dataclass(frozen=True)
+class AwsFacts:
+    """Service and region of a request signed with the session's placeholder key id (its credential scope)."""
+
+    service: str
+    region: str
+
+
+@dataclass(frozen=True)
+class AwsCall:
+    """What the policy is told about an AWS call; `needs_body`: its operation is named in the body, not read yet."""
+
+    service: str
+    region: str
+    operation: str
+    resource: str
+    needs_body: bool = False
+
+    def facts(self) -> dict:
+        return {"service": self.service, "region": self.region, "operation": self.operation,
+                "resource": self.resource}
+
+
+def aws_facts(flow: http.HTTPFlow, key_id: str) -> AwsFacts | None:
+    """The credential scope of the request's signature when it is signed with `key_id`; None otherwise (a
+    malformed signature included: the credential addon refuses it)."""
+    if not key_id:
+        return None
+    try:
+        sig = parse_signature(sigv4_request(flow))
+    except SigV4Error:
+        return None
+    if sig is None or sig.access_key != key_id:
+        return None
+    return AwsFacts(sig.service, sig.region)
+
+
+def describe_call(index: ServiceIndex | None, facts: AwsFacts, flow: http.HTTPFlow, body: bytes | None) -> AwsCall:
+    """The operation and resource of the call (from botocore's model `index`)."""
+    req = flow.request
+    headers = {k.lower(): v for k, v in req.headers.items(multi=True)}
+    call = Call(service=facts.service, method=req.method, host=headers.get("host") or req.host,
+                path=req.path.partition("?")[0] or "/",
+                query=tuple(parse_qsl(req.path.partition("?")[2], keep_blank_values=True)), headers=headers,
+                body=body)
+    if body is None and needs_body(index, req.method, headers):
+        return AwsCall(facts.service, facts.region, "", "", needs_body=True)
+    return AwsCall(facts.service, facts.region, operation_of(index, call), resource_of(index, call))
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,8 @@
 from __future__ import annotations
 
 import hashlib
-from typing import Callable, Collection, Iterable, Sequence
+from typing import Callable, Collection, Iterable, Mapping, Sequence
+from urllib.parse import unquote
 
 from gateway.approvals.rules import binding_hash, canonical_json
 from gateway.policy.inputs import redact_headers
@@ -50,3 +51,25 @@ def egress_binding(session_id: str, method: str, url: str, body: bytes,
     """What an egress approval is bound to: session, method, URL, body hash and binding_headers."""
     canonical = canonical_json({"body_sha256": hashlib.sha256(body).hexdigest(), "headers": list(headers)})
     return binding_hash(session_id, "egress", f"{method} {url}", canonical)
+
+
+# An AWS call's signature, its date and what the SDK adds per attempt: never part of its approval's binding.
+AWS_UNBOUND_HEADERS = frozenset({
+    "authorization", "x-amz-date", "x-amz-security-token", "user-agent", "x-amz-user-agent", "amz-sdk-invocation-id",
+    "amz-sdk-request", "x-amzn-trace-id", "expect",
+})
+AWS_AUTH_QUERY = frozenset({"x-amz-algorithm", "x-amz-credential", "x-amz-date", "x-amz-expires",
+                            "x-amz-signedheaders", "x-amz-signature", "x-amz-security-token"})
+
+
+def aws_binding(session_id: str, aws: Mapping[str, str], method: str, url: str, body: bytes,
+                headers: Iterable[tuple[str, str]], secret_of: Callable[[str], Collection[str]]) -> str:
+    """What an AWS call's approval is bound to: session, service, operation, resource, method, the URL without its
+    presigning parameters, the body hash and the headers left when signature, date and SDK headers are dropped."""
+    base, _, query = url.partition("?")
+    kept = "&".join(sorted(p for p in query.split("&") if p and unquote(p.partition("=")[0]).lower()
+                           not in AWS_AUTH_QUERY))
+    bound = [(k, v) for k, v in binding_headers(headers, secret_of) if k not in AWS_UNBOUND_HEADERS]
+    canonical = canonical_json({"aws": [aws.get("service", ""), aws.get("operation", ""), aws.get("resource", "")],
+                                "body_sha256": hashlib.sha256(body).hexdigest(), "headers": bound})
+    return binding_hash(session_id, "egress", f"{method} {base}?{kept}", canonical)

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Iterable
+from typing import Awaitable, Callable, Iterable
 
 from mitmproxy import http
 
@@ -50,6 +50,8 @@ class FlowState:
     withheld: bytes = b""                          # the 502 body sent instead
     claim: Claim | None = None                     # its held slot and buffered bytes (limits.py), given back once
     response_claim: Claim | None = None            # the bytes of a small response buffered whole
+    aws: dict | None = None                        # an AWS call's {"service", "region", "operation", "resource"}
+    deferred: Callable[..., Awaitable[None]] | None = None   # decided in `request` (an AWS operation in the body)
 
     def audit_detail(self) -> dict:
         """What its audit row adds about approvals and secrets."""

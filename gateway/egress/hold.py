@@ -16,7 +16,7 @@ from mitmproxy import connection, http
 from broker.registry import PlaceholderRegistry
 from gateway.approvals.queue import ApprovalQueue, ApprovalRequest, TooManyPending
 from gateway.config import EgressSettings
-from gateway.egress.binding import binding_headers, egress_action, egress_binding
+from gateway.egress.binding import aws_binding, binding_headers, egress_action, egress_binding
 from gateway.egress.flows import FlowState, flow_state
 from gateway.egress.guard import fail_closed
 from gateway.egress.limits import HeldLimits
@@ -34,6 +34,8 @@ class HoldAddon:
         self._settings = settings
         self._limits = limits
         self.held: "weakref.WeakKeyDictionary[connection.Client, set[str]]" = weakref.WeakKeyDictionary()
+        self.held_aws: "weakref.WeakKeyDictionary[connection.Client, set[int]]" = weakref.WeakKeyDictionary()
+        self.gone: set[int] = set()                 # held AWS calls whose client left (never forwarded)
         self._tasks: set[asyncio.Task] = set()
 
     def deny(self, flow: http.HTTPFlow, code: str, reason: str) -> None:
@@ -57,13 +59,23 @@ class HoldAddon:
         sid = st.session["id"]
         url = flow.request.pretty_url
         markers = list((st.session.get("placeholders") or {}).values())
-        binding = egress_binding(sid, flow.request.method, url, body,
-                                 binding_headers(flow.request.headers.items(multi=True), self._placeholders.secrets_in))
+        headers = flow.request.headers.items(multi=True)
+        summary = f"{flow.request.method} {url}"
+        action = egress_action(flow.request.method, url, headers, body, markers)
+        if st.aws is not None:
+            # bound to the operation and the request without its signature, date and SDK headers: the SDK's retry
+            # (a new signature, a new date) finds the same approval
+            binding = aws_binding(sid, st.aws, flow.request.method, url, body, headers, self._placeholders.secrets_in)
+            summary = f"AWS {st.aws['service']} {st.aws['operation'] or '(unknown operation)'} " \
+                      f"{st.aws['resource']}".strip() + f" ({flow.request.method} {url.partition('?')[0]})"
+            action = {**action, "aws": dict(st.aws)}
+        else:
+            binding = egress_binding(sid, flow.request.method, url, body,
+                                     binding_headers(headers, self._placeholders.secrets_in))
         try:
             ticket = await self._queue.request_approval(ApprovalRequest(
                 session=self._sessions.live_now(sid), session_id=sid, kind="egress", binding=binding,
-                summary=f"{flow.request.method} {url}",
-                action=egress_action(flow.request.method, url, flow.request.headers.items(multi=True), body, markers),
+                summary=summary[:300], action=action,
                 reasons=list(st.decision.reasons) if st.decision else [], requested_by=f"session:{sid}",
                 used_by=f"session:{sid}", ttl_s=st.decision.approval_ttl_s if st.decision else None))
         except TooManyPending as exc:
@@ -73,11 +85,20 @@ class HoldAddon:
             st.approved_by = ticket.row["decided_by"]
             return
         held = self.held.setdefault(flow.client_conn, set())
-        held.add(st.approval_id)
+        if st.aws is None:
+            held.add(st.approval_id)
+        else:
+            # An AWS call's approval outlives the SDK's timeout (it retries with a new signature and date, and finds
+            # it): a client that leaves leaves the approval pending, for its retry to use.
+            self.held_aws.setdefault(flow.client_conn, set()).add(id(st))
         try:
             row = await self._queue.wait(st.approval_id, self._settings.hold_timeout_s)
         finally:
             held.discard(st.approval_id)
+            self.held_aws.get(flow.client_conn, set()).discard(id(st))
+        if st.aws is not None and id(st) in self.gone:
+            self.gone.discard(id(st))
+            return self.deny(flow, "approval.client_gone", "the client left; its retry uses the approval")
         status = row["status"] if row else "missing"
         st.approval_status = status
         if status == "approved" and await self._queue.consume(row, f"session:{sid}"):
@@ -92,6 +113,7 @@ class HoldAddon:
     def client_disconnected(self, client: connection.Client) -> None:
         for aid in self.held.pop(client, set()):
             self.client_gone(aid)
+        self.gone |= self.held_aws.pop(client, set())
 
     def error(self, flow: http.HTTPFlow) -> None:
         st = flow_state(flow)

@@ -60,7 +60,8 @@ def build_egress_input(*, session: Mapping[str, Any], now: float, method: str, s
                        port: int, path: str, query: str = "", headers: Iterable[tuple[str, str]] = (),
                        ip: str = "", ip_class: str = "", secrets: Iterable[str] = (),
                        stats: Mapping[str, Any] | None = None, markers: Iterable[str] = (),
-                       package: Mapping[str, Any] | None = None, tunnel: bool = False) -> dict:
+                       package: Mapping[str, Any] | None = None, tunnel: bool = False,
+                       aws: Mapping[str, Any] | None = None) -> dict:
     doc = {
         "kind": "egress",
         "session": build_session_input(session, now, stats),
@@ -80,4 +81,6 @@ def build_egress_input(*, session: Mapping[str, Any], now: float, method: str, s
     }
     if package is not None:                 # a package download: {"ecosystem", "name", "version", "advisories"}
         doc["request"]["package"] = dict(package)
+    if aws is not None:                     # an AWS call signed with the session's aws placeholder
+        doc["request"]["aws"] = {k: aws.get(k, "") for k in ("service", "region", "operation", "resource")}
     return doc

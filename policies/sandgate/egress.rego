@@ -163,3 +163,59 @@ ask contains item if {
 	not reads_only
 	item := {"code": "egress.frozen", "reason": sprintf("session is frozen: %s needs approval", [method_name])}
 }
+
+# -- AWS operations (input.request.aws: a call signed with the session's aws placeholder keys) ----------------
+# Patterns are globs on botocore's operation name ("Delete*"), or on "service:Operation" with the signing name
+# ("iam:Create*", "sts:AssumeRole*").
+
+aws_ask_operations := object.get(cfg, "aws_ask_operations", ["Delete*", "Terminate*", "Remove*", "Detach*",
+	"Revoke*", "Disable*", "Stop*", "Put*Policy", "Update*Policy", "Create*AccessKey", "iam:Create*", "iam:Put*",
+	"iam:Attach*", "iam:Update*", "iam:Add*", "iam:Set*", "iam:Tag*", "iam:Untag*", "iam:Upload*", "iam:Change*",
+	"iam:Enable*", "iam:Deactivate*", "iam:Reset*", "iam:Resync*"])
+
+aws_credential_operations := object.get(cfg, "aws_credential_operations", ["sts:AssumeRole*", "sts:AssumeRoot",
+	"sts:GetSessionToken", "sts:GetFederationToken", "awsssoportal:GetRoleCredentials", "sso:GetRoleCredentials",
+	"cognito-identity:GetCredentialsForIdentity", "cognito-identity:GetOpenIdToken*", "iam:CreateAccessKey",
+	"iam:CreateServiceSpecificCredential", "iam:CreateLoginProfile", "iam:UpdateLoginProfile",
+	"ecr:GetAuthorizationToken", "ecr-public:GetAuthorizationToken", "codeartifact:GetAuthorizationToken",
+	"redshift:GetClusterCredentials*", "redshift-serverless:GetCredentials", "rds-db:connect"])
+
+aws_operation := input.request.aws.operation if {
+	is_string(input.request.aws.operation)
+	input.request.aws.operation != ""
+}
+
+aws_service := input.request.aws.service if is_string(input.request.aws.service) else := ""
+
+aws_resource := input.request.aws.resource if {
+	is_string(input.request.aws.resource)
+	input.request.aws.resource != ""
+} else := "its resource"
+
+aws_names := {aws_operation, sprintf("%s:%s", [aws_service, aws_operation])}
+
+aws_matches(patterns) if {
+	some pattern in patterns
+	is_string(pattern)
+	some name in aws_names
+	contains(pattern, ":") == contains(name, ":")
+	glob.match(pattern, [], name)
+}
+
+deny contains item if {
+	aws_operation
+	aws_matches(aws_credential_operations)
+	item := {
+		"code": "aws.credential_operation",
+		"reason": sprintf("AWS %s %s hands out credentials: not from a sandbox", [aws_service, aws_operation]),
+	}
+}
+
+ask contains item if {
+	aws_operation
+	aws_matches(aws_ask_operations)
+	item := {
+		"code": "aws.operation_ask",
+		"reason": sprintf("AWS %s %s on %s needs approval", [aws_service, aws_operation, aws_resource]),
+	}
+}

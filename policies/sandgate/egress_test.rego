@@ -251,3 +251,47 @@ test_deny_outside_a_tunnel_names_the_allow_list if {
 	d := egress.decision with input as inp({"host": "other.test", "method": "POST", "tunnel": false}, {})
 	d.codes == ["egress.not_allowlisted"]
 }
+
+# -- AWS operations ---------------------------------------------------------------------------------------
+
+aws(service, op) := {"method": "POST", "aws": {"service": service, "region": "us-east-1", "operation": op,
+	"resource": "i-123"}}
+
+test_aws_terminate_asks if {
+	d := egress.decision with input as inp(aws("ec2", "TerminateInstances"), {})
+	d.action == "ask"
+	d.codes == ["aws.operation_ask"]
+	d.reasons == ["AWS ec2 TerminateInstances on i-123 needs approval"]
+}
+
+test_aws_reads_allowed if {
+	egress.decision.action == "allow" with input as inp(aws("ec2", "DescribeInstances"), {})
+	egress.decision.action == "allow" with input as inp(aws("s3", "PutObject"), {})
+}
+
+test_aws_policy_writes_and_iam_writes_ask if {
+	egress.decision.action == "ask" with input as inp(aws("s3", "PutBucketPolicy"), {})
+	egress.decision.action == "ask" with input as inp(aws("iam", "CreateUser"), {})
+	egress.decision.action == "allow" with input as inp(aws("sqs", "CreateQueue"), {})
+}
+
+test_aws_credential_operations_denied if {
+	d := egress.decision with input as inp(aws("sts", "AssumeRole"), {})
+	d.action == "deny"
+	d.codes == ["aws.credential_operation"]
+	egress.decision.action == "deny" with input as inp(aws("iam", "CreateAccessKey"), {})
+	egress.decision.action == "deny" with input as inp(aws("ecr", "GetAuthorizationToken"), {})
+	egress.decision.action == "allow" with input as inp(aws("sts", "GetCallerIdentity"), {})
+}
+
+test_aws_unknown_operation_not_matched if {
+	egress.decision.action == "allow" with input as inp(aws("s3", ""), {})
+	egress.decision.action == "allow" with input as inp({"aws": {"service": 3, "operation": ["x"]}}, {})
+}
+
+test_aws_lists_from_data if {
+	egress.decision.action == "ask" with input as inp(aws("ec2", "DescribeInstances"), {})
+		with data.sandgate.config.egress.aws_ask_operations as ["ec2:Describe*"]
+	egress.decision.action == "allow" with input as inp(aws("ec2", "TerminateInstances"), {})
+		with data.sandgate.config.egress.aws_ask_operations as []
+}

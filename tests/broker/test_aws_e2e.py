@@ -22,42 +22,11 @@ from botocore.credentials import Credentials
 from tests.conftest import LOOPBACK_CONFIG
 from tests.support.gateway import Sandgate
 from tests.support.leaks import leaked
-from tests.support.upstream import Upstream, free_port, make_cert
+from tests.support.moto import REGION, Moto
+from tests.support.upstream import Upstream, make_cert
 
 pytestmark = pytest.mark.timeout(600)
-REGION = "us-east-1"
 BIN = Path(sys.executable).parent
-
-
-class Moto:
-    """moto's server on loopback over TLS, checking signatures after its first three calls."""
-
-    def __init__(self, tmp: Path, cert) -> None:
-        self.port = free_port()
-        self.url = f"https://127.0.0.1:{self.port}"
-        self.cert = cert
-        env = {**os.environ, "INITIAL_NO_AUTH_ACTION_COUNT": "3", "MOTO_ALLOW_NONEXISTENT_REGION": "true"}
-        self.log = open(tmp / "moto.log", "wb")
-        self.proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.port),
-                                      "-c", cert.cert, "-k", cert.key], stdout=self.log, stderr=self.log, env=env)
-        deadline = time.time() + 60
-        while time.time() < deadline:
-            try:
-                requests.get(self.url + "/moto-api/", verify=cert.cert, timeout=2)
-                return
-            except requests.RequestException:
-                time.sleep(0.2)
-        raise RuntimeError("moto did not start")
-
-    def client(self, service: str, key: str, secret: str):
-        import boto3
-        return boto3.client(service, region_name=REGION, endpoint_url=self.url, aws_access_key_id=key,
-                            aws_secret_access_key=secret, verify=self.cert.cert)
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        self.proc.wait(10)
-        self.log.close()
 
 
 @pytest.fixture(scope="module")
@@ -238,6 +207,93 @@ def test_bad_signature_and_unbound_host(aws):
                         timeout=30)
     OUTPUTS.append(resp.content + repr(resp.headers).encode())
     assert resp.status_code == 200, resp.text
+
+
+def pending(sg: Sandgate, sid: str) -> list[dict]:
+    resp = sg.call("GET", f"/v1/approvals?status=pending&session={sid}", sg.approver)
+    assert resp.status_code == 200, resp.text
+    return resp.json()
+
+
+def approve_until(sg: Sandgate, sid: str, proc: subprocess.Popen, seen: list[dict], timeout: float = 240) -> None:
+    """Approve every pending approval of the session as it appears, until `proc` ends."""
+    deadline = time.time() + timeout
+    while proc.poll() is None and time.time() < deadline:
+        for item in pending(sg, sid):
+            seen.append(item)
+            resp = sg.call("POST", f"/v1/approvals/{item['id']}/approve", sg.approver, json={})
+            assert resp.status_code in (200, 409), resp.text
+        time.sleep(0.3)
+
+
+def test_s3_rm_recursive_asks_and_completes_once_approved(aws):
+    sg, moto, real, _other, tmp = aws
+    sg.approver = getattr(sg, "approver", None) or sg.token("approver", "alice")
+    sess = session(sg)
+    direct = moto.client("s3", *real)
+    direct.create_bucket(Bucket="rmbkt")
+    for i in range(3):
+        direct.put_object(Bucket="rmbkt", Key=f"d/{i}.txt", Body=b"x")
+    proc = subprocess.Popen([shutil.which("aws", path=str(BIN)) or "aws", "--endpoint-url", moto.url, "s3", "rm",
+                             "s3://rmbkt/d", "--recursive"], env=sandbox_env(sess), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    seen: list[dict] = []
+    time.sleep(3)
+    assert direct.list_objects_v2(Bucket="rmbkt").get("KeyCount") == 3      # held: nothing deleted yet
+    approve_until(sg, sess["id"], proc, seen)
+    out, err = proc.communicate(timeout=60)
+    OUTPUTS.extend([out, err])
+    assert proc.returncode == 0, err.decode(errors="replace")
+    assert direct.list_objects_v2(Bucket="rmbkt").get("KeyCount", 0) == 0
+    ops = {(i["action"]["aws"]["service"], i["action"]["aws"]["operation"]) for i in seen}
+    assert ops <= {("s3", "DeleteObject"), ("s3", "DeleteObjects")} and ops
+    assert any("rmbkt/d/" in i["summary"] for i in seen)
+    assert real[0] not in json.dumps(seen) and real[1] not in json.dumps(seen)
+
+
+def test_ec2_terminate_asks_and_the_retry_finds_the_approval(aws):
+    """The CLI gives up waiting (read timeout 5 s here, 60 s by default) and retries with a new signature and date:
+    the approval stays pending across it, and the retry goes through once it is approved."""
+    sg, moto, real, _other, _tmp = aws
+    sg.approver = getattr(sg, "approver", None) or sg.token("approver", "alice")
+    sess = session(sg)
+    ec2 = moto.client("ec2", *real)
+    image = ec2.describe_images()["Images"][0]["ImageId"]
+    instance = ec2.run_instances(ImageId=image, MinCount=1, MaxCount=1)["Instances"][0]["InstanceId"]
+    described = cli(sess, moto, "ec2", "describe-instances", "--instance-ids", instance).stdout.decode()
+    assert instance in described                                            # reads are not asked
+    proc = subprocess.Popen([shutil.which("aws", path=str(BIN)) or "aws", "--endpoint-url", moto.url,
+                             "--cli-read-timeout", "5", "ec2", "terminate-instances", "--instance-ids", instance],
+                            env=sandbox_env(sess), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.time() + 60
+    while not pending(sg, sess["id"]) and time.time() < deadline:
+        time.sleep(0.3)
+    items = pending(sg, sess["id"])
+    assert len(items) == 1 and items[0]["action"]["aws"]["operation"] == "TerminateInstances"
+    assert instance in items[0]["summary"]
+    time.sleep(8)                                                           # the CLI timed out and retried
+    assert [i["id"] for i in pending(sg, sess["id"])] == [items[0]["id"]]   # the retry found the same one
+    state = ec2.describe_instances(InstanceIds=[instance])["Reservations"][0]["Instances"][0]["State"]["Name"]
+    assert state == "running"
+    resp = sg.call("POST", f"/v1/approvals/{items[0]['id']}/approve", sg.approver, json={})
+    assert resp.status_code == 200, resp.text
+    out, err = proc.communicate(timeout=120)
+    OUTPUTS.extend([out, err])
+    assert proc.returncode == 0, err.decode(errors="replace")
+    state = ec2.describe_instances(InstanceIds=[instance])["Reservations"][0]["Instances"][0]["State"]["Name"]
+    assert state in ("shutting-down", "terminated")
+
+
+def test_credential_operations_are_denied(aws):
+    sg, moto, _real, _other, _tmp = aws
+    sess = session(sg)
+    proc = cli(sess, moto, "iam", "create-access-key", "--user-name", "sandgate", check=False)
+    assert proc.returncode != 0 and b"aws.credential_operation" in proc.stderr + proc.stdout or b"403" in proc.stderr
+    proc = cli(sess, moto, "sts", "assume-role", "--role-arn", "arn:aws:iam::123456789012:role/x",
+               "--role-session-name", "sess", check=False)
+    assert proc.returncode != 0
+    denied = [e for e in sg.events(sess["id"]) if "aws.credential_operation" in (e.get("codes") or [])]
+    assert len(denied) >= 2
 
 
 def test_zz_real_secret_never_seen(aws):
