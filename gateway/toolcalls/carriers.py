@@ -176,6 +176,9 @@ def _executor(spec: Executor, argv: list[str], used: int) -> tuple[str, list[Car
                                                                 spec.separator or spec.remote)
         if word.startswith("-") and word != "-" and not past_target:
             key, value, i = _option(word, argv, i, takes)
+            if key in spec.command_options:
+                command = argv[i:]
+                break
             if value is None:
                 continue
             if key in spec.script_options:
@@ -200,7 +203,7 @@ def _executor(spec: Executor, argv: list[str], used: int) -> tuple[str, list[Car
             targets -= 1
             i += 1
             continue
-        if spec.modules or spec.functions:
+        if spec.modules or spec.functions or spec.command_options:     # the command comes with an option
             operands.append(word)
             i += 1
             continue

@@ -692,6 +692,10 @@ class _Command:
         if hit is not None:
             spec, used = hit
             target, carried = executor_carried(spec, eff, used)
+            if spec.here:                       # it runs the command here after all (`nix shell PKG -c CMD`)
+                if carried:
+                    self.run_carried(carried, spec.name, {}, elsewhere=False)
+                return
             if spec.join and not carried and self.stdin.given:      # `ssh HOST < cmds.sh`: its shell reads stdin
                 if self.stdin.text is not None:
                     carried = [Carried("script", script=self.stdin.text)]

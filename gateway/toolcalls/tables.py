@@ -72,7 +72,8 @@ class Executor:
     "shell" (its arguments are a command line), "file" (ansible's file module: `path=... state=absent`) or
     "delete" (its operands are removed); `mount_options` (host directories the container sees: `-v SRC:DST`,
     `--mount type=bind,source=S,target=D`), `workdir_options` (`-w DIR`) and `entrypoint_options`
-    (`--entrypoint PROG`) for container runners."""
+    (`--entrypoint PROG`) for container runners; `command_options` (the command's words follow it: `nix shell
+    PKG -c CMD`); `here`: the command runs on this machine after all (`nix shell`), judged as it would be here."""
     name: str
     options: frozenset[str] = frozenset()
     targets: int = 0
@@ -89,6 +90,8 @@ class Executor:
     mount_options: frozenset[str] = frozenset()        # `-v SRC:DST`, `--mount type=bind,source=S,target=D`
     workdir_options: frozenset[str] = frozenset()      # `-w DIR`: where the command starts over there
     entrypoint_options: frozenset[str] = frozenset()   # `--entrypoint PROG`: the program its words are given to
+    command_options: frozenset[str] = frozenset()      # `nix shell PKG -c CMD...`: the command follows the option
+    here: bool = False                                 # the command runs on this machine, in this directory
 
     @classmethod
     def of(cls, name: str, spec: Mapping[str, Any]) -> "Executor":
@@ -107,7 +110,8 @@ class Executor:
                    default_module=spec.get("default_module") if isinstance(spec.get("default_module"), str) else "",
                    modules=kinds("modules"), functions=kinds("functions"),
                    mount_options=_words(spec.get("mount_options")), workdir_options=_words(spec.get("workdir_options")),
-                   entrypoint_options=_words(spec.get("entrypoint_options")))
+                   entrypoint_options=_words(spec.get("entrypoint_options")),
+                   command_options=_words(spec.get("command_options")), here=spec.get("here") is True)
 
 
 @dataclass(frozen=True)

@@ -165,3 +165,13 @@ def test_written_scripts_and_stdin_are_carried():
     assert facts["commands"][-1]["name"] == "rm" and facts["commands"][-1]["remote"]["via"] == "ssh"
     facts, _ = describe_line("ssh h < unseen.sh", "/workspace")
     assert facts["commands"][0]["stdin_script"] is True
+
+
+def test_command_options_and_here():
+    spec, used = T.executor("nix", ["shell"])
+    assert spec.here and executor_carried(spec, ["nix", "shell", "p#x", "-c", "rm", "-rf", "~"], used) == (
+        "", [Carried("argv", ("rm", "-rf", "~"))])
+    facts, _ = describe_line("nix shell p#x -c rm -rf build", "/workspace")
+    inner = facts["commands"][1]
+    assert inner["origin"] == "nix shell" and inner["paths"][0]["in_workspace"] is True
+    assert "container" not in inner and "remote" not in inner

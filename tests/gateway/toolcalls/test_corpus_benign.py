@@ -136,6 +136,8 @@ UNKNOWN_PROGRAMS: list[tuple[str, str]] = [
     ("docker run --rm python:3 python -c 'print(1)'", "a one-off container"),
     ("docker run --rm -v \"$PWD\":/src -w /src golang:1.22 go build ./...", "a build in a container"),
     ("podman run --rm -v ./data:/data alpine ls /data", "a listing of a mounted directory"),
+    ("docker compose run --rm web pytest -q", "tests in a compose service"),
+    ("nix shell nixpkgs#jq --command jq --version", "a tool from nix"),
 ]
 
 # -- archives and compressors that keep their sources ---------------------------------------------------------
