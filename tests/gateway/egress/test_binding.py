@@ -83,3 +83,46 @@ def test_order_across_names_and_name_case_do_not_matter(headers, rnd):
     rnd.shuffle(keys)
     shuffled = [pair for key in keys for pair in groups[key]]
     assert binding_headers(shuffled) == binding_headers(headers)
+
+
+# -- AWS calls ---------------------------------------------------------------------------------------------
+
+from gateway.egress.binding import aws_binding  # noqa: E402
+
+AWS = {"service": "ec2", "region": "us-east-1", "operation": "TerminateInstances", "resource": "i-1"}
+
+
+def _aws_headers(date: str, sig: str, attempt: int) -> list[tuple[str, str]]:
+    return [("Host", "ec2.us-east-1.amazonaws.com"), ("X-Amz-Date", date), ("User-Agent", f"aws-cli/1.44 a/{attempt}"),
+            ("amz-sdk-invocation-id", f"id-{attempt}"), ("amz-sdk-request", f"attempt={attempt}; max=5"),
+            ("Authorization", f"AWS4-HMAC-SHA256 Credential=AKIAPH/20260101/us-east-1/ec2/aws4_request, "
+                              f"SignedHeaders=host;x-amz-date, Signature={sig}"),
+            ("Content-Type", "application/x-www-form-urlencoded; charset=utf-8")]
+
+
+def test_aws_binding_ignores_signature_date_and_sdk_headers():
+    body = b"Action=TerminateInstances&InstanceId.1=i-1&Version=2016-11-15"
+    first = aws_binding("s1", AWS, "POST", "https://ec2.us-east-1.amazonaws.com/", body,
+                        _aws_headers("20260101T000000Z", "a" * 64, 1), lambda v: ())
+    retry = aws_binding("s1", AWS, "POST", "https://ec2.us-east-1.amazonaws.com/", body,
+                        _aws_headers("20260101T000100Z", "b" * 64, 2), lambda v: ())
+    assert first == retry
+    other_body = aws_binding("s1", AWS, "POST", "https://ec2.us-east-1.amazonaws.com/", body.replace(b"i-1", b"i-2"),
+                             _aws_headers("20260101T000000Z", "a" * 64, 1), lambda v: ())
+    other_op = aws_binding("s1", {**AWS, "operation": "StopInstances"}, "POST", "https://ec2.us-east-1.amazonaws.com/",
+                           body, _aws_headers("20260101T000000Z", "a" * 64, 1), lambda v: ())
+    other_session = aws_binding("s2", AWS, "POST", "https://ec2.us-east-1.amazonaws.com/", body,
+                                _aws_headers("20260101T000000Z", "a" * 64, 1), lambda v: ())
+    assert len({first, other_body, other_op, other_session}) == 4
+
+
+def test_aws_binding_of_presigned_urls_drops_the_presigning_parameters():
+    def url(date: str, sig: str) -> str:
+        return (f"https://b.s3.amazonaws.com/k?versionId=3&X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Credential=AKIAPH%2F"
+                f"x&X-Amz-Date={date}&X-Amz-Expires=300&X-Amz-SignedHeaders=host&X-Amz-Signature={sig}")
+    s3 = {"service": "s3", "region": "us-east-1", "operation": "DeleteObject", "resource": "b/k"}
+    a = aws_binding("s1", s3, "DELETE", url("20260101T000000Z", "a" * 64), b"", [], lambda v: ())
+    b = aws_binding("s1", s3, "DELETE", url("20260101T000500Z", "c" * 64), b"", [], lambda v: ())
+    c = aws_binding("s1", s3, "DELETE", url("20260101T000500Z", "c" * 64).replace("versionId=3", "versionId=4"), b"",
+                    [], lambda v: ())
+    assert a == b != c
