@@ -361,7 +361,8 @@ async def open_gateway(cfg: Config, stack: AsyncExitStack, worker: bool = False,
         tokens=tokens, signer=signer, sessions=sessions, approvals=approvals, audit=audit, metrics=metrics,
         engine=engine, broker=broker, revocations=revocations,
         proxy=ProxyEndpoint(proxy_authority(cfg.proxy.advertise_url, proxy_addr), ca_pem, endpoint, pg_endpoint),
-        page=PageSettings(oidc=cfg.oidc, hold_timeout_s=cfg.egress.hold_timeout_s), toolcalls=toolcalls,
+        page=PageSettings(oidc=cfg.oidc, hold_timeout_s=cfg.egress.hold_timeout_s,
+                          reuse_window_s=cfg.approvals.reuse_window_s), toolcalls=toolcalls,
         decisions=DecisionStore(store) if decision_log is not None else None))
     api_addr = await _start_api(stack, app, cfg.api.listen)
     postgres_addr = None

@@ -55,6 +55,7 @@ class ProxyEndpoint:
 class PageSettings:
     oidc: OidcSettings | None
     hold_timeout_s: float            # how long a held egress request waits (shown on its approval)
+    reuse_window_s: float = 600.0    # approvals.reuse_window_s: an identical retry within it passes (shown)
 
 
 @dataclass(frozen=True)

@@ -75,7 +75,7 @@ class HoldAddon:
         try:
             ticket = await self._queue.request_approval(ApprovalRequest(
                 session=self._sessions.live_now(sid), session_id=sid, kind="egress", binding=binding,
-                summary=summary[:300], action=action,
+                summary=summary[:300], action={**action, "codes": list(st.decision.codes) if st.decision else []},
                 reasons=list(st.decision.reasons) if st.decision else [], requested_by=f"session:{sid}",
                 used_by=f"session:{sid}", ttl_s=st.decision.approval_ttl_s if st.decision else None))
         except TooManyPending as exc:

@@ -36,7 +36,8 @@ from gateway.sessions.spec import owns
 from gateway.store import StoreError
 from gateway.toolcalls.describe import Effects
 from gateway.toolcalls.enrich import SHELL_TOOLS, build_toolcall_input, toolcall_base, toolcall_facts
-from gateway.toolcalls.history import MAX_SESSION_PATHS, audit_facts, history_entries, path_rows, paths_from_rows
+from gateway.toolcalls.history import (MAX_SESSION_PATHS, audit_facts, effect_lines, history_entries, path_rows,
+                                       paths_from_rows)
 from gateway.toolcalls.memo import FactsMemo
 from gateway.toolcalls.tables import tables_of_policy
 
@@ -223,7 +224,8 @@ class ToolCallGate:
             try:
                 ticket = await self._approvals.request_approval(ApprovalRequest(
                     session=sessions.live_now(sid), session_id=sid, kind="toolcall",
-                    binding=call_binding(req, args_json), summary=summary, action=self._approval_action(req),
+                    binding=call_binding(req, args_json), summary=summary,
+                    action={**self._approval_action(req), "codes": list(codes), "effects": effect_lines(doc)},
                     reasons=list(reasons), requested_by=requester, used_by=requester, ttl_s=decision.approval_ttl_s))
             except StoreError:
                 raise ToolCallRefused("store_unavailable", "the store is unavailable; try again") from None

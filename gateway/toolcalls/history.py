@@ -75,6 +75,57 @@ def audit_facts(doc: Mapping[str, Any]) -> dict:
     return {"frozen": bool(session.get("frozen")), "writes": list(dict.fromkeys(writes))[:MAX_WRITES]}
 
 
+DELETE_PROGRAMS = frozenset({"rm", "rmdir", "unlink", "shred", "srm"})
+MAX_EFFECTS = 20
+
+
+def _items(value: Any) -> list:
+    return value if isinstance(value, list) else []
+
+
+def _obj(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def effect_lines(doc: Mapping[str, Any]) -> list[str]:
+    """What a decided tool call would do, for the person asked to approve it: "deletes /workspace/build",
+    "writes /workspace/out.txt", "moves ...", "sends POST to HOST", "runs SQL delete". At most MAX_EFFECTS;
+    a part of the input of another shape than sandgate builds is skipped."""
+    out: list[str] = []
+
+    def paths(verb: str, facts: list) -> None:
+        for f in facts:
+            where = _obj(f).get("normalized") or _obj(f).get("raw")
+            if isinstance(where, str) and where:
+                out.append(f"{verb} {where}")
+
+    for cmd in _items(_obj(doc.get("shell")).get("commands")):
+        cmd = _obj(cmd)
+        deleted = _items(cmd.get("deletes")) + (_items(cmd.get("paths")) if cmd.get("name") in DELETE_PROGRAMS
+                                                else [])
+        paths("deletes", deleted)
+        paths("writes", _items(cmd.get("writes")))
+        paths("moves", _items(cmd.get("moves")))
+        for http in _items(cmd.get("http")):
+            host, method = _obj(http).get("host"), _obj(http).get("method")
+            if isinstance(host, str) and host:
+                out.append(f"sends {method if isinstance(method, str) and method else 'HTTP'} to {host}")
+        host = _obj(cmd.get("remote")).get("host")
+        if isinstance(host, str) and host:
+            out.append(f"runs on {host}")
+    tool = _obj(doc.get("tool"))
+    name, path = tool.get("name"), _obj(doc.get("path"))
+    if isinstance(path.get("normalized"), str) and path["normalized"] and name in ("write_file", "delete_file"):
+        out.append(f"{'writes' if name == 'write_file' else 'deletes'} {path['normalized']}")
+    kinds = [k for k in _items(_obj(doc.get("sql")).get("kinds")) if isinstance(k, str)]
+    if kinds:
+        out.append("runs SQL " + ", ".join(kinds[:5]))
+    host, method = _obj(doc.get("url")).get("host"), _obj(tool.get("args")).get("method")
+    if name == "http_request" and isinstance(host, str) and host:
+        out.append(f"sends {method if isinstance(method, str) and method else 'GET'} to {host}")
+    return list(dict.fromkeys(out))[:MAX_EFFECTS]
+
+
 def path_rows(session: str, effects: Effects, now: float) -> list[dict]:
     """Store rows for the links a call made and the files it wrote."""
     rows = [{"session": session, "path": path, "kind": "link", "target": target, "content": None, "ts": now}

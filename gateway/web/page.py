@@ -22,7 +22,7 @@ from gateway.web import views
 from gateway.web.csrf import safe_next
 from gateway.web.login import LoginError, PageSessions, PageUser, clear_cookie, set_cookie
 from gateway.web.oidc import OidcVerifier
-from gateway.web.respond import HOLD_S, JINJA, PAGE, PageState, error_page, harden, page, redirect, render, web_quote
+from gateway.web.respond import HOLD_S, REUSE_S, JINJA, PAGE, PageState, error_page, harden, page, redirect, render, web_quote
 from gateway.web.sse import close_streams, events
 
 HERE = Path(__file__).resolve().parent
@@ -71,7 +71,9 @@ async def logout(request: web.Request, user: PageUser) -> web.StreamResponse:
 # -- queue -----------------------------------------------------------------------------------------
 async def pending(request: web.Request) -> list[dict]:
     rows = await request.app[APPROVALS].list(status="pending")
-    return views.pending_items(rows, time.time())
+    sessions = request.app[SESSIONS]
+    labels = {r["session"]: (sessions.live_now(r["session"]) or {}).get("labels") or {} for r in rows}
+    return views.pending_items(rows, time.time(), labels)
 
 
 @page()
@@ -91,7 +93,7 @@ async def detail_ctx(request: web.Request, row: dict) -> dict:
     sess = await request.app[SESSIONS].get(row["session"])
     evs = await request.app[AUDIT].read(session=row["session"], limit=20, newest=True)
     status = session_status(sess, now) if sess else "unknown"
-    view = views.detail_view(row, sess, status, evs, now, hold_s=request.app[HOLD_S])
+    view = views.detail_view(row, sess, status, evs, now, hold_s=request.app[HOLD_S], reuse_s=request.app[REUSE_S])
     return {"a": view, "message": "", "error": "", "reason_text": ""}
 
 
@@ -158,6 +160,7 @@ def setup_page(app: web.Application, settings: PageSettings) -> None:
     oidc = OidcVerifier(settings.oidc) if settings.oidc else None
     app[PAGE] = PageState(PageSessions(app[TOKENS], app[SIGNER], oidc, app[REVOCATIONS]))
     app[HOLD_S] = settings.hold_timeout_s
+    app[REUSE_S] = settings.reuse_window_s
     r = app.router
     r.add_get("/", queue_page)
     r.add_get("/login", login_form)

@@ -38,6 +38,7 @@ class PageState:
 PAGE: web.AppKey = web.AppKey("sandgate_page", PageState)
 JINJA: web.AppKey = web.AppKey("sandgate_jinja", jinja2.Environment)
 HOLD_S: web.AppKey = web.AppKey("sandgate_hold_s", float)      # egress.hold_timeout_s, shown on held requests
+REUSE_S: web.AppKey = web.AppKey("sandgate_reuse_s", float)    # approvals.reuse_window_s, shown on every item
 
 
 def harden(resp: web.StreamResponse) -> web.StreamResponse:

@@ -60,10 +60,32 @@ def approvals_so_far(row: Mapping[str, Any]) -> int:
     return len({v["by"] for v in row.get("votes") or [] if v.get("verdict") == "approve"})
 
 
-def queue_item(row: Mapping[str, Any], now: float) -> dict:
+def reason_items(row: Mapping[str, Any]) -> list[dict]:
+    """The reasons with the codes beside them (the action's `codes`, in the policy's order), a reason repeated
+    word for word shown once. Codes are paired by position when their numbers agree, else listed on the first."""
+    reasons = [str(r) for r in row.get("reasons") or []]
+    action = row.get("action") if isinstance(row.get("action"), Mapping) else {}
+    codes = [str(c) for c in action.get("codes") or [] if not str(c).startswith("approval.")]
+    paired = list(zip(reasons, codes)) if len(codes) == len(reasons) else \
+        [(r, ", ".join(codes) if i == 0 else "") for i, r in enumerate(reasons)]
+    folded: dict[str, list[str]] = {}
+    for reason, code in paired:
+        folded.setdefault(reason, [])
+        if code and code not in folded[reason]:
+            folded[reason].append(code)
+    return [{"reason": r, "code": ", ".join(c)} for r, c in folded.items()]
+
+
+def labels_text(labels: Mapping[str, Any] | None) -> str:
+    return ", ".join(f"{k}={v}" for k, v in sorted((labels or {}).items()))
+
+
+def queue_item(row: Mapping[str, Any], now: float, labels: Mapping[str, Any] | None = None) -> dict:
     return {"id": row["id"], "summary": row["summary"] or row["id"], "kind": row["kind"], "session": row["session"],
             "age": duration(now - row["created_at"]), "left": duration(row["expires_at"] - now),
-            "created": iso(row["created_at"]), "progress": progress(row)}
+            "created": iso(row["created_at"]), "progress": progress(row),
+            "reasons": "; ".join(i["reason"] for i in reason_items(row)), "labels": labels_text(labels),
+            "requested_by": row.get("requested_by") or ""}
 
 
 def progress(row: Mapping[str, Any]) -> str:
@@ -71,10 +93,12 @@ def progress(row: Mapping[str, Any]) -> str:
     return f"{approvals_so_far(row)} of {quorum} approvals" if quorum > 1 else ""
 
 
-def pending_items(rows: Iterable[Mapping[str, Any]], now: float) -> list[dict]:
-    """Pending and not yet past their TTL, oldest first."""
+def pending_items(rows: Iterable[Mapping[str, Any]], now: float,
+                  labels: Mapping[str, Mapping[str, Any]] | None = None) -> list[dict]:
+    """Pending and not yet past their TTL, oldest first; `labels`: each session's labels (by session id)."""
     live = [r for r in rows if r["status"] == "pending" and r["expires_at"] > now]
-    return [queue_item(r, now) for r in sorted(live, key=lambda r: (r["created_at"], r["id"]))]
+    return [queue_item(r, now, (labels or {}).get(r["session"]))
+            for r in sorted(live, key=lambda r: (r["created_at"], r["id"]))]
 
 
 def action_view(kind: str, action: Mapping[str, Any]) -> dict:
@@ -91,7 +115,9 @@ def session_view(row: Mapping[str, Any] | None, now: float, status: str) -> dict
     if row is None:
         return None
     return {"id": row["id"], "workload": row["workload"], "labels": sorted((row.get("labels") or {}).items()),
-            "age": duration(now - row["created_at"]), "frozen": bool(row.get("frozen")), "status": status}
+            "age": duration(now - row["created_at"]), "frozen": bool(row.get("frozen")), "status": status,
+            "allow": [str(a) for a in row.get("allow") or []], "workspace": row.get("workspace") or "/workspace",
+            "secrets": [str(s) for s in row.get("secrets") or []]}
 
 
 def step_view(ev: Mapping[str, Any]) -> dict:
@@ -116,10 +142,47 @@ def hold_note(row: Mapping[str, Any], hold_s: float | None, now: float) -> str:
             "through once.")
 
 
+def recent_steps(events: Iterable[Mapping[str, Any]]) -> list[dict]:
+    """The session's recent events, newest first, each ask once: an `approval.filed` row is left out when the
+    tool call or request that asked is listed (its row carries the same approval id)."""
+    events = list(events)
+    asked = {(e.get("detail") or {}).get("approval_id") for e in events if e.get("kind") != "approval.filed"}
+    shown = [e for e in events
+             if not (e.get("kind") == "approval.filed" and (e.get("detail") or {}).get("approval_id") in asked)]
+    shown.sort(key=lambda e: (e.get("ts") or 0, e.get("seq") or 0), reverse=True)
+    return [step_view(e) for e in shown]
+
+
+def approve_note(row: Mapping[str, Any], reuse_s: float | None) -> str:
+    """What approving does, in one plain line."""
+    window = f" An identical retry within {duration(reuse_s)} also passes." if reuse_s else ""
+    unit = ""
+    action = row.get("action") if isinstance(row.get("action"), Mapping) else {}
+    if row["kind"] == "toolcall" and isinstance((action.get("args") or {}).get("command"), str):
+        unit = " A compound command is approved as a unit: all of it, exactly as shown."
+    what = "this exact request" if row["kind"] == "egress" else "this exact call"
+    return f"Approving lets {what} through once.{window}{unit}"
+
+
+def clocks_note(row: Mapping[str, Any], hold_s: float | None) -> str:
+    """The two clocks: the item's expiry, and (egress) how long the held request waits."""
+    text = (f"This item expires {when(row['expires_at'])}: after that it can no longer be approved, and the "
+            "caller must ask again.")
+    if row["kind"] == "egress" and hold_s:
+        text += (f" The held request waits {duration(hold_s)} at most; if it is decided later, only an identical "
+                 "retry benefits.")
+    return text
+
+
 def detail_view(row: Mapping[str, Any], session: Mapping[str, Any] | None, session_status: str,
-                events: Iterable[Mapping[str, Any]], now: float, hold_s: float | None = None) -> dict:
+                events: Iterable[Mapping[str, Any]], now: float, hold_s: float | None = None,
+                reuse_s: float | None = None) -> dict:
+    action = row.get("action") if isinstance(row.get("action"), Mapping) else {}
     return {
         "hold_note": hold_note(row, hold_s, now),
+        "requested_by": row.get("requested_by") or "", "reason_items": reason_items(row),
+        "effects": [str(e) for e in action.get("effects") or []][:20],
+        "approve_note": approve_note(row, reuse_s), "clocks_note": clocks_note(row, hold_s),
         "id": row["id"], "status": row["status"], "kind": row["kind"], "summary": row["summary"],
         "session_id": row["session"], "session": session_view(session, now, session_status),
         "action": action_view(row["kind"], row.get("action") or {}), "reasons": list(row.get("reasons") or []),
@@ -130,7 +193,7 @@ def detail_view(row: Mapping[str, Any], session: Mapping[str, Any] | None, sessi
         "votes": [{"by": v["by"], "verdict": v["verdict"], "at": when(v.get("at")), "reason": v.get("reason", "")}
                   for v in row.get("votes") or []],
         "quorum": int(row.get("quorum") or 1), "progress": progress(row),
-        "steps": [step_view(e) for e in events],
+        "steps": recent_steps(events),
     }
 
 

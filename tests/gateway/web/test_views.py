@@ -58,3 +58,64 @@ def test_hold_note_for_held_egress_requests():
     assert "already timed out" in views.hold_note(row, 300, now=500.0)
     assert views.hold_note({**row, "kind": "toolcall"}, 300, now=160.0) == ""
     assert views.hold_note({**row, "status": "approved"}, 300, now=160.0) == ""
+
+
+# -- the approver's view --------------------------------------------------------------------------------------
+
+def _approval(**kw):
+    row = {"id": "a1", "status": "pending", "kind": "toolcall", "summary": "shell: rm -rf b && make",
+           "session": "s1", "created_at": 100.0, "expires_at": 3700.0, "requested_by": "harness:ci",
+           "reasons": ["deleting needs approval: rm -rf /w/b"], "votes": [], "quorum": 1,
+           "action": {"tool": "shell", "args": {"command": "rm -rf b && make"}, "codes": ["toolcall.delete"],
+                      "effects": ["deletes /w/b"]}}
+    row.update(kw)
+    return row
+
+
+def test_reasons_carry_their_codes_and_a_repeated_reason_is_shown_once():
+    row = _approval(reasons=["deleting needs approval: rm x", "deleting needs approval: rm x", "frozen"],
+                    action={"codes": ["toolcall.delete", "toolcall.delete", "toolcall.frozen"]})
+    assert views.reason_items(row) == [{"reason": "deleting needs approval: rm x", "code": "toolcall.delete"},
+                                       {"reason": "frozen", "code": "toolcall.frozen"}]
+    # codes that cannot be paired by position are listed on the first reason; an approval's own code is left out
+    odd = _approval(reasons=["a", "b"], action={"codes": ["x.one", "approval.approved"]})
+    assert views.reason_items(odd) == [{"reason": "a", "code": "x.one"}, {"reason": "b", "code": ""}]
+    assert views.reason_items(_approval(action="not an object")) == [
+        {"reason": "deleting needs approval: rm -rf /w/b", "code": ""}]
+
+
+def test_the_queue_item_has_reasons_labels_and_requester():
+    [item] = views.pending_items([_approval()], now=160.0, labels={"s1": {"team": "pay", "env": "prod"}})
+    assert (item["reasons"], item["labels"], item["requested_by"]) == (
+        "deleting needs approval: rm -rf /w/b", "env=prod, team=pay", "harness:ci")
+    [bare] = views.pending_items([_approval(requested_by=None)], now=160.0)
+    assert (bare["labels"], bare["requested_by"]) == ("", "")
+
+
+def test_the_detail_says_what_approving_does_and_what_the_two_clocks_mean():
+    session = {"id": "s1", "workload": "ephemeral", "created_at": 50.0, "labels": {"team": "pay"},
+               "allow": ["pypi.org"], "workspace": "/w", "secrets": ["github"]}
+    view = views.detail_view(_approval(), session, "active", [], 160.0, hold_s=None, reuse_s=600)
+    assert view["requested_by"] == "harness:ci" and view["effects"] == ["deletes /w/b"]
+    assert view["approve_note"] == ("Approving lets this exact call through once. An identical retry within "
+                                    "10m 00s also passes. A compound command is approved as a unit: all of it, "
+                                    "exactly as shown.")
+    assert view["clocks_note"].startswith("This item expires 1970-01-01 01:01:40 UTC")
+    assert (view["session"]["allow"], view["session"]["workspace"], view["session"]["secrets"]) == (
+        ["pypi.org"], "/w", ["github"])
+    egress = views.detail_view(_approval(kind="egress", action={"method": "DELETE", "url": "https://x/"}),
+                               None, "unknown", [], 160.0, hold_s=30, reuse_s=0)
+    assert egress["approve_note"] == "Approving lets this exact request through once."
+    assert "The held request waits 30s at most" in egress["clocks_note"]
+
+
+def test_recent_steps_are_newest_first_and_each_ask_appears_once():
+    events = [
+        {"ts": 1.0, "seq": 1, "kind": "toolcall", "action": "allow", "detail": {"summary": "shell: ls"}},
+        {"ts": 2.0, "seq": 2, "kind": "approval.filed", "action": "ask", "detail": {"approval_id": "a1"}},
+        {"ts": 2.0, "seq": 3, "kind": "toolcall", "action": "ask",
+         "detail": {"summary": "shell: rm -rf b", "approval_id": "a1"}},
+        {"ts": 3.0, "seq": 4, "kind": "approval.filed", "action": "ask", "detail": {"approval_id": "a9"}},
+    ]
+    steps = views.recent_steps(events)
+    assert [s["what"] for s in steps] == ["a9", "shell: rm -rf b", "shell: ls"]
