@@ -142,7 +142,7 @@ NO_SITE = Site()
 def sensitive_path(word: str, extra: tuple[str, ...] = ()) -> bool:
     """Whether a path word names a key or credential file (or a glob that could); `extra`: a site's globs."""
     path = word.strip()
-    if not path or len(path) > 4096:
+    if not path or len(path) > 4096 or (not extra and not _MAYBE.search(path)):
         return False
     path = re.sub(r"^(?:\$\{?HOME\}?|~[A-Za-z0-9_-]*)(?=/|$)", "~", path)
     if extra and any(fnmatch.fnmatchcase(path, g) or fnmatch.fnmatchcase(path, "*/" + g.lstrip("~/"))
@@ -378,8 +378,11 @@ def command_sources(name: str, words: list[str], values: dict[str, list[str]], p
     environment it prints (env, printenv, set), and home or the root read whole by an archiver or copier."""
     out: list[dict] = []
     hits = [w for w in words[:256] if site.files or _MAYBE.search(w)]
+    marked = [f for f in paths if site.files or (tainted_files and f.get("normalized") in tainted_files) or
+              (name in _BULK_READERS and (f.get("is_home") or f.get("is_root"))) or
+              _MAYBE.search(f.get("normalized") or "")]
     skip: set[str] = set()
-    if hits or paths:
+    if hits or marked:
         local = _LOCAL_OPTIONS.get(name, _NO_OPTIONS)
         skip = {v for key, vals in values.items() if key in local or key in _ALL_LOCAL for v in vals}
         for i, word in enumerate(words[:256]):   # an option sandgate's option table does not know takes a value
@@ -394,7 +397,7 @@ def command_sources(name: str, words: list[str], values: dict[str, list[str]], p
     if name == "printenv":
         out += [{"kind": "env", "name": w, "via": "argument"} for w in words
                 if not w.startswith("-") and secret_variable(w, secret_names, site.variables)]
-    for fact in paths:
+    for fact in marked:
         norm = fact.get("normalized") or ""
         if tainted_files and norm in tainted_files:
             out.append({"kind": "file", "name": norm, "via": "written from a secret"})
