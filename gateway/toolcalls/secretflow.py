@@ -12,7 +12,7 @@ A **sink** is where a command sends data off the machine: `{"kind", "host", "por
 `stdin` (a network program's input: nc, socat, openssl s_client, ssh, mail, sendmail, ...), `remote`, `cli`
 (a cloud, cluster or forge CLI: `gh gist create`, `kubectl create secret --from-file`),
 `dev_tcp` (a redirect to /dev/tcp or /dev/udp) or `code` (interpreter code that opens URLs or sockets);
-`host` is "" when it is not known.
+`host` is "" when it is not known; `local: true` marks a loopback host (the data stays on this machine).
 
 The policy asks (`toolcall.exfiltration`) when one command has both. Matching is by class (the shape of a
 path, of a variable name, of a network argument), never by a list of known exfiltration commands.
@@ -24,6 +24,8 @@ import re
 from dataclasses import dataclass
 from typing import Iterable
 from urllib.parse import urlsplit
+
+from gateway.toolcalls.urls import host_class
 
 MAX_SCAN = 16_384           # characters of one word or code text scanned (longer: only the head)
 
@@ -349,7 +351,7 @@ def command_sinks(name: str, words: list[str], operands: list[str], values: dict
                           "port": 0})
     if code_text:
         sinks += code_sinks(code_text)
-    return _dedupe(sinks)
+    return _dedupe(_local(sinks))
 
 
 def _first_host(sinks: list[dict]) -> str:
@@ -358,6 +360,14 @@ def _first_host(sinks: list[dict]) -> str:
 
 def _first_port(sinks: list[dict]) -> int:
     return next((s["port"] for s in sinks if s["kind"] == "url"), 0)
+
+
+def _local(sinks: list[dict]) -> list[dict]:
+    """Mark sinks on this machine (`localhost`, 127.0.0.0/8, ::1 in any spelling): data sent there stays."""
+    for sink in sinks:
+        if sink.get("host") and host_class(sink["host"]) == "loopback":
+            sink["local"] = True
+    return sinks
 
 
 def _dedupe(items: list[dict]) -> list[dict]:

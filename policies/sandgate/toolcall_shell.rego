@@ -443,14 +443,17 @@ ask contains {"code": "toolcall.external_write", "reason": sprintf("%s changes d
 # own credential given in its options).
 exfiltrating contains i if {
 	some i, c in commands
-	count(object.get(c, "sinks", [])) > 0
+	count(leaving(c)) > 0
 	some s in object.get(c, "sources", [])
 	not placeholder_to_allowed(s, c)
 }
 
+# leaving(c): the sinks of c off this machine (a loopback host keeps the data here).
+leaving(c) := [k | some k in object.get(c, "sinks", []); object.get(k, "local", false) != true]
+
 placeholder_to_allowed(s, c) if {
 	s.kind == "env"
-	every k in c.sinks {
+	every k in leaving(c) {
 		sink_allowed(k)
 	}
 }
@@ -463,7 +466,7 @@ sink_allowed(k) if {
 	data.sandgate.lib.hosts.allowlisted(object.get(input, ["session", "allow"], []), k.host, object.get(k, "port", 0))
 }
 
-ask contains {"code": "toolcall.exfiltration", "reason": sprintf("sensitive data (%s) would leave the machine (%s): %s", [concat(", ", {s.name | some s in commands[i].sources}), concat(", ", {k.kind | some k in commands[i].sinks}), shown(commands[i])])} if {
+ask contains {"code": "toolcall.exfiltration", "reason": sprintf("sensitive data (%s) would leave the machine (%s): %s", [concat(", ", {s.name | some s in commands[i].sources}), concat(", ", {k.kind | some k in leaving(commands[i])}), shown(commands[i])])} if {
 	some i in exfiltrating
 }
 

@@ -679,3 +679,8 @@ test_ask_key_file_to_a_cli if {
 	d := decide([cmd(["gh"], {"sources": [key_source], "sinks": [{"kind": "cli", "host": "", "port": 0}]})])
 	"toolcall.exfiltration" in d.codes
 }
+
+test_allow_source_to_loopback if {
+	d := decide([cmd(["curl"], {"sources": [key_source], "sinks": [{"kind": "data", "host": "localhost", "port": 8080, "local": true}]})])
+	d.action == "allow"
+}

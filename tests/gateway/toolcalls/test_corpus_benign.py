@@ -52,6 +52,9 @@ NETWORK_BENIGN: list[tuple[str, list[str]]] = [
     ("curl --key ~/.ssh/client.key --cert ~/.ssh/client.crt https://example.com/", []),
     ("export -p | grep -c PATH", []),
     ("kubectl --token \"$KUBE_TOKEN\" get pods -n web", []),
+    ("curl -s -H \"Authorization: Bearer $TEST_API_TOKEN\" http://localhost:8000/api/items", []),
+    ("python3 -c \"import os,requests; print(requests.get('http://127.0.0.1:8000/', headers={'X': os.environ['APP_SECRET']}).status_code)\"",
+     []),
 ]
 
 
