@@ -75,15 +75,23 @@ def test_two_replicas_rolled_one_at_a_time():
     assert netpol.matches(dep["spec"]["selector"], dep["spec"]["template"]["metadata"]["labels"])
 
 
-def test_probes_ask_healthz_on_the_api_port_the_config_listens_on():
+def test_probes_ask_paths_the_api_serves_on_the_api_port_the_config_listens_on():
     c = sandgate_container()
     ports = {p["name"]: p["containerPort"] for p in c["ports"]}
     cfg = configmap_toml()
     assert ports["api"] == parse_hostport(cfg["api"]["listen"])[1]
     assert ports["proxy"] == parse_hostport(cfg["proxy"]["listen"])[1]
     assert parse_hostport(cfg["api"]["listen"])[0] == "0.0.0.0"      # the kubelet probes the pod's address
-    for probe in ("readinessProbe", "livenessProbe", "startupProbe"):
+    # readiness leaves the Service while the replica refuses requests (503 audit.unavailable); liveness and
+    # startup stay on /healthz, 200 while the process serves (a restart would lose the audit rows it holds)
+    assert c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "api"}
+    for probe in ("livenessProbe", "startupProbe"):
         assert c[probe]["httpGet"] == {"path": "/healthz", "port": "api"}, probe
+    from gateway.api.routes import routes
+
+    served = {r.path for r in routes if getattr(r, "method", "") == "GET"}
+    for probe in ("readinessProbe", "livenessProbe", "startupProbe"):
+        assert c[probe]["httpGet"]["path"] in served, probe
 
 
 def test_every_container_has_requests_and_limits():
