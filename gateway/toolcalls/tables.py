@@ -128,15 +128,31 @@ class Tables:
     sensitive_files: tuple[str, ...] = ()             # globs ("/srv/keys/*", "~/.config/corp/token")
     secret_variables: tuple[str, ...] = ()            # name globs ("CORP_*", "VAULT_ADDR")
     wrappers: WrapperTable = field(default_factory=WrapperTable)
+    executor_names: frozenset[str] = frozenset()      # the first word of every executor key (set from executors)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "executor_names", frozenset(k[0] for k in self.executors))
+        object.__setattr__(self, "_known", {})         # names looked up already (bounded)
     cli_programs: frozenset[str] = frozenset()        # cloud, cluster and forge CLIs (`cli`): they send to APIs
 
     def known(self, name: str) -> bool:
         """Whether sandgate models the program `name` (a basename): its arguments are not read for a command."""
-        return name in self.known_names or language_of(name) is not None or name.startswith(self.known_prefixes)
+        if name in self.known_names:
+            return True
+        seen: dict[str, bool] = self._known           # type: ignore[attr-defined]
+        hit = seen.get(name)
+        if hit is None:
+            hit = language_of(name) is not None or name.startswith(self.known_prefixes)
+            if len(seen) >= 4096:
+                seen.clear()
+            seen[name] = hit
+        return hit
 
     def executor(self, name: str, operands: list[str]) -> tuple[Executor, int] | None:
         """The executor entry for a command named `name` whose first operands are `operands`, and how many of
         those operands its key used (`docker exec`: 1)."""
+        if name not in self.executor_names:
+            return None
         for size in range(min(self.depth, len(operands) + 1), 0, -1):
             spec = self.executors.get((name, *operands[:size - 1]))
             if spec is not None:
