@@ -987,6 +987,15 @@ class _Command:
             self.nested(im.go_generate_lines(content), origin)
         elif language == "cargo-config":
             self.nested(im.cargo_runners(content), origin)
+        elif language in ("js", "php", "ruby"):
+            self.code(language, content)
+        elif language == "composer":
+            self.nested(im.composer_scripts(content), origin)
+        elif language in ("cmake", "terraform", "msbuild"):
+            self.nested(im.config_commands(language, content), origin)
+        elif language == "vagrant":
+            self.code("ruby", content)
+            self.nested(im.config_commands(language, content), origin)
         elif language == "git-config":
             sub = self.operands[0] if self.operands else ""
             for via, text in git_stored_programs(im.git_config_pairs(content), sub):

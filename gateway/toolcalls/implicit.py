@@ -5,7 +5,9 @@
 `sitecustomize.py`/`usercustomize.py`/`.pth`), installers and build frontends (`pip install .` and `setup.py`,
 an in-tree build backend), build tools (`cargo` and `build.rs`/sources, `go generate` and `//go:generate`,
 `go run|test` and Go sources, make/just/task/rake/nox/tox/gradle/mvn and their files), hook runners
-(`pre-commit` and its local hooks, `direnv` and `.envrc`), and git reading a configuration file. Each want is
+(`pre-commit` and its local hooks, `direnv` and `.envrc`), git reading a configuration file, JavaScript test
+runners and their configs (jest, vitest, mocha, `node|deno|bun test`), rspec and bundler (`Gemfile`), phpunit,
+composer scripts, CMake, Terraform (`local-exec`, `external`), MSBuild `<Exec>` and Vagrant provisioners. Each want is
 a `Want(pattern, language, via, where)`: `where` is "here" (the pattern relative to the project directory),
 "below" (a file name glob at any depth under it), "up" (the directory and its parents), "site" (it, PYTHONPATH
 and the workspace) or "home" (a path under the home directory).
@@ -56,6 +58,13 @@ _PRE_COMMIT_READS = frozenset({"--version", "-V", "--help", "-h", "help", "valid
 _DIRENV_READS = frozenset({"status", "version", "deny", "revoke", "help", "--help", "--version", "hook", "stdlib",
                            "prune", "fetchurl"})
 _MAKEFILES = ("GNUmakefile", "makefile", "Makefile")
+_JS_RUNNERS = frozenset({"jest", "vitest", "mocha", "ava", "tap", "jasmine", "karma", "playwright", "cypress", "tsx",
+                         "c8", "nyc"})
+_JS_TESTS = ("*.test.js", "*.spec.js", "*.test.ts", "*.spec.ts", "*.test.mjs", "*.test.cjs", "*.test.jsx", "*.test.tsx",
+             "*.spec.jsx", "*.spec.tsx", "*_test.ts", "*_test.js")
+_JS_CONFIGS = ("jest.config.js", "jest.config.ts", "jest.config.mjs", "jest.setup.js", "vitest.config.ts",
+               "vitest.config.js", "vite.config.ts", "vite.config.js", ".mocharc.js", ".mocharc.cjs", "babel.config.js",
+               ".babelrc.js", "playwright.config.ts", "cypress.config.js", "cypress.config.ts")
 _MODULE_TOOLS = {"pytest": "pytest", "py.test": "pytest", "unittest": "unittest", "pip": "pip", "build": "build",
                  "tox": "tox", "nox": "nox", "pre_commit": "pre-commit"}
 
@@ -143,6 +152,28 @@ def wanted(name: str, argv: list[str], operands: list[str], values: dict[str, li
     elif name in ("pre-commit", "prek") and not any(w in _PRE_COMMIT_READS for w in argv[1:]):
         wants.append(Want(".pre-commit-config.yaml", "pre-commit", "pre-commit local hook", "up"))
         wants.append(Want(".pre-commit-config.yml", "pre-commit", "pre-commit local hook", "up"))
+    elif name in _JS_RUNNERS or (name in ("node", "deno", "bun") and ("--test" in argv or sub == "test")):
+        wants += [Want(p, "js", f"{name} test file", "below") for p in _JS_TESTS]
+        wants += [Want(p, "js", f"{name} config", "here") for p in _JS_CONFIGS]
+    elif name in ("rspec",) or (name == "bundle" and sub in ("install", "exec", "update", "check")):
+        wants.append(Want("Gemfile", "ruby", "bundler Gemfile", "up"))
+        if name == "rspec" or "rspec" in argv:
+            wants += [Want(p, "ruby", "rspec spec file", "below") for p in ("*_spec.rb", "spec_helper.rb",
+                                                                               "rails_helper.rb")]
+    elif name in ("phpunit", "pest") or (name == "php" and any(w.endswith(("phpunit", "pest")) for w in argv[1:2])):
+        wants += [Want("*Test.php", "php", f"{name} test file", "below"), Want("bootstrap.php", "php", f"{name} bootstrap", "below")]
+    elif name == "composer" and sub in ("install", "update", "run", "run-script", "test", "i", "u"):
+        wants.append(Want("composer.json", "composer", "composer scripts"))
+    elif name in ("cmake",):
+        wants += [Want("CMakeLists.txt", "cmake", "cmake CMakeLists.txt", "below"), Want("*.cmake", "cmake", "cmake module", "below")]
+    elif name in ("terraform", "tofu", "terragrunt") and sub in ("plan", "apply", "init", "validate", "refresh", "console",
+                                                                  "import", "destroy", "test"):
+        wants.append(Want("*.tf", "terraform", f"{name} configuration", "below"))
+    elif name == "dotnet" and sub in ("build", "test", "run", "publish", "pack", "restore", "msbuild"):
+        wants += [Want(p, "msbuild", f"dotnet {p}", "below") for p in ("*.csproj", "*.fsproj", "*.vbproj", "*.props",
+                                                                       "*.targets")]
+    elif name == "vagrant" and sub in ("up", "provision", "reload"):
+        wants.append(Want("Vagrantfile", "vagrant", "vagrant Vagrantfile", "up"))
     elif name == "direnv" and sub not in _DIRENV_READS:
         wants.append(Want(".envrc", "shell", "direnv .envrc", "up"))
     elif name == "git":
@@ -412,6 +443,44 @@ def native_facts(language: str, text: str) -> CodeFacts:
     if len(re.findall(spec["write_api"], text)) > len(writes):
         facts.writes.append(None)
     return facts
+
+
+def composer_scripts(text: str) -> str | None:
+    """The commands of a composer.json's `scripts` (strings or lists; `@other` references skipped)."""
+    try:
+        doc = json.loads(text[:MAX_TEXT])
+    except ValueError:
+        return None
+    scripts = doc.get("scripts") if isinstance(doc, dict) else None
+    out: list[str] = []
+    for value in (scripts or {}).values() if isinstance(scripts, dict) else []:
+        for item in value if isinstance(value, list) else [value]:
+            if isinstance(item, str) and not item.startswith("@"):
+                out.append(item)
+    return "\n".join(out)
+
+
+def config_commands(language: str, text: str) -> str:
+    """Shell commands held in build configuration: CMake `execute_process(COMMAND ...)`, Terraform `local-exec`
+    commands and `external` programs, MSBuild `<Exec Command=...>`, a Vagrantfile's inline shell provisioners."""
+    text = text[:MAX_TEXT]
+    out: list[str] = []
+    if language == "cmake":
+        for match in re.finditer(r"(?:execute_process|add_custom_command|add_custom_target)\s*\(([^)]*)\)", text, re.I):
+            body = match.group(1)
+            for command in re.findall(r"COMMAND\s+(.+?)(?=\s+(?:COMMAND|WORKING_DIRECTORY|OUTPUT|DEPENDS|RESULT_VARIABLE|"
+                                      r"OUTPUT_VARIABLE|ERROR_VARIABLE|VERBATIM|COMMENT|BYPRODUCTS)\b|$)", body, re.S):
+                out.append(" ".join(command.split()).replace('"', ""))
+    elif language == "terraform":
+        out += re.findall(r"command\s*=\s*\"((?:[^\"\\]|\\.)*)\"", text)
+        out += [shlex.join(re.findall(r"\"([^\"]*)\"", m)) for m in re.findall(r"program\s*=\s*\[([^\]]*)\]", text)]
+        out += re.findall(r"<<-?EOT\n(.*?)\n\s*EOT", text, re.S)
+    elif language == "msbuild":
+        out += [m.replace("&quot;", '"').replace("&amp;", "&") for m in re.findall(r"<Exec\s[^>]*Command=\"([^\"]*)\"", text)]
+    elif language == "vagrant":
+        out += re.findall(r"inline:\s*\"((?:[^\"\\]|\\.)*)\"", text) + re.findall(r"inline:\s*'([^']*)'", text)
+        out += [body for _tag, body in re.findall(r"<<[-~]?(\w+)\n(.*?)\n\s*\1", text, re.S)]
+    return "\n".join(out)
 
 
 def python_imports(text: str) -> list[str]:
