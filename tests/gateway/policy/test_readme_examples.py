@@ -29,7 +29,7 @@ def site_dir(tmp_path_factory):
 
 
 def test_the_examples_are_found():
-    assert len(BLOCKS) == 5 and TEST_BLOCK is not None
+    assert len(BLOCKS) == 6 and TEST_BLOCK is not None
 
 
 def test_examples_compile_and_their_test_passes(site_dir):
@@ -53,6 +53,9 @@ def egress(host="example.com", method="GET", port=443, **session):
     ("egress", egress(stats={"requests": 1000}), "deny", "site.budget"),
     ("egress", egress("b.s3.amazonaws.com", "PUT", allow=["*.s3.amazonaws.com"]), "ask", "site.upload"),
     ("egress", egress(), "allow", "egress.allowed"),
+    ("egress", egress("docs.corp.example", "CONNECT", allow=[]), "allow", "site.docs_read"),
+    ("egress", egress("docs.corp.example", "GET", allow=[]), "allow", "site.docs_read"),
+    ("egress", egress("docs.corp.example", "POST", allow=[]), "deny", "egress.not_allowlisted"),
     ("toolcall", {"kind": "toolcall", "session": {**SESSION, "labels": {"env": "prod"}},
                   "tool": {"name": "sql", "args": {"query": "select 1"}}}, "deny", "site.prod_sql"),
 ])
