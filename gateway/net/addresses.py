@@ -60,6 +60,9 @@ _WHAT = {
     "documentation": "a documentation or benchmarking address",
     "embedded_v4": "an IPv6 address embedding IPv4 (NAT64, 6to4 or Teredo)",
 }
+# The classes an operator commonly means to reach (a service on the host, the LAN, a VPN): their refusal names the
+# setting that allows them.
+_ALLOWABLE = frozenset({"private", "loopback", "link_local", "cgnat"})
 _NUMERIC_LABEL = re.compile(r"(?:0[xX][0-9a-fA-F]*|[0-9]+)\Z")
 _DEC = re.compile(r"(?:0|[1-9][0-9]*)\Z")
 _OCT = re.compile(r"0[0-7]+\Z")
@@ -197,7 +200,8 @@ def vet_addresses(
             where = f"[{address}]:{port}" if address.version == 6 else f"{address}:{port}"
             return _deny(kind, "address.own_listener", f"destination {where} is one of sandgate's own listeners")
         if kind not in ("public", "allowed_private"):
-            return _deny(kind, _CODES[kind], f"destination {address} is {_WHAT[kind]}")
+            hint = " (egress.private_allow can allow its range)" if kind in _ALLOWABLE else ""
+            return _deny(kind, _CODES[kind], f"destination {address} is {_WHAT[kind]}{hint}")
         classes.append(kind)
     kind = "allowed_private" if "allowed_private" in classes else "public"
     shown = ", ".join(str(a) for a in vetted)

@@ -166,7 +166,10 @@ def test_vet_addresses_returns_normalised_vetted_addresses_in_order():
 
 
 def test_vet_addresses_reason_names_the_address():
-    assert vet_addresses(["127.0.0.1"], 80).reason == "destination 127.0.0.1 is a loopback address"
+    assert vet_addresses(["127.0.0.1"], 80).reason == ("destination 127.0.0.1 is a loopback address "
+                                                       "(egress.private_allow can allow its range)")
+    assert vet_addresses(["10.0.0.1"], 80).reason.endswith("(egress.private_allow can allow its range)")
+    assert vet_addresses(["224.0.0.1"], 80).reason == "destination 224.0.0.1 is a multicast address"
 
 
 def test_vet_addresses_rejects_names():
