@@ -201,6 +201,8 @@ async def run(spec: RunSpec, *, api_url: str, token: str, explicit_url: bool, co
         if not await _reachable(api_url):
             if explicit_url:
                 raise RunError(f"no sandgate answers at {api_url}")
+            stderr.write(f"sandgate: no sandgate answers at {api_url}: starting an embedded one for this run "
+                         "(it stops when the command ends)\n")
             api_url, token = await stack.enter_async_context(embedded_sandgate(config, stderr, spec.isolate))
         if not token:
             raise RunError("no harness token (use --token, SANDGATE_TOKEN or the data dir's harness.token)")

@@ -88,14 +88,27 @@ def resolve_endpoint(api_url: str | None = None, token: str | None = None,
 
 
 def command_endpoint(api_url: str | None, token: str | None, configured_url: str,
-                     data_dir: Path | None = None) -> tuple[str, str]:
-    """(API URL, token) for a CLI command: `--api-url`, else the configured API; `--token`, else
+                     data_dir: Path | None = None, listen_dir: Path | None = None) -> tuple[str, str]:
+    """(API URL, token) for a CLI command: `--api-url`, else the API a sandgate serving from `listen_dir` (the
+    data dir) wrote to its `listen.json`, as the SDK finds it, else the configured API; `--token`, else
     `SANDGATE_TOKEN`, else — for the harness commands (`run`, `mcp`), which pass `data_dir` — the data dir's
     `harness.token`. The operator commands (`approvals`, `secrets`, `token revoke`) never fall back to it."""
     tok = token or os.environ.get("SANDGATE_TOKEN", "")
     if not tok and data_dir is not None:
         tok = harness_token(data_dir)
-    return (api_url or configured_url).rstrip("/"), tok
+    found = listen_url(listen_dir or data_dir) if not api_url and (listen_dir or data_dir) else None
+    return (api_url or found or configured_url).rstrip("/"), tok
+
+
+def listen_url(data_dir: str | os.PathLike) -> str | None:
+    """The API URL in `data_dir/listen.json` (a wildcard address asks loopback), None when there is none."""
+    try:
+        host, _, port = json.loads((Path(data_dir) / "listen.json").read_text())["api"].rpartition(":")
+        int(port)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+    host = {"0.0.0.0": "127.0.0.1", "": "127.0.0.1", "[::]": "[::1]", "::": "[::1]"}.get(host, host)
+    return f"http://{host}:{port}"
 
 
 def harness_token(data_dir: str | os.PathLike) -> str:
@@ -106,5 +119,6 @@ def harness_token(data_dir: str | os.PathLike) -> str:
         return ""
 
 
-__all__ = ["Transport", "SandgateError", "request_once", "resolve_endpoint", "command_endpoint", "harness_token",
+__all__ = ["Transport", "SandgateError", "request_once", "resolve_endpoint", "command_endpoint", "listen_url",
+           "harness_token",
            "DEFAULT_API_URL"]

@@ -138,7 +138,8 @@ Api = tuple[str, str]                   # (API URL, token)
 
 
 def _api_or_fail(cfg: Config, args: argparse.Namespace) -> Api | None:
-    api = command_endpoint(getattr(args, "api_url", None), getattr(args, "token", None), cfg.api_url)
+    api = command_endpoint(getattr(args, "api_url", None), getattr(args, "token", None), cfg.api_url,
+                           listen_dir=cfg.data_dir)
     if not api[1]:
         print("sandgate: no token (use --token or SANDGATE_TOKEN)", file=sys.stderr)
         return None
@@ -214,7 +215,7 @@ def _common(p: argparse.ArgumentParser) -> None:
 
 def _client(p: argparse.ArgumentParser) -> None:
     _common(p)
-    p.add_argument("--api-url", help="sandgate API URL (default from api.listen)")
+    p.add_argument("--api-url", help="sandgate API URL (default: the data dir's listen.json, else api.listen)")
     p.add_argument("--token", help="API token (default $SANDGATE_TOKEN)")
 
 

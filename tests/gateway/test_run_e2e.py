@@ -215,6 +215,7 @@ def test_embedded_sandgate_when_none_answers(tmp_path):
     assert out.returncode == 5, out.stderr
     assert out.stdout == "403"
     assert "sandgate: denied nothere.test: " in out.stderr
+    assert f"no sandgate answers at http://127.0.0.1:{api_port}: starting an embedded one" in out.stderr
     proxy = (tmp_path / "proxy").read_text().strip()
     port = int(proxy.rsplit(":", 1)[1])
     with pytest.raises(OSError):       # the embedded sandgate is gone
