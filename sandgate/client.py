@@ -112,10 +112,22 @@ class Client:
 
     # -- tool calls and approvals ----------------------------------------------------------------
     async def check(self, sid: str, tool: str, args: Mapping[str, Any] | None = None, *, step: int | None = None,
-                    mcp: Mapping[str, Any] | None = None, wait_s: float = 600.0) -> Decision:
-        """Ask the tool-call policy. "ask" waits (up to `wait_s`) for a person; the result is allow or deny.
+                    mcp: Mapping[str, Any] | None = None, wait_s: float = 600.0,
+                    on_ask: Callable[[str, str], Any] | None = None) -> Decision:
+        """Ask the tool-call policy whether session `sid` may call `tool` with `args`; the answer is final.
 
-        Cancelling the awaiting task stops the wait (the approval stays in the queue)."""
+        `tool` and `args` are the call as the agent made it (`"shell"`, `{"command": "rm -rf build"}`); sandgate
+        parses them itself. `step` numbers the agent's step (shown in the audit and on the approval page);
+        `mcp` is the MCP context of a call made through an MCP server.
+
+        Returns a `Decision` whose `action` is "allow" or "deny" (`allowed`, `reasons`, `codes`, `id`: the tool
+        call's id, which the decision log and the audit trail carry). When the policy asks, a person decides on
+        the approval page: `on_ask(approval_id, page_url)` is called first (a function or a coroutine function;
+        tell the user where to look), then the call waits up to `wait_s` seconds. Approved is an allow (the
+        reasons say by whom); denied, expired or still pending when `wait_s` runs out is a deny.
+
+        Cancelling the awaiting task stops the wait (the approval stays in the queue). Raises `SandgateError`
+        subclasses for API failures (`Unauthorized`, `NotFound` for an unknown session, `Unavailable`)."""
         body: dict[str, Any] = {"session": sid, "tool": tool, "args": dict(args or {})}
         if step is not None:
             body["step"] = step
@@ -126,6 +138,10 @@ class Client:
                             codes=tuple(out.get("codes") or ()), id=out.get("id", ""))
         if decision.action != "ask":
             return decision if decision.action == "allow" else _as_deny(decision)
+        if on_ask is not None:
+            notified = on_ask(out["approval_id"], f"{self.api_url}/approvals/{out['approval_id']}")
+            if inspect.isawaitable(notified):
+                await notified
         approval = await self.wait_approval(out["approval_id"], wait_s)
         return _after_approval(decision, approval)
 
@@ -143,9 +159,15 @@ class Client:
             if approval.status != "pending" or deadline - time.monotonic() <= 0:
                 return approval
 
-    def guard(self, sid: str, tool: str | None = None, *, wait_s: float = 600.0) -> Callable[[F], F]:
-        """Decorate an async tool function: each call is checked first (its bound arguments are the args);
-        a deny raises `ToolDenied` and the function does not run."""
+    def guard(self, sid: str, tool: str | None = None, *, wait_s: float = 600.0,
+              on_ask: Callable[[str, str], Any] | None = None) -> Callable[[F], F]:
+        """Decorate an async tool function so that every call is checked first, as `check` does.
+
+        The tool's name is `tool` (default: the function's name) and its args are the call's bound arguments by
+        parameter name (defaults applied), so `@guard(sid, "shell") async def run(command): ...` is checked as
+        `{"command": ...}`. An allow runs the function and returns its result; a deny (or an ask nobody approved
+        within `wait_s`) raises `ToolDenied` carrying the `Decision`, and the function does not run. `on_ask`
+        is passed to `check`."""
         def decorate(fn: F) -> F:
             if not inspect.iscoroutinefunction(fn):
                 raise TypeError("Client.guard needs an async function; use sandgate.sync.SyncClient for sync ones")
@@ -153,7 +175,8 @@ class Client:
 
             @functools.wraps(fn)
             async def guarded(*args: Any, **kwargs: Any) -> Any:
-                decision = await self.check(sid, name, call_args(signature, args, kwargs), wait_s=wait_s)
+                decision = await self.check(sid, name, call_args(signature, args, kwargs), wait_s=wait_s,
+                                            on_ask=on_ask)
                 if not decision.allowed:
                     raise ToolDenied(decision)
                 return await fn(*args, **kwargs)
@@ -211,10 +234,13 @@ class Session:
         return self.info.ca_pem or ""
 
     def check(self, tool: str, args: Mapping[str, Any] | None = None, **kw: Any) -> Awaitable[Decision]:
+        """`Client.check` for this session (the same keywords: step, mcp, wait_s, on_ask)."""
         return self.client.check(self.id, tool, args, **kw)
 
-    def guard(self, tool: str | None = None, *, wait_s: float = 600.0) -> Callable[[F], F]:
-        return self.client.guard(self.id, tool, wait_s=wait_s)
+    def guard(self, tool: str | None = None, *, wait_s: float = 600.0,
+              on_ask: Callable[[str, str], Any] | None = None) -> Callable[[F], F]:
+        """`Client.guard` for this session."""
+        return self.client.guard(self.id, tool, wait_s=wait_s, on_ask=on_ask)
 
     def events(self, *, after: int | None = None, wait_s: float = 0.0) -> Awaitable[list[Event]]:
         return self.client.events(self.id, after=after, wait_s=wait_s)

@@ -78,6 +78,8 @@ class SyncClient:
         self._run(self.client.end_session(sid))
 
     def check(self, sid: str, tool: str, args: Mapping[str, Any] | None = None, **kw: Any) -> Decision:
+        """`Client.check`, blocking (the same keywords: step, mcp, wait_s, on_ask; `on_ask` is a plain
+        function here, called with the approval's id and page URL before the wait)."""
         return self._run(self.client.check(sid, tool, args, **kw))
 
     def wait_approval(self, aid: str, timeout_s: float) -> Approval:
@@ -92,14 +94,16 @@ class SyncClient:
                 after = max(after, event.seq)
                 yield event
 
-    def guard(self, sid: str, tool: str | None = None, *, wait_s: float = 600.0) -> Callable[[F], F]:
-        """Decorate a sync tool function: checked before each call; a deny raises `ToolDenied`."""
+    def guard(self, sid: str, tool: str | None = None, *, wait_s: float = 600.0,
+              on_ask: Callable[[str, str], Any] | None = None) -> Callable[[F], F]:
+        """Decorate a sync tool function: checked before each call as `Client.guard` describes (its bound
+        arguments are the args); a deny raises `ToolDenied` and the function does not run."""
         def decorate(fn: F) -> F:
             name, signature = tool or fn.__name__, inspect.signature(fn)
 
             @functools.wraps(fn)
             def guarded(*args: Any, **kwargs: Any) -> Any:
-                decision = self.check(sid, name, call_args(signature, args, kwargs), wait_s=wait_s)
+                decision = self.check(sid, name, call_args(signature, args, kwargs), wait_s=wait_s, on_ask=on_ask)
                 if not decision.allowed:
                     raise ToolDenied(decision)
                 return fn(*args, **kwargs)
@@ -122,8 +126,10 @@ class SyncSession:
     def check(self, tool: str, args: Mapping[str, Any] | None = None, **kw: Any) -> Decision:
         return self.sync.check(self.id, tool, args, **kw)
 
-    def guard(self, tool: str | None = None, *, wait_s: float = 600.0) -> Callable[[F], F]:
-        return self.sync.guard(self.id, tool, wait_s=wait_s)
+    def guard(self, tool: str | None = None, *, wait_s: float = 600.0,
+              on_ask: Callable[[str, str], Any] | None = None) -> Callable[[F], F]:
+        """`SyncClient.guard` for this session."""
+        return self.sync.guard(self.id, tool, wait_s=wait_s, on_ask=on_ask)
 
     def events(self, **kw: Any) -> list[Event]:
         return self.sync.events(self.id, **kw)

@@ -238,3 +238,41 @@ def test_resolve_endpoint_from_data_dir(tmp_path, monkeypatch):
     monkeypatch.setenv("SANDGATE_TOKEN", "env-tok")
     assert resolve_endpoint("http://x:1/", data_dir=tmp_path) == ("http://x:1", "env-tok")
     assert resolve_endpoint(data_dir=tmp_path / "none")[0] == "http://127.0.0.1:8700"
+
+
+async def test_on_ask_gets_the_approval_id_and_its_page_while_the_call_waits(sg, client):
+    seen: list[tuple[str, str]] = []
+
+    async def tell_the_user(aid: str, url: str) -> None:
+        seen.append((aid, url))
+        await decide(sg, aid, "approve")            # somebody looks at the page and approves
+
+    async with client.session() as s:
+        decision = await asyncio.wait_for(s.check(*DEPLOY, wait_s=60, on_ask=tell_the_user), 60)
+        assert decision.allowed and decision.approval.status == "approved"
+        [(aid, url)] = seen
+        assert aid == decision.approval.id and url == f"{sg.api}/approvals/{aid}"
+        page = await asyncio.to_thread(requests.get, url, allow_redirects=False, timeout=10)
+        assert page.status_code in (302, 303) and "/login" in page.headers["Location"]   # the approval page
+        # a plain function works too, and an allowed call never calls it
+        plain: list[str] = []
+        assert (await s.check("shell", {"command": "ls"}, on_ask=lambda a, u: plain.append(a))).allowed
+        assert plain == []
+
+
+def test_sync_guard_passes_on_ask(sg):
+    seen: list[str] = []
+
+    def approve_it(aid: str, url: str) -> None:
+        seen.append(url)
+        resp = sg.call("POST", f"/v1/approvals/{aid}/approve", sg.approver, json={})
+        assert resp.status_code == 200, resp.text
+
+    with SyncClient(sg.api, sg.harness_token) as c:
+        with c.session() as s:
+            @s.guard("deploy", wait_s=60, on_ask=approve_it)
+            def deploy(target: str) -> str:
+                return f"deployed {target}"
+
+            assert deploy("production") == "deployed production"
+            assert len(seen) == 1 and seen[0].startswith(f"{sg.api}/approvals/a_")
