@@ -86,7 +86,8 @@ async def test_the_policy_sees_via_and_the_approval_and_audit_name_it(tmp_path):
         lenient, _ = await svc.session(by="harness:h")
         held = await gate.decide(sql(lenient["id"], "postgres", principal=None))
         item = await svc.approvals.get(held.approval_id)
-        assert item["action"] == {"tool": "sql", "args": DROP, "via": "postgres"}
+        assert item["action"] == {"tool": "sql", "args": DROP, "via": "postgres",       # what sandgate computed
+                                  "effects": ["runs SQL DROP"], "codes": ["toolcall.delete"]}  # rides along
         assert item["requested_by"] == f"session:{lenient['id']}"
         assert item["summary"].startswith("postgres sql: DROP TABLE orders")
         await svc.audit.flush()
