@@ -10,7 +10,9 @@ from tests.support.gateway import Sandgate
 
 @pytest.fixture(scope="module")
 def gw(tmp_path_factory):
-    with Sandgate(tmp_path_factory.mktemp("toolcalls"), LOOPBACK_CONFIG) as sg:
+    # the table files more asks per session than sessions.max_pending_approvals allows by default (its subject)
+    cfg = {**LOOPBACK_CONFIG, "sessions": {"max_pending_approvals": 10000}}
+    with Sandgate(tmp_path_factory.mktemp("toolcalls"), cfg) as sg:
         sg.sessions = {}
         yield sg
 
