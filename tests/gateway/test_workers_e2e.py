@@ -57,7 +57,9 @@ def owners(pids: list[int], port: int) -> set[int]:
 def two_workers(tmp_path_factory):
     need(pg_available(), "PostgreSQL at 127.0.0.1:5432")
     cfg = {**LOOPBACK_CONFIG, "store": {"url": PG_URL},
-           "egress": {**LOOPBACK_CONFIG["egress"], "hold_timeout_s": 30}}
+           "egress": {**LOOPBACK_CONFIG["egress"], "hold_timeout_s": 30},
+           # one session holds more than sessions.max_held (8) when its connections all land on one worker
+           "sessions": {"max_held": 64}}
     with Sandgate(tmp_path_factory.mktemp("workers"), cfg, serve_args=("--workers", "2")) as sg:
         sg.pids = json.loads((sg.data_dir / "listen.json").read_text())["workers"]
         sg.approver = sg.token("approver", "alice")
