@@ -1,11 +1,15 @@
 # Two commands: `make serve` runs sandgate on its embedded defaults; `make test` runs the suite.
+# `make test-fast`: the unit and in-process tests only. Both run in parallel (pytest-xdist, WORKERS processes,
+# a test file's tests on one worker); WORKERS=0 runs them in this process, one after the other.
 # PY: the first of python3.12, pyenv's 3.12, python3.13, python3 that is Python 3.12 or newer.
 PY ?= $(shell for p in python3.12 "$$(pyenv prefix 3.12 2>/dev/null)/bin/python3" python3.13 python3; do \
 	"$$p" -c 'import sys; sys.exit(sys.version_info < (3, 12))' >/dev/null 2>&1 && { echo "$$p"; break; }; done)
 VENV := .venv
 BIN := $(VENV)/bin
+WORKERS ?= 4
+XDIST = $(if $(filter 0,$(WORKERS)),,-n $(WORKERS) --dist loadfile)
 
-.PHONY: serve test install bench clean
+.PHONY: serve test test-fast install bench clean
 
 $(BIN)/sandgate: pyproject.toml
 	@test -n "$(PY)" || { echo "sandgate needs Python 3.12 or newer: none found (python3.12, pyenv 3.12, python3.13, python3); set PY=/path/to/python3.12"; exit 1; }
@@ -24,7 +28,10 @@ serve: install
 	$(BIN)/sandgate serve
 
 test: install
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q $(XDIST)
+
+test-fast: install
+	$(BIN)/python -m pytest -q $(XDIST) -m 'not e2e'
 
 bench: install
 	$(BIN)/python tests/bench/egress.py

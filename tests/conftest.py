@@ -4,9 +4,11 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
+from pathlib import Path
 
 import pytest
 from hypothesis import settings
+from xdist.scheduler import LoadScopeScheduling
 
 from gateway.runtime.eventloop import ServeLoop
 from tests.support.gateway import Sandgate
@@ -20,6 +22,62 @@ IN_CI = os.environ.get("CI") == "true"
 settings.register_profile("sandgate", deadline=None)
 settings.register_profile("ci", deadline=None, derandomize=True, database=None)
 settings.load_profile("ci" if IN_CI else "sandgate")
+
+
+# -- Tiers and parallel runs (docs/testing.md) ---------------------------------------------------------------
+# End-to-end tests are marked by where they live, never file by file: a file named *_e2e.py, or one in a folder
+# below. `make test-fast` runs the rest (`-m "not e2e"`); `make test` runs everything.
+E2E_FOLDERS = ("deploy",)
+# Files whose tests must not run at the same time as each other's under pytest-xdist: each group runs on one
+# worker, one file after the other (a file's own tests always stay on one worker, for its module fixtures).
+SERIAL_GROUPS: dict[str, tuple[str, ...]] = {}
+_TESTS = Path(__file__).parent
+
+
+def is_e2e(path: Path) -> bool:
+    """Whether the test file at `path` is end-to-end: named *_e2e.py, or in one of E2E_FOLDERS."""
+    rel = path.resolve().relative_to(_TESTS)
+    return path.name.endswith("_e2e.py") or any(part in E2E_FOLDERS for part in rel.parts[:-1])
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if is_e2e(item.path):
+            item.add_marker(pytest.mark.e2e)
+
+
+def _scope_of(path: str) -> str:
+    for group, files in SERIAL_GROUPS.items():
+        if path in files:
+            return group
+    return path
+
+
+class _ByFile(LoadScopeScheduling):
+    """`--dist loadfile` for this suite: a file's tests stay on one worker (its module fixtures start once), the
+    files of a serial group share one, and the end-to-end files are handed out first (they are the long ones; a
+    long file starting last would be the run's tail)."""
+
+    _ordered = False
+
+    def _split_scope(self, nodeid: str) -> str:
+        return _scope_of(nodeid.split("::", 1)[0])
+
+    def _assign_work_unit(self, node) -> None:
+        if not self._ordered:
+            self._ordered = True
+            units = sorted(self.workqueue.items(),
+                           key=lambda unit: (not any(is_e2e(_TESTS.parent / n.split("::", 1)[0]) for n in unit[1]),
+                                             -len(unit[1])))
+            self.workqueue.clear()
+            self.workqueue.update(units)
+        super()._assign_work_unit(node)
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    if config.getvalue("dist") == "loadfile":
+        return _ByFile(config, log)
+    return None
 
 
 class _ServeLoopPolicy(asyncio.DefaultEventLoopPolicy):

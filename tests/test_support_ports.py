@@ -14,3 +14,13 @@ def test_free_ports_are_outside_the_ephemeral_range_distinct_and_bindable():
     assert not any(low <= p <= high for p in ports)
     with socket.socket() as s:
         s.bind(("127.0.0.1", ports[-1]))
+
+
+def test_each_xdist_worker_hands_out_ports_no_other_worker_can(monkeypatch):
+    monkeypatch.setenv("PYTEST_XDIST_WORKER_COUNT", "3")
+    taken = {}
+    for index in range(3):
+        monkeypatch.setenv("PYTEST_XDIST_WORKER", f"gw{index}")
+        taken[index] = {free_port() for _ in range(50)}
+        assert all(p % 3 == index for p in taken[index])
+    assert not (taken[0] & taken[1]) and not (taken[1] & taken[2]) and not (taken[0] & taken[2])

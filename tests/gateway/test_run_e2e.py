@@ -134,6 +134,9 @@ def test_no_sandgate_at_an_explicit_url_is_an_error(env):
 
 def test_isolate_needs_a_sandgate_with_a_transparent_listener(env):
     sg, _ = env
+    if os.geteuid() == 0:                                # as root, --isolate first asks for ip and nft
+        need_binary("ip")
+        need_binary("nft")
     before = session_ids(sg)
     out = sandgate_run(sg, "--isolate", "--", "true")
     assert out.returncode == 2

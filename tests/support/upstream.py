@@ -4,6 +4,7 @@ from __future__ import annotations
 import datetime
 import ipaddress
 import json
+import os
 import random
 import socket
 import ssl
@@ -259,17 +260,28 @@ _HANDED_OUT: set[int] = set()
 _PORTS = random.Random()
 
 
+def _worker() -> tuple[int, int]:
+    """(this pytest-xdist worker's index, the number of workers); (0, 1) outside xdist."""
+    name, count = os.environ.get("PYTEST_XDIST_WORKER", ""), os.environ.get("PYTEST_XDIST_WORKER_COUNT", "")
+    if name.startswith("gw") and name[2:].isdigit() and count.isdigit() and int(count) > 0:
+        return int(name[2:]) % int(count), int(count)
+    return 0, 1
+
+
 def free_port(host: str = "127.0.0.1") -> int:
     """A free port for a server a test starts a moment later. Chosen below the kernel's ephemeral range: a port
     the kernel picks (bind to 0) can be taken by any outgoing connection (a PostgreSQL client, a policy worker)
     between this call and the server's bind, which made a replica fail to start now and then with
-    "address already in use". Never the same port twice in one process."""
+    "address already in use". Never the same port twice in one process, and never one another pytest-xdist
+    worker of the same run can hand out (worker i of n takes the ports p with p % n == i)."""
+    index, workers = _worker()
     low, high = _ephemeral_range()
     top = low - 1 if low > 12000 else 65535
     bottom = 10000 if low > 12000 else high + 1
     for _ in range(200):
         port = _PORTS.randint(bottom, top)
-        if port in _HANDED_OUT:
+        port -= (port - index) % workers
+        if port < bottom or port in _HANDED_OUT:
             continue
         with socket.socket() as s:
             try:
