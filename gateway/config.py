@@ -7,6 +7,7 @@ take the section they need; nothing outside this module reads the raw document.
 from __future__ import annotations
 
 import copy
+import difflib
 import json
 import os
 import re
@@ -23,46 +24,176 @@ from gateway.net.addresses import IPNetwork, parse_networks
 from gateway.net.hosts import AllowEntry, normalise_host, parse_allow_entry, split_hostport
 from gateway.net.upstream_proxy import UpstreamProxy, parse_upstream_proxy
 
-DEFAULTS: dict[str, Any] = {
-    "proxy": {"listen": "127.0.0.1:8080", "advertise_url": "",
-              # transparent capture (`sandgate run --isolate`, sandbox recipes): off unless both are set
-              "transparent_listen": "", "dns_listen": "", "transparent_sources": ["10.200.0.0/16"],
-              # the PostgreSQL gateway (gateway/postgres/): off while postgres_listen is empty
-              "postgres_listen": "", "postgres_advertise": ""},
-    "api": {"listen": "127.0.0.1:8700", "harness_token_file": ""},
-    "egress": {
-        "private_allow": [],
-        "upstream_ca": "",
-        "passthrough": [],
-        "raw_tcp": [],                 # "host:port" tunnels allowed to carry non-HTTP bytes
-        "inspect_max_bytes": 1048576,
-        "hold_timeout_s": 300,
-        "resolve": {},                 # static name -> [addresses] map (like curl --resolve)
-        "package_registries": [],      # extra registry hosts: [{"host", "ecosystem": "PyPI" | "npm"}]
-        "package_max_bytes": 33554432, # largest index document rewritten (larger ones pass unmodified)
-        "upstream_proxy": "",          # a corporate proxy every allowed request goes through (gateway/net/upstream_proxy.py)
-        "upstream_proxy_user": "",     # secret sources (Basic auth to the proxy)
-        "upstream_proxy_password": "",
-        "upstream_proxy_resolve": "local",   # or "proxy": the proxy resolves names (no address check for them)
-        "upstream_proxy_bypass": [],   # NO_PROXY-style exceptions, dialled direct
-        "max_held_bytes": 268435456,   # request bodies held in memory (holds and inspection), all sessions
+
+@dataclass(frozen=True)
+class Key:
+    """One configuration key: its default, what it means (docs/reference.md is generated from these), and its
+    type, inferred from the default unless given: `bool`, `int`, `number` (int or float), `str`, `list`, `map`."""
+
+    default: Any
+    meaning: str
+    kind: str = ""
+
+    @property
+    def type(self) -> str:
+        if self.kind:
+            return self.kind
+        for kind, cls in (("bool", bool), ("int", int), ("number", float), ("str", str), ("list", list),
+                          ("map", dict)):
+            if isinstance(self.default, cls):
+                return kind
+        raise TypeError(f"no type for {self.default!r}")
+
+
+# The configuration's schema: sections (dicts) of keys. `load_config` refuses a key or section not listed here,
+# and a value not of its key's type. Tables whose keys the user names (`[secrets.NAME]`, `[databases.NAME]`,
+# `egress.resolve`) are `map` keys, validated by their own parsers.
+SCHEMA: dict[str, Any] = {
+    "data_dir": Key("", "where sandgate keeps its state (store, CA, keys, tokens); `--data-dir` and "
+                        "`SANDGATE_DATA_DIR` win; empty: `./.sandgate`"),
+    "proxy": {
+        "listen": Key("127.0.0.1:8080", "host:port of the HTTP(S) proxy sandboxes use"),
+        "advertise_url": Key("", "host:port sandboxes reach the proxy at (in `proxy_url`); empty: the listener"),
+        "transparent_listen": Key("", "host:port of the transparent listener (`run --isolate`, sandbox recipes); "
+                                      "off unless `dns_listen` is set too"),
+        "dns_listen": Key("", "host:port (UDP) of the filtering resolver for transparent capture"),
+        "transparent_sources": Key(["10.200.0.0/16"], "networks a session's `source` address may be in"),
+        "postgres_listen": Key("", "host:port of the PostgreSQL gateway; off while empty"),
+        "postgres_advertise": Key("", "host:port sandboxes reach the PostgreSQL gateway at; empty: the listener"),
     },
-    "sessions": {"max_held": 8, "max_pending_approvals": 32, "max_connections": 64, "max_lifetime_s": 0,
-                 "ephemeral_max_lifetime_s": 86400},
+    "api": {
+        "listen": Key("127.0.0.1:8700", "host:port of the API and the approval page"),
+        "harness_token_file": Key("", "a file holding the harness token to use instead of writing "
+                                      "`DATA_DIR/harness.token`"),
+    },
+    "egress": {
+        "private_allow": Key([], "CIDR networks sessions may reach although private (loopback, RFC 1918, ...)"),
+        "upstream_ca": Key("", "a CA bundle trusted for upstreams, added to the public roots"),
+        "passthrough": Key([], "hosts (`host` or `host:port`) whose TLS is relayed without interception"),
+        "raw_tcp": Key([], "`host:port` tunnels allowed to carry non-HTTP bytes"),
+        "inspect_max_bytes": Key(1048576, "largest request body read for placeholders, secrets and approvals"),
+        "hold_timeout_s": Key(300, "how long a request held for approval waits", "number"),
+        "resolve": Key({}, "a static name -> [addresses] map (like curl --resolve), tried before DNS"),
+        "package_registries": Key([], "extra package registries: a list of `{host, ecosystem}` "
+                                      "(`PyPI` or `npm`) tables"),
+        "package_max_bytes": Key(33554432, "largest package index document rewritten (larger ones pass "
+                                           "unmodified)"),
+        "upstream_proxy": Key("", "a corporate proxy (`http(s)://host:port`) every allowed request goes through; "
+                                  "empty: direct"),
+        "upstream_proxy_user": Key("", "a secret source for the user of Basic auth to the upstream proxy"),
+        "upstream_proxy_password": Key("", "a secret source for its password"),
+        "upstream_proxy_resolve": Key("local", "`local`: sandgate resolves and checks addresses; `proxy`: the "
+                                               "proxy resolves names (no address check for them)"),
+        "upstream_proxy_bypass": Key([], "NO_PROXY-style exceptions, dialled direct"),
+        "max_held_bytes": Key(268435456, "request bodies buffered in memory for holds and inspection, all sessions "
+                                         "together; beyond: 503 `egress.held_bytes_full`"),
+    },
+    "sessions": {
+        "max_held": Key(8, "egress requests of one session held for approval at once; beyond: 429 "
+                           "`egress.too_many_held`"),
+        "max_pending_approvals": Key(32, "pending approvals of one session; beyond, an ask is a deny "
+                                         "(`approvals.too_many`)"),
+        "max_connections": Key(64, "proxy client connections of one session (per process); beyond: 429 "
+                                   "`egress.too_many_connections`"),
+        "max_lifetime_s": Key(0, "how long a persistent session may live from its creation (0: no limit)"),
+        "ephemeral_max_lifetime_s": Key(86400, "the same for ephemeral sessions"),
+    },
     # per workload; 0 = none. Past one, the default policies ask for every action (budget.exceeded)
-    "budgets": {w: {"requests": 0, "bytes_out": 0, "bytes_in": 0, "toolcalls": 0, "denials_per_10m": 0}
-                for w in ("persistent", "ephemeral")},
-    "approvals": {"ttl_s": 3600, "quorum": 1, "reuse_window_s": 600},
-    "audit": {"max_pending": 100000, "checkpoint_rows": 10000, "checkpoint_interval_s": 60.0},
-    "policy": {"dir": "", "engine": "embedded", "opa_url": "http://127.0.0.1:8181", "opa_push": True,
-               "timeout_s": 2.0, "workers": 2, "isolation": "process", "shadow_dir": "", "decision_log": True},
-    "store": {"url": ""},
-    "vault": {"url": "", "token": "", "namespace": "", "role_id": "", "secret_id": "", "ca_cert": ""},
-    "web": {"oidc": {"issuer": "", "audience": "", "approver_claim": "groups", "approver_value": ""}},
-    "secrets": {},
-    "broker": {"cache_ttl_s": 30.0},
-    "databases": {},
+    "budgets": {workload: {
+        "requests": Key(0, f"egress requests of a {workload} session (0: no budget)"),
+        "bytes_out": Key(0, "request body bytes sent upstream"),
+        "bytes_in": Key(0, "response body bytes received"),
+        "toolcalls": Key(0, "tool calls decided"),
+        "denials_per_10m": Key(0, "more denials than this within ten minutes freeze the session"),
+    } for workload in ("persistent", "ephemeral")},
+    "approvals": {
+        "ttl_s": Key(3600, "how long a pending approval stays open", "number"),
+        "quorum": Key(1, "approvals (by distinct approvers) an action needs"),
+        "reuse_window_s": Key(600, "how long an approval covers the same action again in the same session",
+                              "number"),
+    },
+    "audit": {
+        "max_pending": Key(100000, "audit rows that may wait to be written; past it new requests get 503"),
+        "checkpoint_rows": Key(10000, "a signed checkpoint once this many rows were chained since the last"),
+        "checkpoint_interval_s": Key(60.0, "... or this long after the last one (when rows were chained since)"),
+    },
+    "policy": {
+        "dir": Key("", "the policy directory; empty: the policies shipped with sandgate"),
+        "engine": Key("embedded", "`embedded` (regorus, in process) or `opa` (an OPA server at `opa_url`)"),
+        "opa_url": Key("http://127.0.0.1:8181", "the OPA server (engine `opa`), an http(s) URL without a path"),
+        "opa_push": Key(True, "push `policy.dir` to the OPA server (false: it loads its own bundles)"),
+        "timeout_s": Key(2.0, "longest a decision may take; past it the request is denied", "number"),
+        "workers": Key(2, "policy evaluation workers (embedded engine)"),
+        "isolation": Key("process", "the embedded engine's workers: `process` or `thread`"),
+        "shadow_dir": Key("", "a candidate policy evaluated beside the live one as a dry run"),
+        "decision_log": Key(True, "log every decision"),
+    },
+    "store": {
+        "url": Key("", "the store: `sqlite:///PATH` or `postgresql://...`; empty: `DATA_DIR/sandgate.db`"),
+    },
+    "vault": {
+        "url": Key("", "OpenBao/Vault address (default `VAULT_ADDR`)"),
+        "token": Key("", "token (default `VAULT_TOKEN`)"),
+        "namespace": Key("", "namespace (default `VAULT_NAMESPACE`)"),
+        "role_id": Key("", "AppRole role id (with `secret_id`: log in with AppRole)"),
+        "secret_id": Key("", "AppRole secret id"),
+        "ca_cert": Key("", "CA bundle for the Vault server (default `VAULT_CACERT`)"),
+    },
+    "web": {
+        "oidc": {
+            "issuer": Key("", "OIDC issuer of approvers' ID tokens; with `audience`, the page requires a login"),
+            "audience": Key("", "the audience (client id) ID tokens must name"),
+            "approver_claim": Key("groups", "the claim that makes a user an approver"),
+            "approver_value": Key("", "the value that claim must hold; empty: `sandgate-approvers`"),
+        },
+    },
+    "secrets": Key({}, "`[secrets.NAME]` tables: the credentials sessions may use (keys below)"),
+    "broker": {
+        "cache_ttl_s": Key(30.0, "how long a secret read from a backend is cached", "number"),
+    },
+    "databases": Key({}, "`[databases.NAME]` tables: the PostgreSQL gateway's databases (keys below)"),
 }
+
+
+def _defaults(schema: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: _defaults(v) if isinstance(v, Mapping) else copy.deepcopy(v.default) for k, v in schema.items()}
+
+
+DEFAULTS: dict[str, Any] = _defaults(SCHEMA)
+
+_TYPES = {"bool": (bool,), "int": (int,), "number": (int, float), "str": (str,), "list": (list,), "map": (dict,)}
+_TYPE_WORDS = {"bool": "true or false", "int": "an integer", "number": "a number", "str": "a string",
+               "list": "a list", "map": "a table"}
+
+
+def _value_word(value: Any) -> str:
+    for word, cls in (("true/false", bool), ("an integer", int), ("a number", float), ("a string", str),
+                      ("a list", list), ("a table", dict)):
+        if isinstance(value, cls):
+            return word
+    return type(value).__name__
+
+
+def check_document(doc: Mapping[str, Any], schema: Mapping[str, Any] = SCHEMA, where: str = "") -> None:
+    """ValueError naming the first key or section of `doc` that `schema` does not have, or a value not of its
+    key's type. Table values (`secrets`, `databases`, `resolve`) are left to their own parsers."""
+    for name, value in doc.items():
+        path = f"{where}.{name}" if where else str(name)
+        entry = schema.get(name)
+        if entry is None:
+            close = difflib.get_close_matches(str(name), list(schema), n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            if isinstance(value, Mapping):
+                raise ValueError(f"unknown section [{path}]{hint}")
+            raise ValueError(f"unknown key {path!r}{hint}")
+        if isinstance(entry, Mapping):
+            if not isinstance(value, Mapping):
+                raise ValueError(f"[{path}] must be a table, got {_value_word(value)}")
+            check_document(value, entry, path)
+            continue
+        kind = entry.type
+        if not isinstance(value, _TYPES[kind]) or (isinstance(value, bool) and kind != "bool"):
+            raise ValueError(f"{path} must be {_TYPE_WORDS[kind]}, got {_value_word(value)} ({value!r})"[:300])
 
 
 def parse_hostport(text: str) -> tuple[str, int]:
@@ -97,7 +228,10 @@ def _coerce(raw: str, like: Any) -> Any:
             return False
         raise ValueError(f"not a boolean: {raw!r}")
     if isinstance(like, int):
-        return int(raw)
+        try:
+            return int(raw)
+        except ValueError:
+            return float(raw)           # the schema's check says whether this key takes a fraction
     if isinstance(like, float):
         return float(raw)
     if isinstance(like, (list, dict)):
@@ -581,5 +715,6 @@ def load_config(path: str | os.PathLike | None = None, data_dir: str | os.PathLi
     raw = _merge(raw, env_overrides(environ, DEFAULTS))
     if overrides:
         raw = _merge(raw, overrides)
+    check_document(raw)
     ddir = Path(data_dir or environ.get("SANDGATE_DATA_DIR") or raw.get("data_dir") or ".sandgate")
     return settings_from(raw, ddir.resolve(), cfg_path)

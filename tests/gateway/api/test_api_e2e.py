@@ -107,6 +107,19 @@ def test_bad_config_refuses_to_start(tmp_path):
         sg.start(timeout=20)
 
 
+@pytest.mark.parametrize("text, named", [
+    ("[apporvals]\nquorum = 2\n", "unknown section [apporvals]"),
+    ("[egress]\nprivat_allow = [\"127.0.0.0/8\"]\n", "unknown key 'egress.privat_allow'"),
+    ("[egress]\nprivate_allow = \"127.0.0.0/8\"\n", "egress.private_allow must be a list"),
+])
+def test_serve_refuses_an_unknown_or_mistyped_key_by_name(tmp_path, text, named):
+    (tmp_path / "sandgate.toml").write_text(text)
+    proc = subprocess.run([sys.executable, "-m", "gateway", "serve", "--config", str(tmp_path / "sandgate.toml"),
+                           "--data-dir", str(tmp_path / "data")], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and named in proc.stderr and "Traceback" not in proc.stderr
+    assert not (tmp_path / "data").exists()                 # refused before anything was made
+
+
 def test_advertise_url_names_the_proxy_for_sandboxes(tmp_path):
     cfg = {**LOOPBACK_CONFIG, "proxy": {"advertise_url": "http://sandgate.internal:3128"}}
     with Sandgate(tmp_path, cfg) as sg:
