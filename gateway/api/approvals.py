@@ -6,6 +6,7 @@ import math
 from aiohttp import web
 
 from gateway.api.auth import require
+from gateway.api.bodies import DECIDE, check_body
 from gateway.api.errors import ApiError
 from gateway.api.owned import owned_session_ids
 from gateway.api.state import APPROVALS, SESSIONS, read_json
@@ -79,12 +80,7 @@ async def get_approval(request: web.Request) -> web.Response:
 
 async def _decide(request: web.Request, verdict: str) -> web.Response:
     principal = require(request, "approver")
-    body = await read_json(request)
-    if not isinstance(body, dict):
-        raise ApiError(400, "bad_request", "body must be a JSON object")
-    reason = body.get("reason")
-    if reason is not None and not isinstance(reason, str):
-        raise ApiError(400, "bad_request", "reason must be a string")
+    reason = check_body(await read_json(request), DECIDE).get("reason")
     try:
         row = await request.app[APPROVALS].decide(request.match_info["aid"], principal.ident, verdict, reason)
     except ApprovalError as exc:

@@ -15,7 +15,7 @@ log = logging.getLogger("sandgate.api")
 STATUS_OF = {
     "bad_request": 400, "reason_required": 400, "forbidden": 403, "not_found": 404,
     "already_decided": 409, "already_voted": 409, "conflict": 409, "not_local": 409, "session_ended": 409,
-    "too_large": 413, "audit.unavailable": 503, "store_unavailable": 503,
+    "too_large": 413, "unknown_field": 400, "audit.unavailable": 503, "store_unavailable": 503,
 }
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 from aiohttp import web
 
 from gateway.api.auth import require
+from gateway.api.bodies import MCP_TOOLS, check_body
 from gateway.api.errors import ApiError
 from gateway.api.state import TOOLCALLS, read_json
 from gateway.gates.toolcall import ToolCallRefused
@@ -16,18 +17,11 @@ from gateway.mcp.context import parse_mcp_context
 
 routes = web.RouteTableDef()
 
-MAX_TOOLS = 1000
-
-
 @routes.post("/v1/mcp/tools")
 async def probe_tools(request: web.Request) -> web.Response:
     principal = require(request, "harness")
-    body = await read_json(request)
-    if not isinstance(body, dict):
-        raise ApiError(400, "bad_request", "body must be a JSON object")
-    tools = body.get("tools")
-    if not isinstance(tools, list) or len(tools) > MAX_TOOLS:
-        raise ApiError(400, "bad_request", f"tools must be a list of at most {MAX_TOOLS} objects")
+    body = check_body(await read_json(request), MCP_TOOLS)
+    tools = body["tools"]
     probes = []
     for item in tools:
         name = item.get("name") if isinstance(item, dict) else None

@@ -14,13 +14,13 @@ from aiohttp import web
 from broker.backends import SecretUnavailable
 from broker.scrub import Scrubber, replacements_for, scrubber_for
 from gateway.api.auth import require
+from gateway.api.bodies import SCRUB, check_body
 from gateway.api.errors import ApiError
 from gateway.api.owned import owned_session
 from gateway.api.state import AUDIT, BROKER, read_json
 
 routes = web.RouteTableDef()
 
-MAX_TEXTS = 10000
 OFF_LOOP_BYTES = 64 * 1024
 
 
@@ -37,10 +37,7 @@ def scrub_texts(scrubber: Scrubber, texts: list[str]) -> tuple[list[str], int]:
 async def scrub(request: web.Request) -> web.Response:
     principal = require(request, "harness")
     row = await owned_session(request, principal, request.match_info["sid"])
-    body = await read_json(request)
-    texts = body.get("texts") if isinstance(body, dict) else None
-    if not isinstance(texts, list) or len(texts) > MAX_TEXTS or not all(isinstance(t, str) for t in texts):
-        raise ApiError(400, "bad_request", f"texts must be a list of at most {MAX_TEXTS} strings")
+    texts = check_body(await read_json(request), SCRUB)["texts"]
     placeholders = dict(row.get("placeholders") or {})
     if not placeholders or not texts:
         return web.json_response({"texts": texts, "scrubbed": 0})

@@ -6,6 +6,7 @@ from aiohttp import web
 from broker.backends import parse_source
 from broker.broker import BrokerError
 from gateway.api.auth import require
+from gateway.api.bodies import PUT_SECRET, check_body
 from gateway.api.errors import ApiError
 from gateway.api.state import AUDIT, BROKER, read_json
 
@@ -25,12 +26,8 @@ async def list_secrets(request: web.Request) -> web.Response:
 async def put_secret(request: web.Request) -> web.Response:
     principal = require(request, "admin")
     name = request.match_info["name"]
-    body = await read_json(request)
-    if not isinstance(body, dict) or not isinstance(body.get("value"), str) or not body["value"]:
-        raise ApiError(400, "bad_request", "value (a non-empty string) is required")
-    hosts = body.get("hosts")
-    if not isinstance(hosts, list) or not hosts or not all(isinstance(h, str) for h in hosts):
-        raise ApiError(400, "bad_request", "hosts must be a non-empty list of host names")
+    body = check_body(await read_json(request), PUT_SECRET)
+    hosts = body["hosts"]
     try:
         spec = await request.app[BROKER].put_local(name, body["value"], hosts)
     except BrokerError as exc:

@@ -8,6 +8,7 @@ from aiohttp import web
 
 from broker.specs import check_session_secrets
 from gateway.api.auth import require
+from gateway.api.bodies import CREATE_SESSION, PATCH_SESSION, check_body
 from gateway.api.errors import ApiError
 from gateway.api.owned import owned_session
 from gateway.api.state import BROKER, PROXY, SESSIONS, SIGNER, TOKENS, TransparentEndpoint, read_json
@@ -36,7 +37,7 @@ def session_view(row: dict, now: float, sessions: SessionRegistry) -> dict:
 async def create_session(request: web.Request) -> web.Response:
     principal = require(request, "harness")
     broker = request.app[BROKER]
-    body = await read_json(request)
+    body = check_body(await read_json(request), CREATE_SESSION)
     proxy = request.app[PROXY]
     sessions = request.app[SESSIONS]
     try:
@@ -113,8 +114,8 @@ async def patch_session(request: web.Request) -> web.Response:
     row = await owned_session(request, principal, request.match_info["sid"])
     if session_status(row, time.time()) != "active":
         raise ApiError(409, "session_ended", "the session has ended")
-    body = await read_json(request)
-    if not isinstance(body, dict) or not body or set(body) - {"frozen", "labels", "ttl_s", "budgets"}:
+    body = {k: v for k, v in check_body(await read_json(request), PATCH_SESSION).items() if v is not None}
+    if not body:
         raise ApiError(400, "bad_request", "only 'frozen', 'labels', 'ttl_s' and 'budgets' can be changed")
     values: dict = {}
     if "ttl_s" in body:
@@ -124,14 +125,9 @@ async def patch_session(request: web.Request) -> web.Response:
         except BadRequest as exc:
             raise ApiError(400, "bad_request", str(exc)) from None
     if "frozen" in body:
-        if not isinstance(body["frozen"], bool):
-            raise ApiError(400, "bad_request", "frozen must be a boolean")
         values["frozen"] = body["frozen"]
     if "labels" in body:
-        labels = body["labels"]
-        if not isinstance(labels, dict) or not all(isinstance(v, str) for v in labels.values()):
-            raise ApiError(400, "bad_request", "labels must be an object of strings")
-        values["labels"] = labels
+        values["labels"] = body["labels"]
     if "budgets" in body:
         try:                               # the keys given replace the session's own (0 = none), the rest stay
             values["budgets"] = {**(row.get("budgets") or {}), **parse_own(body["budgets"])}

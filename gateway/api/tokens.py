@@ -6,6 +6,7 @@ import re
 from aiohttp import web
 
 from gateway.api.auth import require
+from gateway.api.bodies import REVOKE, check_body
 from gateway.api.errors import ApiError
 from gateway.api.state import REVOCATIONS, read_json
 from gateway.api.timefmt import rfc3339
@@ -22,9 +23,8 @@ def revocation_view(row: dict) -> dict:
 @routes.post("/v1/revocations")
 async def revoke(request: web.Request) -> web.Response:
     principal = require(request, "admin")
-    body = await read_json(request)
-    jti = body.get("jti") if isinstance(body, dict) else None
-    if not isinstance(jti, str) or not _JTI.match(jti):
+    jti = check_body(await read_json(request), REVOKE)["jti"]
+    if not _JTI.match(jti):
         raise ApiError(400, "bad_request", "jti (a token id) is required")
     row = await request.app[REVOCATIONS].revoke(jti, principal.ident)
     return web.json_response(revocation_view(row), status=201)

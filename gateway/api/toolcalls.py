@@ -8,6 +8,7 @@ from __future__ import annotations
 from aiohttp import web
 
 from gateway.api.auth import require
+from gateway.api.bodies import TOOLCALL, check_body
 from gateway.api.errors import ApiError
 from gateway.api.state import TOOLCALLS, read_json
 from gateway.gates.toolcall import ToolCallRefused, ToolCallRequest
@@ -15,22 +16,13 @@ from gateway.mcp.context import parse_mcp_context
 
 routes = web.RouteTableDef()
 
-MAX_STEP = 2 ** 31 - 1                  # the store's INTEGER column
-
-
 @routes.post("/v1/toolcalls")
 async def post_toolcall(request: web.Request) -> web.Response:
     principal = require(request, "harness")
-    body = await read_json(request)
-    if not isinstance(body, dict):
-        raise ApiError(400, "bad_request", "body must be a JSON object")
-    sid, tool, args, step = body.get("session"), body.get("tool"), body.get("args", {}), body.get("step")
-    if not isinstance(sid, str) or not isinstance(tool, str) or not tool:
-        raise ApiError(400, "bad_request", "session and tool are required strings")
-    if not isinstance(args, dict):
+    body = check_body(await read_json(request), TOOLCALL)
+    sid, tool, args, step = body["session"], body["tool"], body.get("args", {}), body.get("step")
+    if args is None:
         raise ApiError(400, "bad_request", "args must be an object")
-    if step is not None and (not isinstance(step, int) or isinstance(step, bool) or not 0 <= step <= MAX_STEP):
-        raise ApiError(400, "bad_request", f"step must be an integer from 0 to {MAX_STEP}")
     try:
         mcp = parse_mcp_context(body["mcp"]) if body.get("mcp") is not None else None
     except ValueError as exc:

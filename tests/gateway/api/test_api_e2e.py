@@ -63,6 +63,20 @@ def test_bad_session_bodies_400(gw, body):
     assert set(resp.json()) == {"error", "detail"} and "Traceback" not in resp.text
 
 
+def test_unknown_fields_are_refused_by_name_and_nothing_is_made(gw):
+    before = {s["id"] for s in gw.call("GET", "/v1/sessions").json()}
+    resp = gw.call("POST", "/v1/sessions", json={"lables": {"team": "a"}})
+    assert resp.status_code == 400 and resp.json()["error"] == "unknown_field" and "'lables'" in resp.json()["detail"]
+    assert {s["id"] for s in gw.call("GET", "/v1/sessions").json()} == before
+    sid = gw.call("POST", "/v1/sessions", json={"labels": {"team": "a"}}).json()["id"]
+    for method, path, body in (("PATCH", f"/v1/sessions/{sid}", {"frozen": True, "frozn": True}),
+                               ("POST", "/v1/toolcalls", {"session": sid, "tool": "shell", "arg": {}}),
+                               ("POST", f"/v1/sessions/{sid}/scrub", {"texts": [], "text": "x"})):
+        resp = gw.call(method, path, json=body)
+        assert resp.status_code == 400 and resp.json()["error"] == "unknown_field", (path, resp.text)
+    assert gw.call("GET", f"/v1/sessions/{sid}").json()["frozen"] is False       # the PATCH changed nothing
+
+
 def test_roles_401_403(gw):
     assert requests.get(gw.api + "/v1/sessions", timeout=10).status_code == 401
     assert gw.call("GET", "/v1/sessions", "not-a-jwt").status_code == 401

@@ -1,0 +1,173 @@
+"""The API's request bodies as typed schemas: one validation layer for every body, and the source of the API part
+of docs/reference.md (tests/test_reference.py fails when a field is undocumented).
+
+A body is a JSON object. A field the endpoint does not know is refused (400 `unknown_field`, naming it: a
+misspelt `"lables"` must not create a session without its labels); a field of the wrong type, or a required one
+missing, is 400 `bad_request` with the field's own message. What a field's value means beyond its type (a host
+pattern, a known secret, a range) stays with the parser that owns it (gateway/sessions/spec.py, ...).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
+
+from gateway.api.errors import ApiError
+
+MAX_STEP = 2 ** 31 - 1                  # the store's INTEGER column
+MAX_TOOLS = 1000
+MAX_TEXTS = 10000
+
+
+def _str(v: Any) -> bool:
+    return isinstance(v, str)
+
+
+def _nonempty_str(v: Any) -> bool:
+    return isinstance(v, str) and bool(v)
+
+
+def _int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _bool(v: Any) -> bool:
+    return isinstance(v, bool)
+
+
+def _object(v: Any) -> bool:
+    return isinstance(v, dict)
+
+
+def _str_list(v: Any) -> bool:
+    return isinstance(v, list) and all(isinstance(x, str) for x in v)
+
+
+def _str_map(v: Any) -> bool:
+    return isinstance(v, dict) and all(isinstance(k, str) and isinstance(x, str) for k, x in v.items())
+
+
+# type name (as the reference shows it) -> check
+TYPES: dict[str, Callable[[Any], bool]] = {
+    "string": _str, "non-empty string": _nonempty_str, "integer": _int, "boolean": _bool, "object": _object,
+    "list of strings": _str_list, "object of strings": _str_map,
+    "list of objects": lambda v: isinstance(v, list) and all(isinstance(x, dict) for x in v),
+    "any": lambda v: True,
+}
+
+
+@dataclass(frozen=True)
+class Field:
+    type: str                            # a key of TYPES
+    meaning: str
+    required: bool = False
+    problem: str = ""                    # the 400's detail when the value does not fit ("" -> NAME must be TYPE)
+    check: Callable[[Any], bool] | None = None     # a further condition on a value of the right type
+
+
+@dataclass(frozen=True)
+class Body:
+    method: str
+    path: str
+    role: str                            # the least role that may call it
+    meaning: str
+    fields: Mapping[str, Field] = field(default_factory=dict)
+
+
+def check_body(body: Any, schema: Body) -> dict[str, Any]:
+    """`body` as `schema` wants it: a JSON object of known fields of the right types. None counts as absent."""
+    if not isinstance(body, dict):
+        raise ApiError(400, "bad_request", "body must be a JSON object")
+    unknown = [name for name in body if name not in schema.fields]
+    if unknown:
+        raise ApiError(400, "unknown_field", f"unknown field {unknown[0]!r} in the body of {schema.method} "
+                                             f"{schema.path} (known: {', '.join(schema.fields)})"[:400])
+    for name, spec in schema.fields.items():
+        value = body.get(name)
+        if value is None:
+            if spec.required:
+                raise ApiError(400, "bad_request", spec.problem or f"{name} is required ({spec.type})")
+            continue
+        if not TYPES[spec.type](value) or (spec.check is not None and not spec.check(value)):
+            raise ApiError(400, "bad_request", spec.problem or f"{name} must be a {spec.type}")
+    return body
+
+
+CREATE_SESSION = Body("POST", "/v1/sessions", "harness", "create a session: its token, proxy URL, CA and env", {
+    "workload": Field("string", "`ephemeral` (default ttl 1 h) or `persistent` (7 days)",
+                      problem="workload must be 'ephemeral' or 'persistent'"),
+    "labels": Field("object of strings", "labels the policy sees as `input.session.labels`",
+                    problem="labels must be an object of strings"),
+    "allow": Field("list of strings", "host patterns (`host`, `*.host`, `host:port`) the session may reach "
+                                      "beyond the policy's base allowlist",
+                   problem="allow must be a list of host patterns"),
+    "secrets": Field("list of strings", "configured secrets (`[secrets.NAME]`) whose placeholders the session "
+                                        "gets in its env", problem="secrets must be a list of names"),
+    "databases": Field("list of strings", "configured databases (`[databases.NAME]`) whose URLs the session gets "
+                                          "in its env", problem="databases must be a list of names"),
+    "ttl_s": Field("integer", "lifetime in seconds (default by workload, at most 30 days)"),
+    "workspace": Field("string", "the sandbox's workspace path (absolute; default `/workspace`)",
+                       problem="workspace must be an absolute path"),
+    "ca_path": Field("string", "where the sandbox finds the CA (absolute; default `/etc/sandgate/ca.pem`)",
+                     problem="ca_path must be an absolute path"),
+    "source": Field("string", "bind the session to this source IP address (transparent capture; inside "
+                              "`proxy.transparent_sources`)", problem="source must be an IP address"),
+    "budgets": Field("object", "the session's own budgets (`requests`, `bytes_out`, `bytes_in`, `toolcalls`, "
+                               "`denials_per_10m`; 0 = none), within the workload's",
+                     problem="budgets must be an object"),
+})
+
+PATCH_SESSION = Body("PATCH", "/v1/sessions/{id}", "harness", "change a live session (at least one field)", {
+    "frozen": Field("boolean", "a frozen session's requests and tool calls are denied",
+                    problem="frozen must be a boolean"),
+    "labels": Field("object of strings", "replace the labels", problem="labels must be an object of strings"),
+    "ttl_s": Field("integer", "renew: expire `ttl_s` seconds from now (never past the session's maximum "
+                              "lifetime)", problem="ttl_s must be a positive integer"),
+    "budgets": Field("object", "replace the budgets given (0 = none); the others stay",
+                     problem="budgets must be an object"),
+})
+
+TOOLCALL = Body("POST", "/v1/toolcalls", "harness", "ask before running a tool call: allow, deny or ask", {
+    "session": Field("string", "the session id", required=True, problem="session and tool are required strings"),
+    "tool": Field("non-empty string", "the tool's name (`shell`, `sql`, an MCP tool, ...)", required=True,
+                  problem="session and tool are required strings"),
+    "args": Field("object", "the tool's arguments (`command` for shell, `query` for sql)",
+                  problem="args must be an object"),
+    "step": Field("integer", "the agent's step number (audited)", check=lambda v: 0 <= v <= MAX_STEP,
+                  problem=f"step must be an integer from 0 to {MAX_STEP}"),
+    "mcp": Field("object", "`{server, annotations}` for a tool of an MCP server (`input.mcp`)",
+                 problem="mcp must be an object"),
+})
+
+MCP_TOOLS = Body("POST", "/v1/mcp/tools", "harness", "which of an MCP server's tools the policy always denies", {
+    "session": Field("string", "the session id"),
+    "server": Field("string", "the MCP server's name"),
+    "tools": Field("list of objects", f"the server's tools, each `{{name, annotations}}` (at most {MAX_TOOLS})",
+                   required=True, check=lambda v: len(v) <= MAX_TOOLS,
+                   problem=f"tools must be a list of at most {MAX_TOOLS} objects"),
+})
+
+SCRUB = Body("POST", "/v1/sessions/{id}/scrub", "harness", "replace the session's real secret values in texts "
+                                                           "by their placeholders", {
+    "texts": Field("list of strings", f"the texts (at most {MAX_TEXTS})", required=True,
+                   check=lambda v: len(v) <= MAX_TEXTS, problem=f"texts must be a list of at most {MAX_TEXTS} strings"),
+})
+
+DECIDE = Body("POST", "/v1/approvals/{id}/approve", "approver", "approve a pending approval (`/deny` takes the "
+                                                                "same body)", {
+    "reason": Field("string", "why (audited; required by some policies' approvals)",
+                    problem="reason must be a string"),
+})
+
+PUT_SECRET = Body("PUT", "/v1/secrets/{name}", "admin", "store a local secret (the `local:` backend)", {
+    "value": Field("non-empty string", "the secret's value", required=True,
+                   problem="value (a non-empty string) is required"),
+    "hosts": Field("list of strings", "hosts it may be sent to", required=True, check=bool,
+                   problem="hosts must be a non-empty list of host names"),
+})
+
+REVOKE = Body("POST", "/v1/revocations", "admin", "revoke a token by its id", {
+    "jti": Field("string", "the token's id (`sandgate token` prints it)", required=True,
+                 problem="jti (a token id) is required"),
+})
+
+BODIES: tuple[Body, ...] = (CREATE_SESSION, PATCH_SESSION, TOOLCALL, MCP_TOOLS, SCRUB, DECIDE, PUT_SECRET, REVOKE)
