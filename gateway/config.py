@@ -78,13 +78,14 @@ SCHEMA: dict[str, Any] = {
                                       "(`PyPI` or `npm`) tables"),
         "package_max_bytes": Key(33554432, "largest package index document rewritten (larger ones pass "
                                            "unmodified)"),
-        "upstream_proxy": Key("", "a corporate proxy (`http(s)://host:port`) every allowed request goes through; "
-                                  "empty: direct"),
-        "upstream_proxy_user": Key("", "a secret source for the user of Basic auth to the upstream proxy"),
-        "upstream_proxy_password": Key("", "a secret source for its password"),
-        "upstream_proxy_resolve": Key("local", "`local`: sandgate resolves and checks addresses; `proxy`: the "
-                                               "proxy resolves names (no address check for them)"),
-        "upstream_proxy_bypass": Key([], "NO_PROXY-style exceptions, dialled direct"),
+        "upstream_proxy": Key("", "`http://HOST:PORT` or `https://HOST:PORT`: every allowed request leaves through "
+                                  "it; empty: direct"),
+        "upstream_proxy_user": Key("", "a secret source for Basic auth to the proxy; with `upstream_proxy_password`"),
+        "upstream_proxy_password": Key("", "a secret source; with `upstream_proxy_user`"),
+        "upstream_proxy_resolve": Key("local", "`local`: sandgate resolves and vets, and hands the proxy the vetted "
+                                               "address; `proxy`: hands it the name (no address check for names)"),
+        "upstream_proxy_bypass": Key([], "NO_PROXY-style exceptions dialled direct: `corp.example`, `10.0.0.0/8`, "
+                                         "`192.0.2.7:8080`, `*`"),
         "max_held_bytes": Key(268435456, "request bodies buffered in memory for holds and inspection, all sessions "
                                          "together; beyond: 503 `egress.held_bytes_full`"),
     },
@@ -580,8 +581,23 @@ def _proxy(px: Mapping[str, Any]) -> ProxySettings:
 # -- [databases.NAME]: the PostgreSQL gateway (gateway/postgres/) ----------------------------------------
 
 TLS_MODES = ("verify-full", "require", "disable")
-DATABASE_KEYS = {"upstream", "dbname", "user", "password", "tls", "upstream_ca", "env", "max_connections_per_session",
-                 "hold_timeout_s"}
+# The keys of a `[databases.NAME]` table and what each means (docs/reference.md is generated from this).
+DATABASE_DOC: dict[str, tuple[str, str]] = {       # key -> (default, meaning)
+    "upstream": ("required", "host:port of the real server, dialled at that address (no `egress.private_allow` "
+                             "check)"),
+    "dbname": ("required", "the upstream database"),
+    "user": ("required", "the upstream role"),
+    "password": ("required", "a secret source: `vault:MOUNT/PATH#KEY`, `local:NAME`, `env:VAR`"),
+    "tls": ('"verify-full"', "to the upstream: `verify-full`, `require` or `disable`; below `verify-full` only "
+                             "SCRAM-SHA-256 is answered"),
+    "upstream_ca": ('""', "a CA bundle trusted for the upstream, added to the public roots"),
+    "env": ("`NAME_DATABASE_URL`", "the variable of the session's `env` holding its URL"),
+    "max_connections_per_session": ("10", "connections one session may hold to this database; beyond: "
+                                          "`FATAL 53300`"),
+    "hold_timeout_s": ("60", "how long an asked statement waits for its approval (its transaction's locks are "
+                             "held meanwhile)"),
+}
+DATABASE_KEYS = frozenset(DATABASE_DOC)
 _NAME = re.compile(r"^[a-z][a-z0-9_]{0,62}$")
 _ENV = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 

@@ -171,3 +171,24 @@ REVOKE = Body("POST", "/v1/revocations", "admin", "revoke a token by its id", {
 })
 
 BODIES: tuple[Body, ...] = (CREATE_SESSION, PATCH_SESSION, TOOLCALL, MCP_TOOLS, SCRUB, DECIDE, PUT_SECRET, REVOKE)
+
+# The endpoints that take no body (queries named in the meaning); with BODIES, every route of the API.
+# tests/test_reference.py checks this list against the routes the server registers.
+OTHER_ENDPOINTS: tuple[tuple[str, str, str, str], ...] = (          # (method, path, role, meaning)
+    ("GET", "/v1/sessions", "harness", "the caller's sessions (an admin sees all); `?status=active|expired|deleted`"),
+    ("GET", "/v1/sessions/{id}", "harness", "one session (never its token)"),
+    ("DELETE", "/v1/sessions/{id}", "harness", "end a session: its token stops working at once"),
+    ("GET", "/v1/events", "harness, approver", "audit events, in order; `?session=ID&kind=KIND&limit=N`; "
+                                               "`after=SEQ` and `wait=SECONDS` (long poll) need a session"),
+    ("GET", "/v1/approvals", "harness, approver", "approvals; `?status=pending&session=ID&kind=egress|toolcall`"),
+    ("GET", "/v1/approvals/{id}", "harness, approver", "one approval; `?wait=SECONDS` waits for its decision; a "
+                                                       "harness reading `approved` uses it (once)"),
+    ("POST", "/v1/approvals/{id}/deny", "approver", "deny a pending approval (the body of `/approve`)"),
+    ("GET", "/v1/secrets", "admin", "the configured and local secrets (never their values)"),
+    ("DELETE", "/v1/secrets/{name}", "admin", "remove a local secret"),
+    ("GET", "/v1/revocations", "admin", "the revoked token ids"),
+    ("GET", "/healthz", "none", "liveness: `status` ok or degraded (audit rows cannot be written), policy "
+                                "revision and health"),
+    ("GET", "/readyz", "none", "readiness: 503 while new requests are refused (`audit.max_pending` rows wait)"),
+    ("GET", "/metrics", "none", "Prometheus metrics"),
+)

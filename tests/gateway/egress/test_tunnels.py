@@ -56,10 +56,12 @@ HELLO = client_hello()
     (b"\x16\x04\x01\x00\x05", Content.OTHER),
     (b"\x16\x03\x09\x00\x05", Content.OTHER),
     (b"\x16\x01", Content.OTHER),
-    (HELLO, Content.TLS),
-    (HELLO[:40], Content.MORE),
-    (HELLO[:5] + b"\x00" * (len(HELLO) - 5), Content.OTHER),  # a record of garbage
-    (b"x" * (MAX_HEAD_BYTES + 1), Content.OTHER),             # no request line within the cap
+    # a ClientHello's random bytes differ in every process: named ids keep the test ids equal in every
+    # pytest-xdist worker (which must collect the same tests)
+    pytest.param(HELLO, Content.TLS, id="client_hello"),
+    pytest.param(HELLO[:40], Content.MORE, id="client_hello_40_bytes"),
+    pytest.param(HELLO[:5] + b"\x00" * (len(HELLO) - 5), Content.OTHER, id="tls_record_of_garbage"),
+    pytest.param(b"x" * (MAX_HEAD_BYTES + 1), Content.OTHER, id="no_request_line_within_the_cap"),
 ])
 def test_classify_content(data, expected):
     assert classify_content(data) is expected

@@ -1,0 +1,50 @@
+"""docs/reference.md is complete: its generated tables (configuration, command line, API) are what
+gateway/cli/reference.py renders from the code that validates them, and every route the server serves and every
+field of the policy input is in it."""
+from __future__ import annotations
+
+import re
+
+from aiohttp import web
+
+from gateway.api.bodies import BODIES, OTHER_ENDPOINTS
+from gateway.cli.reference import REFERENCE, SECRET_DOC, rendered, secret_keys
+from gateway.config import DATABASE_DOC, DATABASE_KEYS
+from gateway.policy.inputs import build_egress_input
+
+
+def test_the_generated_tables_are_up_to_date():
+    text = REFERENCE.read_text()
+    assert text.count("<!-- BEGIN generated:") == 3
+    assert rendered(text) == text, ("docs/reference.md is stale or misses a key, command or field: run "
+                                    "`.venv/bin/python -m gateway.cli.reference --write`")
+
+
+def test_every_key_of_a_secret_and_a_database_table_is_documented():
+    assert set(SECRET_DOC) == secret_keys()
+    assert set(DATABASE_DOC) == DATABASE_KEYS
+
+
+def _shape(method: str, path: str) -> tuple[str, str]:
+    return method, re.sub(r"\{\w+\}", "{}", path)
+
+
+def test_every_route_the_server_serves_is_documented():
+    app = web.Application()
+    from gateway import server                               # the module that adds the API's routes
+    for module in server.__dict__.values():
+        if isinstance(getattr(module, "routes", None), web.RouteTableDef):
+            app.add_routes(module.routes)
+    served = {_shape(r.method, r.resource.canonical) for r in app.router.routes() if r.method != "HEAD"}
+    documented = {_shape(b.method, b.path) for b in BODIES} | {_shape(m, p) for m, p, _, _ in OTHER_ENDPOINTS}
+    assert served and served == documented
+
+
+def test_every_field_of_the_egress_and_session_input_is_named():
+    text = REFERENCE.read_text().split("## Policy input", 1)[1].split("\n## ", 1)[0]
+    doc = build_egress_input(session={"id": "s", "workload": "ephemeral", "created_at": 0}, now=1, method="GET",
+                             scheme="https", host="h", port=443, path="/", package={})
+    assert all(f"`input.{key}" in text for key in doc)
+    for part in ("session", "request"):
+        for key in doc[part]:
+            assert re.search(rf"`input\.{part}[`.][^\n]*\b{key}\b", text), (part, key)
