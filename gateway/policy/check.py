@@ -4,8 +4,11 @@ Reported with file:line: parse errors, calls to functions that are neither defin
 builtins of the engine, unsafe variables and conflicting rules (regorus finds the last two when a rule is
 first evaluated, so every rule is evaluated once on an empty input). `strict` adds OPA's strict-mode checks
 that a static walk can make: unused and duplicate imports, deprecated builtins, local assignments and function
-arguments never used, assignments to `input` or `data`; and sandgate's own trap: an egress rule restricting the
+arguments never used, assignments to `input` or `data`, and what is wrong with `# METADATA` annotations
+(gateway/policy/annotations.py); and sandgate's own trap: an egress rule restricting the
 request method that forgets the CONNECT every HTTPS request starts with.
+In every mode: an import whose name shadows a rule of its package (`import
+data.sandgate.lib.decision` in a package with a `decision` rule: alias it, `... as decision_lib`).
 """
 from __future__ import annotations
 
@@ -18,6 +21,7 @@ from typing import Any
 import regorus
 
 from gateway.policy import ast
+from gateway.policy.annotations import read_annotations
 from gateway.policy.loader import PolicySource
 from gateway.policy.rego import PolicyError, build_engine, error_text
 
@@ -173,6 +177,34 @@ def _strict(modules: list[dict]) -> list[Finding]:
     return findings
 
 
+def _annotation_errors(modules: list[dict]) -> list[Finding]:
+    findings = []
+    for module in modules:
+        _, problems = read_annotations(module.get("source", {}).get("contents", ""))
+        findings.extend(Finding(ast.module_file(module), p.line, p.message) for p in problems)
+    return findings
+
+
+def _shadowing_imports(modules: list[dict]) -> list[Finding]:
+    """An import named like a rule of its own package: `decision.combine(...)` then reads as the rule."""
+    names: dict[str, set[str]] = {}
+    for rule in ast.rules(modules):
+        names.setdefault(rule.package, set()).add(rule.name)
+    findings = []
+    for module in modules:
+        package, text = ast.module_package(module), module.get("source", {}).get("contents", "")
+        for imp in module["ast"].get("imports", []):
+            path = ast.ref_path(imp.get("refr"))
+            if not path or path[0] != "data":
+                continue
+            alias = _alias(imp, path, text)
+            if alias in names.get(package, ()):
+                findings.append(Finding(ast.module_file(module), imp["span"]["line"],
+                                        f"import {'.'.join(path)} shadows the rule {alias} of package {package} "
+                                        f"(alias it: import {'.'.join(path)} as {alias}_lib)"))
+    return findings
+
+
 def _var_names(node: Any, out: Counter) -> Counter:
     if isinstance(node, dict):
         var = node.get("Var")
@@ -293,7 +325,7 @@ def check_source(source: PolicySource, strict: bool = False) -> list[Finding]:
         return [_finding(str(exc))]
     modules = ast.parse_ast(engine.get_ast_as_json())
     findings = set(_unknown_functions(modules)) | set(_evaluation_errors(engine, modules)) \
-        | set(_opa_only_errors(modules))
+        | set(_opa_only_errors(modules)) | set(_shadowing_imports(modules))
     if strict:
-        findings |= set(_strict(modules)) | set(_method_without_connect(modules))
+        findings |= set(_strict(modules)) | set(_method_without_connect(modules)) | set(_annotation_errors(modules))
     return sorted(findings)

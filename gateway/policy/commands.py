@@ -29,7 +29,7 @@ def register(sub: Any, common: Callable[[argparse.ArgumentParser], None]) -> Any
     pcheck = psub.add_parser("check", help="parse and compile; report errors with file:line")
     common(pcheck)
     pcheck.add_argument("dir", nargs="?")
-    pcheck.add_argument("--strict", action="store_true", help="also OPA's strict-mode checks")
+    pcheck.add_argument("--strict", action="store_true", help="also OPA's strict-mode checks and METADATA annotation errors")
     peval = psub.add_parser("eval", help="decide an input document (or JSON Lines of them)")
     common(peval)
     peval.add_argument("--kind", choices=["egress", "toolcall"], help="which policy (required with --input)")

@@ -12,10 +12,15 @@ package sandgate.egress
 
 import rego.v1
 
-import data.sandgate.lib.decision
+import data.sandgate.lib.decision as decision_lib
 import data.sandgate.lib.hosts
 
-decision := decision.combine(deny, ask, allow)
+# METADATA
+# title: Egress decision
+# description: The deny, ask and allow items combined (deny beats ask beats allow; nothing is deny).
+# custom:
+#   code: policy.default_deny
+decision := decision_lib.combine(deny, ask, allow)
 
 # -- tunables (data.sandgate.config.egress), with defaults ------------------------------------------------
 
@@ -71,6 +76,11 @@ reads_only if endswith(input.request.path, "/git-upload-pack")
 
 # -- allow ------------------------------------------------------------------------------------------------
 
+# METADATA
+# title: Allowed host
+# description: The host is on the session's allow list, or a persistent session's base allowlist.
+# custom:
+#   code: egress.allowed
 allow contains item if {
 	host_listed
 	item := {"code": "egress.allowed", "reason": sprintf("%s is allowed for this session", [host])}
@@ -78,7 +88,11 @@ allow contains item if {
 
 # -- deny -------------------------------------------------------------------------------------------------
 
-# Nothing (shipped or site rule) allows this destination.
+# METADATA
+# title: Not allowlisted
+# description: Nothing (shipped or site rule) allows this destination.
+# custom:
+#   code: egress.not_allowlisted
 deny contains item if {
 	count(allow) == 0
 	not in_tunnel
@@ -87,6 +101,11 @@ deny contains item if {
 
 # Inside a tunnel whose CONNECT was allowed, nothing allows this request: a rule allowed the host for some
 # methods or paths only (for HTTPS the CONNECT is decided first, then each request in the tunnel).
+# METADATA
+# title: Request not allowed in an allowed tunnel
+# description: The tunnel's CONNECT was allowed, but no allow covers this request.
+# custom:
+#   code: egress.request_not_allowed
 deny contains item if {
 	count(allow) == 0
 	in_tunnel
@@ -98,6 +117,11 @@ deny contains item if {
 
 in_tunnel if input.request.tunnel == true
 
+# METADATA
+# title: Address class
+# description: The destination's address class is not public nor an allowed private range (code address.CLASS).
+# custom:
+#   code: address.CLASS
 deny contains item if {
 	not ip_class_ok
 	class := ip_class_name
@@ -111,6 +135,11 @@ ip_class_name := ip_class if is_string(ip_class) else := "invalid"
 
 # A package file (PyPI sdist or wheel, npm tarball) that an OSV malicious-package record lists. sandgate fills
 # input.request.package for downloads from registry hosts; advisories are the record ids (MAL-...).
+# METADATA
+# title: Malicious package
+# description: An OSV malicious-package record lists this package version.
+# custom:
+#   code: package.malicious
 deny contains item if {
 	count(package_advisories) > 0
 	item := {
@@ -120,6 +149,11 @@ deny contains item if {
 }
 
 # A package whose facts cannot be read is not downloaded either.
+# METADATA
+# title: Unreadable package facts
+# description: A package download whose advisories cannot be read.
+# custom:
+#   code: package.malicious
 deny contains {"code": "package.malicious", "reason": "the package download's advisories cannot be read"} if {
 	input.request.package
 	not is_array(input.request.package.advisories)
@@ -136,11 +170,21 @@ package_label := sprintf("%v %v %v", [pkg.ecosystem, pkg.name, pkg.version]) if 
 
 # -- ask --------------------------------------------------------------------------------------------------
 
+# METADATA
+# title: Method asks
+# description: A method in ask_methods (DELETE by default) needs approval.
+# custom:
+#   code: egress.method_ask
 ask contains item if {
 	method in ask_methods
 	item := {"code": "egress.method_ask", "reason": sprintf("%s requests need approval", [method])}
 }
 
+# METADATA
+# title: Git push
+# description: A git push (git-receive-pack) needs approval.
+# custom:
+#   code: egress.git_push
 ask contains {"code": "egress.git_push", "reason": "git push needs approval"} if {
 	endswith(input.request.path, "/git-receive-pack")
 }
@@ -148,6 +192,11 @@ ask contains {"code": "egress.git_push", "reason": "git push needs approval"} if
 # A budget of the session is spent ([budgets.WORKLOAD], or its own set by PATCH /v1/sessions/{id}): every
 # request asks. sandgate lists the spent budgets in input.session.budgets_spent (counters vs budgets, both in
 # input.session). A CONNECT only opens a tunnel: the requests inside it ask.
+# METADATA
+# title: Budget spent
+# description: A budget of the session is spent: every request asks.
+# custom:
+#   code: budget.exceeded
 ask contains item if {
 	count(budgets_spent) > 0
 	method != "CONNECT"
@@ -158,6 +207,11 @@ budgets_spent := [sprintf("%v", [b]) | some b in input.session.budgets_spent] if
 	is_array(input.session.budgets_spent)
 } else := []
 
+# METADATA
+# title: Frozen session
+# description: A frozen session asks for every method but reads.
+# custom:
+#   code: egress.frozen
 ask contains item if {
 	input.session.frozen == true
 	not reads_only

@@ -17,6 +17,11 @@ import data.sandgate.lib.decision as decision_lib
 import data.sandgate.lib.hosts
 import data.sandgate.lib.paths
 
+# METADATA
+# title: Tool-call decision
+# description: The deny, ask and allow items combined (deny beats ask beats allow; nothing is deny).
+# custom:
+#   code: policy.default_deny
 decision := decision_lib.combine(deny, ask, allow)
 
 default cfg := {}

@@ -41,18 +41,33 @@ mcp_listed(patterns) if {
 	glob.match(substring(pattern, cut + 1, -1), null, input.tool.name)
 }
 
+# METADATA
+# title: Malformed MCP call
+# description: An MCP tool call without a server or tool name.
+# custom:
+#   code: toolcall.mcp_malformed
 deny contains item if {
 	mcp_call
 	not mcp_named
 	item := {"code": "toolcall.mcp_malformed", "reason": "an MCP tool call needs a server and a tool name"}
 }
 
+# METADATA
+# title: MCP tool denied
+# description: The tool is listed in mcp_deny (also hidden from tools/list).
+# custom:
+#   code: toolcall.mcp_denied
 deny contains item if {
 	mcp_call
 	mcp_listed(mcp_deny_patterns)
 	item := {"code": "toolcall.mcp_denied", "reason": concat("", ["MCP tool ", mcp_id, " is denied (mcp_deny)"])}
 }
 
+# METADATA
+# title: MCP tool not listed
+# description: An MCP tool not in mcp_allow needs approval.
+# custom:
+#   code: toolcall.mcp_unlisted
 ask contains item if {
 	mcp_call
 	mcp_named
@@ -60,12 +75,22 @@ ask contains item if {
 	item := {"code": "toolcall.mcp_unlisted", "reason": concat("", ["MCP tool ", mcp_id, " is not in mcp_allow"])}
 }
 
+# METADATA
+# title: Frozen session, MCP tool
+# description: A frozen session asks for every MCP tool call.
+# custom:
+#   code: toolcall.mcp_frozen
 ask contains item if {
 	mcp_call
 	input.session.frozen == true
 	item := {"code": "toolcall.mcp_frozen", "reason": "the session is frozen: every MCP tool call needs approval"}
 }
 
+# METADATA
+# title: MCP tool allowed
+# description: The tool is listed in mcp_allow.
+# custom:
+#   code: toolcall.mcp_allowed
 allow contains item if {
 	mcp_call
 	mcp_listed(mcp_allow_patterns)

@@ -285,6 +285,54 @@ def test_check_shipped_policies_are_clean(tmp_path):
     assert proc.returncode == 0, proc.stdout
 
 
+def test_check_flags_an_import_that_shadows_a_rule(tmp_path):
+    write(tmp_path, {"lib.rego": "package lib.decision\nimport rego.v1\ncombine(a) := a\n",
+                     "p.rego": "package p\nimport rego.v1\nimport data.lib.decision\n"
+                               "decision := decision.combine(1)\n"})
+    proc = sandgate("policy", "check", str(tmp_path))
+    assert proc.returncode == 1
+    assert "p.rego:3: error: import data.lib.decision shadows the rule decision of package p" in proc.stdout
+    write(tmp_path, {"p.rego": "package p\nimport rego.v1\nimport data.lib.decision as decision_lib\n"
+                               "decision := decision_lib.combine(1)\n"})
+    assert sandgate("policy", "check", str(tmp_path)).returncode == 0
+
+
+def test_check_strict_prints_metadata_annotation_errors(tmp_path):
+    write(tmp_path, {"p.rego": """
+        package p
+
+        import rego.v1
+
+        # METADATA
+        # title: [unclosed
+        a := 1
+
+        # METADATA
+        # titel: a typo
+        # custom: not-a-mapping
+        b := 2
+
+        # METADATA
+        # scope: package
+        c := 3
+
+        # METADATA
+        # title: Fine
+        # description: A rule with a good block.
+        # custom:
+        #   code: p.fine
+        d := 4
+        """})
+    assert sandgate("policy", "check", str(tmp_path)).returncode == 0        # annotations: --strict only
+    proc = sandgate("policy", "check", "--strict", str(tmp_path))
+    assert proc.returncode == 1
+    assert "p.rego:5: error: METADATA is not valid YAML" in proc.stdout
+    assert "p.rego:9: error: unknown METADATA key 'titel'" in proc.stdout
+    assert "p.rego:9: error: METADATA custom must be a mapping" in proc.stdout
+    assert "p.rego:14: error: METADATA scope package must annotate a package line" in proc.stdout
+    assert "p.rego:18" not in proc.stdout
+
+
 def test_check_strict_reports_unused_locals_and_arguments(tmp_path):
     write(tmp_path, {"p.rego": """
         package p

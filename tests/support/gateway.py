@@ -77,7 +77,9 @@ class Sandgate:
     def api(self) -> str:
         return f"http://127.0.0.1:{self.api_port}"
 
-    def start(self, timeout: float = 40.0) -> "Sandgate":
+    # A loaded machine (a parallel `make test` on 2 cores) can take a minute to import and start a sandgate: a start
+    # that is slow is not a failure; one that exits or never listens is.
+    def start(self, timeout: float = 120.0) -> "Sandgate":
         if self.proc is not None and self.proc.poll() is None:
             raise RuntimeError("this sandgate is already running")
         listen = self.data_dir / "listen.json"
