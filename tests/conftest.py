@@ -25,8 +25,9 @@ settings.load_profile("ci" if IN_CI else "sandgate")
 
 
 # -- Tiers and parallel runs (docs/testing.md) ---------------------------------------------------------------
-# End-to-end tests are marked by where they live, never file by file: a file named *_e2e.py, or one in a folder
-# below. `make test-fast` runs the rest (`-m "not e2e"`); `make test` runs everything.
+# End-to-end tests are marked by where they live, never file by file: a file named *_e2e.py or *_cli.py (tests of
+# CLI processes), or one in a folder below. `make test-fast` runs the rest (`-m "not e2e"`); `make test` runs
+# everything.
 E2E_FOLDERS = ("deploy",)
 # Files whose tests must not run at the same time as each other's under pytest-xdist: each group runs on one
 # worker, one file after the other (a file's own tests always stay on one worker, for its module fixtures).
@@ -35,9 +36,9 @@ _TESTS = Path(__file__).parent
 
 
 def is_e2e(path: Path) -> bool:
-    """Whether the test file at `path` is end-to-end: named *_e2e.py, or in one of E2E_FOLDERS."""
+    """Whether the test file at `path` is end-to-end: named *_e2e.py or *_cli.py, or in one of E2E_FOLDERS."""
     rel = path.resolve().relative_to(_TESTS)
-    return path.name.endswith("_e2e.py") or any(part in E2E_FOLDERS for part in rel.parts[:-1])
+    return path.name.endswith(("_e2e.py", "_cli.py")) or any(part in E2E_FOLDERS for part in rel.parts[:-1])
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
