@@ -43,7 +43,7 @@ def test_every_route_the_server_serves_is_documented():
 def test_every_field_of_the_egress_and_session_input_is_named():
     text = REFERENCE.read_text().split("## Policy input", 1)[1].split("\n## ", 1)[0]
     doc = build_egress_input(session={"id": "s", "workload": "ephemeral", "created_at": 0}, now=1, method="GET",
-                             scheme="https", host="h", port=443, path="/", package={})
+                             scheme="https", host="h", port=443, path="/", package={}, tunnel=True, aws={})
     assert all(f"`input.{key}" in text for key in doc)
     for part in ("session", "request"):
         for key in doc[part]:

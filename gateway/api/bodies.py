@@ -187,6 +187,8 @@ OTHER_ENDPOINTS: tuple[tuple[str, str, str, str], ...] = (          # (method, p
     ("GET", "/v1/secrets", "admin", "the configured and local secrets (never their values)"),
     ("DELETE", "/v1/secrets/{name}", "admin", "remove a local secret"),
     ("GET", "/v1/revocations", "admin", "the revoked token ids"),
+    ("GET", "/v1/decisions", "admin", "the decision log in OPA's decision-log format; `?since=&until=&kind=&session="
+                                      "&id=&request_id=&limit=&after=` (pages: `next`)"),
     ("GET", "/healthz", "none", "liveness: `status` ok or degraded (audit rows cannot be written), policy "
                                 "revision and health"),
     ("GET", "/readyz", "none", "readiness: 503 while new requests are refused (`audit.max_pending` rows wait)"),

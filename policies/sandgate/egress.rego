@@ -194,7 +194,7 @@ ask contains {"code": "egress.git_push", "reason": "git push needs approval"} if
 # input.session). A CONNECT only opens a tunnel: the requests inside it ask.
 # METADATA
 # title: Budget spent
-# description: A budget of the session is spent: every request asks.
+# description: A budget of the session is spent, so every request asks.
 # custom:
 #   code: budget.exceeded
 ask contains item if {
@@ -256,6 +256,11 @@ aws_matches(patterns) if {
 	glob.match(pattern, [], name)
 }
 
+# METADATA
+# title: AWS credential operation
+# description: An AWS operation that hands out credentials (aws_credential_operations) is denied.
+# custom:
+#   code: aws.credential_operation
 deny contains item if {
 	aws_operation
 	aws_matches(aws_credential_operations)
@@ -265,6 +270,11 @@ deny contains item if {
 	}
 }
 
+# METADATA
+# title: AWS operation asks
+# description: An AWS operation listed in aws_ask_operations needs approval.
+# custom:
+#   code: aws.operation_ask
 ask contains item if {
 	aws_operation
 	aws_matches(aws_ask_operations)

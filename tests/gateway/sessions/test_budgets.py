@@ -98,9 +98,9 @@ def test_caps_and_budgets_in_the_configuration():
     assert cfg.egress.max_held_bytes == 1024
     assert cfg.budgets["persistent"]["bytes_in"] == 9 and cfg.budgets["ephemeral"]["bytes_in"] == 0
     for overrides, message in (({"sessions": {"max_held": 0}}, "sessions.max_held"),
-                               ({"sessions": {"max_hold": 1}}, "unknown key 'max_hold'"),
+                               ({"sessions": {"max_hold": 1}}, "unknown key 'sessions.max_hold'"),
                                ({"egress": {"max_held_bytes": -1}}, "egress.max_held_bytes"),
-                               ({"budgets": {"batch": {}}}, "unknown workload 'batch'"),
+                               ({"budgets": {"batch": {}}}, r"unknown section \[budgets\.batch\]"),
                                ({"budgets": {"persistent": {"requests": "x"}}}, "budgets.persistent.requests")):
         with pytest.raises(ValueError, match=message):
             load_config(environ={}, overrides=overrides)
