@@ -150,6 +150,19 @@ def form_params(call: Call) -> dict[str, str]:
     return params
 
 
+def ambiguous(call: Call, multi_headers: Sequence[str] = ()) -> bool:
+    """Whether the call names its operation more than one way (an `Action` in both the query and the body, or twice
+    with different values; `X-Amz-Target` twice): a server might read the other one, so it is refused."""
+    if "x-amz-target" in multi_headers:
+        return True
+    actions = {v for k, v in call.query if k == "Action"}
+    ctype = call.headers.get("content-type", "")
+    if call.body and "application/x-www-form-urlencoded" in ctype and len(call.body) <= MAX_FORM_BYTES:
+        actions |= {v for k, v in parse_qsl(call.body.decode("utf-8", "replace"), keep_blank_values=True)
+                    if k == "Action"}
+    return len(actions) > 1
+
+
 def needs_body(index: ServiceIndex | None, method: str, headers: Mapping[str, str]) -> bool:
     """Whether the operation may be named only in the body (a query protocol's form POST)."""
     return index is not None and index.protocol in QUERY_PROTOCOLS and method == "POST" and \

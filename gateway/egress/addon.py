@@ -271,6 +271,8 @@ class EgressAddon:
         sid = session["id"]
         own = session["placeholders"]
         path = "" if is_connect else req.path.split("?", 1)[0]
+        if aws is not None and aws.ambiguous:
+            return self.deny(flow, "aws.ambiguous_operation", "this AWS call names its operation more than once")
         st.aws = aws.facts() if aws is not None else None
         doc = build_egress_input(
             session=deps.sessions.with_stats(session), now=time.time(), method=req.method,

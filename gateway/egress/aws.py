@@ -14,7 +14,7 @@ from urllib.parse import parse_qsl
 
 from mitmproxy import http
 
-from broker.aws_ops import Call, ServiceIndex, needs_body, operation_of, resource_of
+from broker.aws_ops import Call, ServiceIndex, ambiguous, needs_body, operation_of, resource_of
 from broker.broker import AWS_SECRET_PART, Broker
 from broker.sigv4 import (SIGNED_CHUNKS, STREAMING_SIGNED_TRAILER, Credentials, Request, Signature, SigV4Error,
                           parse_signature, payload_hash, resign, signing_key, verify)
@@ -39,6 +39,7 @@ class AwsCall:
     operation: str
     resource: str
     needs_body: bool = False
+    ambiguous: bool = False                             # names its operation twice, differently: refused
 
     def facts(self) -> dict:
         return {"service": self.service, "region": self.region, "operation": self.operation,
@@ -69,7 +70,10 @@ def describe_call(index: ServiceIndex | None, facts: AwsFacts, flow: http.HTTPFl
                 body=body)
     if body is None and needs_body(index, req.method, headers):
         return AwsCall(facts.service, facts.region, "", "", needs_body=True)
-    return AwsCall(facts.service, facts.region, operation_of(index, call), resource_of(index, call))
+    names = [k.lower() for k, _v in req.headers.items(multi=True)]
+    twice = [n for n in set(names) if names.count(n) > 1]
+    return AwsCall(facts.service, facts.region, operation_of(index, call), resource_of(index, call),
+                   ambiguous=ambiguous(call, twice))
 
 
 @dataclass(frozen=True)

@@ -365,6 +365,23 @@ def test_signed_chunks_are_signed_again(aws, size):
     assert all(r.body != bad for r in echo.recorder.requests)
 
 
+def test_an_operation_named_twice_is_refused(aws):
+    """Action=TerminateInstances in the query, Action=DescribeInstances in the body: whichever a server reads, the
+    policy cannot know which it decided, so sandgate refuses."""
+    sg, moto, _real, _other, _tmp = aws
+    sess = session(sg)
+    url = moto.url + "/?Action=TerminateInstances&InstanceId.1=i-1"
+    body = b"Action=DescribeInstances&Version=2016-11-15"
+    req = AWSRequest(method="POST", url=url, data=body,
+                     headers={"Content-Type": "application/x-www-form-urlencoded; charset=utf-8"})
+    SigV4Auth(Credentials(sess["env"]["AWS_ACCESS_KEY_ID"], sess["env"]["AWS_SECRET_ACCESS_KEY"]), "ec2",
+              REGION).add_auth(req)
+    resp = requests.post(url, data=body, headers=dict(req.headers), proxies=sess["proxies"], verify=sess["ca_file"],
+                         timeout=30)
+    OUTPUTS.append(resp.content)
+    assert resp.status_code == 403 and resp.json()["code"] == "aws.ambiguous_operation"
+
+
 def test_zz_real_secret_never_seen(aws):
     sg, moto, real, other, _tmp = aws
     texts = list(OUTPUTS) + [sg.log().encode(), json.dumps(sg.call("GET", "/v1/events?limit=10000").json()).encode()]

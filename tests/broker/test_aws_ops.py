@@ -105,3 +105,16 @@ def test_resources_and_unknowns():
     spoof = Call("dynamodb", "POST", "dynamodb.us-east-1.amazonaws.com", "/", (),
                  {"x-amz-target": "Other_1.DeleteTable"})
     assert operation_of(MODELS.load("dynamodb"), spoof) == ""
+
+
+def test_an_operation_named_twice_is_ambiguous():
+    from broker.aws_ops import ambiguous
+    form = {"content-type": "application/x-www-form-urlencoded; charset=utf-8"}
+    one = Call("ec2", "POST", "ec2.amazonaws.com", "/", (("Action", "DescribeInstances"),), form,
+               b"Action=DescribeInstances&Version=2016-11-15")
+    assert not ambiguous(one)
+    two = Call("ec2", "POST", "ec2.amazonaws.com", "/", (("Action", "TerminateInstances"),), form,
+               b"Action=DescribeInstances&Version=2016-11-15")
+    assert ambiguous(two)
+    assert ambiguous(Call("ec2", "POST", "h", "/", (), form, b"Action=A&Action=B"))
+    assert ambiguous(Call("dynamodb", "POST", "h", "/", (), {}), ["x-amz-target"])
