@@ -50,7 +50,7 @@ from gateway.egress.token_transport import VettedTransport, tls_context
 from gateway.egress.oauth_retry import OAuth2RetryAddon
 from gateway.egress.tls import write_upstream_bundle
 from gateway.net.addresses import OPERATOR_ENDPOINT_NETWORKS, AddressVerdict, vet_addresses
-from gateway.net.upstream_proxy import basic_credentials
+from gateway.net.upstream_proxy import UpstreamProxy, basic_credentials, bypassed
 from gateway.gates.toolcall import ToolCallGate
 from gateway.egress.packages import PackageIndexAddon
 from gateway.packages.firewall import PackageFirewall
@@ -199,6 +199,13 @@ def _operator_secrets(sources: list[str], cfg: Config) -> CachedResolver:
     return CachedResolver(backends, ttl_s=cfg.broker.cache_ttl_s)
 
 
+def _proxied(proxy: UpstreamProxy | None) -> Callable[[str, int], bool]:
+    """Whether egress.upstream_proxy carries the connections to a (normalised host, port)."""
+    if proxy is None:
+        return lambda host, port: False
+    return lambda host, port: not bypassed(proxy, host, port)
+
+
 def _proxy_auth(cfg: Config, reader: CachedResolver | None) -> Callable[[], Awaitable[str | None]] | None:
     """The Proxy-Authorization value for sandgate's own requests through the upstream proxy."""
     proxy = cfg.egress.upstream_proxy
@@ -316,7 +323,8 @@ async def open_gateway(cfg: Config, stack: AsyncExitStack, worker: bool = False,
                                     aws_models=ServiceModels()))
     gate = LayerGate(raw_tcp=cfg.egress.raw_tcp, passthrough=cfg.egress.passthrough, audit=audit,
                      session_of=egress.session_of, connection_valid=egress.connection_valid,
-                     on_refused=lambda code: metrics.decision("egress", "deny"), tunnel_of=egress.tunnel_of)
+                     on_refused=lambda code: metrics.decision("egress", "deny"), tunnel_of=egress.tunnel_of,
+                     proxied=_proxied(cfg.egress.upstream_proxy))
     addons: list[object] = [gate, egress, HoldAddon(approvals, sessions, placeholders, recorder, cfg.egress, held),
                             PackageIndexAddon(packages, held), InjectionAddon(broker, placeholders, screen, recorder, metrics,
                                                            AwsSigning(broker, cfg.egress.inspect_max_bytes))]

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Callable, Protocol, Sequence
 
 import wsproto.events
-from mitmproxy import connection, tcp
+from mitmproxy import connection, tcp, tls
 from wsproto.connection import ConnectionState
 from mitmproxy.proxy import commands, layer, layers
 from mitmproxy.proxy.context import Context
@@ -21,9 +21,11 @@ from mitmproxy.proxy.layers import modes
 from mitmproxy.proxy.layers import websocket as websocket_layers
 from mitmproxy.proxy.layers.http import ErrorCode, HttpStream, HTTPMode, ResponseProtocolError
 from mitmproxy.proxy.layers.http._upstream_proxy import HttpUpstreamProxy
+from mitmproxy.proxy.layers.tls import HTTP2_ALPN
 
 from gateway.net.hosts import AllowEntry, match_allowlist, normalise_host
-from gateway.egress.tunnels import Choice, LayerArgs, LayerDecision, Level, decide_layer
+from gateway.egress.tunnels import Choice, LayerArgs, LayerDecision, Level, ServerFirstArgs, decide_layer, \
+    server_first
 
 log = logging.getLogger("sandgate.egress")
 
@@ -111,10 +113,20 @@ def stack_level(context: Context) -> Level:
             and stack[1].mode is HTTPMode.regular and isinstance(stack[2], HttpStream)):
         if len(stack) == 3:
             return Level.TUNNEL
-        if (len(stack) == 5 and isinstance(stack[3], layers.ServerTLSLayer)
-                and isinstance(stack[4], layers.ClientTLSLayer)):
+        rest = stack[3 + len(proxy_wrapper(stack[3:])):]
+        if len(rest) == 2 and isinstance(rest[0], layers.ServerTLSLayer) and isinstance(rest[1], layers.ClientTLSLayer):
             return Level.TLS
     return Level.UNKNOWN
+
+
+def proxy_wrapper(stack: Sequence[layer.Layer]) -> Sequence[layer.Layer]:
+    """The upstream-proxy layers a tunnel's stack starts with (`HttpUpstreamProxy.make`: the proxy's own TLS when
+    it is an https proxy, then the CONNECT to it), or nothing."""
+    if stack and isinstance(stack[0], HttpUpstreamProxy):
+        return stack[:1]
+    if len(stack) >= 2 and isinstance(stack[0], layers.ServerTLSLayer) and isinstance(stack[1], HttpUpstreamProxy):
+        return stack[:2]
+    return ()
 
 
 def target_of(context: Context) -> tuple[str, int] | None:
@@ -142,7 +154,8 @@ class LayerGate:
     def __init__(self, *, raw_tcp: Sequence[AllowEntry], passthrough: Sequence[AllowEntry], audit: Recorder,
                  session_of: Callable[[connection.Client], str | None], on_refused: Callable[[str], None],
                  connection_valid: Callable[[connection.Client], bool],
-                 tunnel_of: Callable[[connection.Client], tuple[str, int] | None] = lambda client: None):
+                 tunnel_of: Callable[[connection.Client], tuple[str, int] | None] = lambda client: None,
+                 proxied: Callable[[str, int], bool] = lambda host, port: False):
         self.raw_tcp = list(raw_tcp)
         self.passthrough = list(passthrough)
         self.audit = audit
@@ -150,6 +163,7 @@ class LayerGate:
         self.on_refused = on_refused
         self.connection_valid = connection_valid
         self.tunnel_of = tunnel_of
+        self.proxied = proxied            # egress.upstream_proxy applies to a (host, port) (not bypassed)
         self.flows: "weakref.WeakKeyDictionary[tcp.TCPFlow, TcpState]" = weakref.WeakKeyDictionary()
         self._modes: "weakref.WeakKeyDictionary[connection.Server, str]" = weakref.WeakKeyDictionary()
 
@@ -183,6 +197,13 @@ class LayerGate:
         if choice is Choice.HTTP:
             return GuardedHttpLayer(context, HTTPMode.transparent)
         if choice is Choice.INTERCEPT_TLS:
+            if context.server.via is not None and stack_level(context) is Level.TUNNEL:
+                # the tunnel goes through the upstream proxy (upstream.py set `via` at its CONNECT): a server
+                # connection opened before the client's handshake (tls_clienthello) goes through it too
+                stack = HttpUpstreamProxy.make(context, True)
+                stack /= layers.ServerTLSLayer(context)
+                stack /= layers.ClientTLSLayer(context)
+                return stack[0]
             server_tls = layers.ServerTLSLayer(context)
             server_tls.child_layer = layers.ClientTLSLayer(context)
             return server_tls
@@ -196,6 +217,24 @@ class LayerGate:
             return layers.TCPLayer(context)
         self.refused(context, decision)
         return Refused(context)
+
+    def tls_clienthello(self, data: tls.ClientHelloData) -> None:
+        """An intercepted tunnel's ClientHello: connect upstream first where that lets the client get only the ALPN
+        the upstream speaks (tunnels.server_first). Fails closed to mitmproxy's lazy default."""
+        try:
+            context = data.context
+            target = target_of(context)
+            data.establish_server_tls_first = server_first(ServerFirstArgs(
+                decided=target is not None and self.tunnel_of(context.client) == target,
+                offers_h2=HTTP2_ALPN in data.client_hello.alpn_protocols,
+                server_tls=bool(context.server.tls) and stack_level(context) is Level.TLS,
+                connected=context.server.connected,
+                proxied=target is not None and self.proxied(*target),
+                via_wrapped=context.server.via is not None and any(
+                    isinstance(item, HttpUpstreamProxy) and item.conn is context.server for item in context.layers)))
+        except Exception:  # noqa: BLE001 - lazy, as before
+            log.exception("internal_error in tls_clienthello")
+            data.establish_server_tls_first = False
 
     def refused(self, context: Context, decision: LayerDecision) -> None:
         self.on_refused(decision.code)

@@ -7,12 +7,15 @@ from mitmproxy.proxy import events, layer, layers
 from mitmproxy.proxy.context import Context
 from mitmproxy.proxy.layers import modes
 from mitmproxy.proxy.layers.http import HttpStream, HTTPMode
+from mitmproxy.proxy.layers.http._upstream_proxy import HttpUpstreamProxy
+from mitmproxy.proxy.layers.tls import parse_client_hello
 from mitmproxy.test import taddons, tflow
+from mitmproxy.tls import ClientHelloData
 
 from gateway.net.hosts import parse_allow_entry
 from gateway.egress.layers import LayerGate, Refused, stack_level
 from gateway.egress.tunnels import Level
-from tests.gateway.egress.test_tunnels import HELLO
+from tests.gateway.egress.test_tunnels import HELLO, client_hello
 
 
 class Rows:
@@ -135,3 +138,78 @@ def test_tcp_tunnel_of_an_ended_session_carries_nothing():
     flow.messages.append(message)
     gate.tcp_message(flow)
     assert message.content == b""
+
+
+def tunnel_gate(proxied=False):
+    rows, refused = Rows(), []
+    return LayerGate(raw_tcp=[], passthrough=[parse_allow_entry("pinned.test")], audit=rows,
+                     session_of=lambda client: "s_1", on_refused=refused.append, connection_valid=lambda c: True,
+                     tunnel_of=lambda client: ("allowed.test", 443), proxied=lambda host, port: proxied)
+
+
+def built_chain(top) -> list:
+    chain = [top]
+    while not isinstance(chain[-1], layers.ClientTLSLayer):
+        chain.append(chain[-1].child_layer)
+    return chain
+
+
+def hello_data(ctx, alpn):
+    return ClientHelloData(ctx, parse_client_hello(client_hello(alpn=alpn)))
+
+
+@pytest.mark.parametrize("scheme", ["http", "https"])
+def test_an_intercepted_tunnel_through_the_upstream_proxy_goes_through_it(scheme):
+    """With `via` set (upstream.py, at the CONNECT), the intercepted tunnel's layers sit on the proxy's CONNECT, so a
+    server connection opened before the client's handshake goes through the proxy; the inner level is still TLS."""
+    gate = tunnel_gate(proxied=True)
+    with taddons.context() as tctx:
+        ctx = context(Level.TUNNEL, tctx.options)
+        ctx.server.via = (scheme, ("proxy.corp", 3128))
+        chain = built_chain(ask(gate, ctx, HELLO).layer)
+        assert any(isinstance(item, HttpUpstreamProxy) and item.conn is ctx.server for item in chain)
+        assert isinstance(chain[-2], layers.ServerTLSLayer) and chain[-2].conn is ctx.server
+        assert stack_level(ctx) is Level.TLS
+        data = hello_data(ctx, ["h2", "http/1.1"])
+        gate.tls_clienthello(data)
+        assert data.establish_server_tls_first
+
+
+def test_the_upstream_first_only_for_h2_offers_to_the_decided_destination():
+    gate = tunnel_gate()
+    with taddons.context() as tctx:
+        ctx = context(Level.TUNNEL, tctx.options)
+        chain = built_chain(ask(gate, ctx, HELLO).layer)
+        assert not any(isinstance(item, HttpUpstreamProxy) for item in chain)
+        for alpn, expected in [(["h2", "http/1.1"], True), (["http/1.1"], False), (None, False)]:
+            data = hello_data(ctx, alpn)
+            gate.tls_clienthello(data)
+            assert data.establish_server_tls_first is expected, alpn
+        other = context(Level.TUNNEL, tctx.options, target=("other.test", 443))     # not the decided tunnel
+        ask(gate, other, HELLO)
+        data = hello_data(other, ["h2"])
+        gate.tls_clienthello(data)
+        assert not data.establish_server_tls_first
+
+
+def test_a_proxied_destination_without_the_proxy_layers_stays_lazy():
+    """e.g. a transparent connection, whose requests are routed to the proxy one by one: never dialled direct."""
+    gate = tunnel_gate(proxied=True)
+    with taddons.context() as tctx:
+        ctx = context(Level.TUNNEL, tctx.options)
+        ask(gate, ctx, HELLO)
+        data = hello_data(ctx, ["h2"])
+        gate.tls_clienthello(data)
+        assert not data.establish_server_tls_first
+
+
+def test_an_internal_error_in_tls_clienthello_stays_lazy():
+    gate = tunnel_gate()
+    gate.tunnel_of = None                                   # breaks the hook
+    with taddons.context() as tctx:
+        ctx = context(Level.TUNNEL, tctx.options)
+        ask(gate, ctx, HELLO)
+        data = hello_data(ctx, ["h2"])
+        data.establish_server_tls_first = True
+        gate.tls_clienthello(data)
+        assert not data.establish_server_tls_first

@@ -8,6 +8,7 @@ import requests
 
 from tests.conftest import LOOPBACK_CONFIG, need_binary
 from tests.support.gateway import Sandgate
+from tests.support.h2upstream import H2Upstream
 from tests.support.upstream import Upstream, make_cert
 
 
@@ -22,7 +23,20 @@ def tls_env(tmp_path_factory):
                                       "pinned.test": ["127.0.0.1"], "rogue.test": ["127.0.0.1"]}}}
         with Sandgate(tmp / "gw", cfg) as sg:
             sg.upstream_cert = cert.cert
+            sg.cert_pair = cert
             yield sg, up
+
+
+@pytest.fixture(scope="module")
+def h2up(tls_env):
+    """An upstream that speaks HTTP/2 only (the other one, `up`, speaks HTTP/1.1 only)."""
+    with H2Upstream(tls=tls_env[0].cert_pair) as up:
+        yield up
+
+
+def upstream_for(http_version, tls_env, h2up):
+    """curl --http2 gets h2 only from an upstream that speaks it: such requests go to the h2 upstream."""
+    return h2up if http_version == "--http2" else tls_env[1]
 
 
 def curl(sess, *args):
@@ -58,6 +72,31 @@ def test_https_denied_connect_reason_in_status_line(tls_env):
     assert "403 Forbidden by sandgate: other.test is not on this session's allow list" in out.stderr
 
 
+def test_a_client_offering_h2_gets_http1_from_an_http1_upstream(tls_env):
+    """curl offers h2 by default; an upstream that speaks only HTTP/1.1 gives it HTTP/1.1 (as with no proxy)."""
+    sg, up = tls_env
+    sess = sg.session(allow=["secure.test"])
+    out = curl(sess, "-o", "-", "-w", "\n%{http_version} %{http_code}", f"https://secure.test:{up.port}/alpn1")
+    assert out.stdout.endswith("\n1.1 200"), out.stdout + out.stderr
+    assert "hello from upstream" in out.stdout
+    assert up.recorder.requests[-1].path == "/alpn1"
+    # kept alive: several requests on one tunnel, all HTTP/1.1
+    urls = [arg for i in range(3) for arg in (f"https://secure.test:{up.port}/alpn1-{i}", "-o", "/dev/null")]
+    out = curl(sess, "-w", "%{http_version} %{http_code} %{num_connects}\n", *urls)
+    assert out.stdout.splitlines() == ["1.1 200 1", "1.1 200 0", "1.1 200 0"], out.stdout + out.stderr
+
+
+def test_an_h2_client_gets_h2_end_to_end_from_an_h2_upstream(tls_env, h2up):
+    sg, _ = tls_env
+    sess = sg.session(allow=["secure.test"])
+    urls = [f"https://secure.test:{h2up.port}/alpn2-{i}" for i in range(3)]
+    out = curl(sess, "--http2", "-w", "\n%{http_version} %{http_code}\n", *urls)
+    assert out.stdout.count("\n2 200\n") == 3, out.stdout + out.stderr
+    assert "h2 /alpn2-0" in out.stdout and "h2 /alpn2-2" in out.stdout
+    assert [r.path for r in h2up.recorder.requests[-3:]] == [f"/alpn2-{i}" for i in range(3)]
+    assert h2up.alpns[-1] == "h2"
+
+
 def test_requests_library_https(tls_env):
     sg, up = tls_env
     sess = sg.session(allow=["secure.test"])
@@ -70,9 +109,10 @@ def test_requests_library_https(tls_env):
     ("--http1.1", "egress.host_mismatch"),          # the Host header
     ("--http2", "egress.authority_mismatch"),       # curl sends it as HTTP/2's :authority
 ])
-def test_host_header_fronting_refused(tls_env, http_version, code):
+def test_host_header_fronting_refused(tls_env, h2up, http_version, code):
     """A request inside a tunnel to an allowed host must not name another host (domain fronting)."""
-    sg, up = tls_env
+    sg, _ = tls_env
+    up = upstream_for(http_version, tls_env, h2up)
     sess = sg.session(allow=["secure.test"])
     before = len(up.recorder.requests)
     out = curl(sess, "-i", http_version, "-H", "Host: fronted.test", f"https://secure.test:{up.port}/front")
@@ -111,11 +151,12 @@ def test_untrusted_upstream_certificate_refused(tls_env, tmp_path):
 
 
 @pytest.mark.parametrize("http_version", ["--http1.1", "--http2"])
-def test_refused_large_upload_in_tunnel_ends_promptly(tls_env, tmp_path, http_version):
+def test_refused_large_upload_in_tunnel_ends_promptly(tls_env, h2up, tmp_path, http_version):
     """A refused request with a large body is closed, not drained into memory; the client does not hang."""
     import time
 
-    sg, up = tls_env
+    sg, _ = tls_env
+    up = upstream_for(http_version, tls_env, h2up)
     sess = sg.session(allow=["secure.test"])
     big = tmp_path / "big.bin"
     big.write_bytes(b"x" * (20 << 20))

@@ -6,8 +6,8 @@ import ssl
 import pytest
 from hypothesis import given, strategies as st
 
-from gateway.egress.tunnels import (MAX_HEAD_BYTES, Choice, Content, LayerArgs, Level, classify_content,
-                                    decide_layer)
+from gateway.egress.tunnels import (MAX_HEAD_BYTES, Choice, Content, LayerArgs, Level, ServerFirstArgs,
+                                    classify_content, decide_layer, server_first)
 
 
 def client_hello(server_name: str = "secure.test", alpn: list[str] | None = None) -> bytes:
@@ -151,3 +151,16 @@ def test_raw_bytes_are_relayed_only_for_listed_tunnels(level, data, raw_tcp, pas
         assert tunnel and passthrough and classify_content(data) is Content.TLS
     if level is Level.TRANSPARENT and not decided:
         assert decision.choice is Choice.REFUSE
+
+
+@pytest.mark.parametrize("bits", range(64))
+def test_server_first_exhaustive(bits):
+    """Upstream first only for a decided destination, a client offering h2, TLS to the server, not yet connected,
+    and through the upstream proxy exactly when it applies (a direct dial must never bypass it)."""
+    decided, offers_h2, server_tls, connected, proxied, wrapped = (bool(bits >> i & 1) for i in range(6))
+    args = ServerFirstArgs(decided=decided, offers_h2=offers_h2, server_tls=server_tls, connected=connected,
+                           proxied=proxied, via_wrapped=wrapped)
+    expected = decided and offers_h2 and server_tls and not connected and proxied == wrapped
+    assert server_first(args) is expected
+    if proxied and not wrapped:
+        assert not server_first(args)

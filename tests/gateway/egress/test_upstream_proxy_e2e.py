@@ -11,7 +11,8 @@ import requests
 from tests.conftest import LOOPBACK_CONFIG
 from tests.support.forward_proxy import ForwardProxy
 from tests.support.gateway import Sandgate
-from tests.support.tunnel import h2_request, open_tunnel, tls_in_tunnel
+from tests.support.h2upstream import H2Upstream
+from tests.support.tunnel import h2_request, open_tunnel, read_until_closed, tls_in_tunnel
 from tests.support.upstream import EchoServer, Upstream, make_cert
 
 REAL = "proxy-tls-" + "S" * 26
@@ -20,9 +21,19 @@ NAMES = ["bound.test", "other.test", "direct.test", "echo.test", "onlyproxy.test
 
 
 @pytest.fixture(scope="module")
-def env(tmp_path_factory):
+def cert(tmp_path_factory):
+    return make_cert(tmp_path_factory.mktemp("upstream-proxy-certs"), NAMES)
+
+
+@pytest.fixture(scope="module")
+def h2up(cert):
+    with H2Upstream(tls=cert) as up:
+        yield up
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory, cert):
     tmp = tmp_path_factory.mktemp("upstream-proxy")
-    cert = make_cert(tmp / "certs", NAMES)
     hosts = {name: "127.0.0.1" for name in NAMES}
     with Upstream() as plain, Upstream(tls=cert) as secure, EchoServer() as echo, \
             ForwardProxy(hosts, PROXY_USER, PROXY_PASS) as proxy:
@@ -82,19 +93,40 @@ def test_a_keep_alive_tls_client_reuses_one_proxy_tunnel(env):
     assert [a.target for a in proxy.log.asked] == [f"127.0.0.1:{secure.port}"]
 
 
-def test_an_http2_client_goes_through_the_proxy_with_the_secret_injected(env):
+def test_an_http2_client_gets_http2_end_to_end_through_the_proxy_with_the_secret_injected(env, h2up):
+    """An h2 upstream behind the proxy: sandgate connects (through the proxy) before answering the client's
+    ClientHello, so the client gets h2 because the upstream speaks it."""
+    sg, proxy, _plain, _secure, _ = env
+    sess = session(sg, "tok")
+    ph = sess["env"]["TOK"]
+    proxy.log.clear()
+    h2up.recorder.requests.clear()
+    with open_tunnel(sg.proxy_port, sess["token"], f"bound.test:{h2up.port}") as sock:
+        tls = tls_in_tunnel(sock, sess["ca_file"], "bound.test", alpn=["h2", "http/1.1"])
+        assert tls.selected_alpn_protocol() == "h2"
+        status, body = h2_request(tls, [(":method", "GET"), (":scheme", "https"),
+                                        (":authority", f"bound.test:{h2up.port}"), (":path", "/echo"),
+                                        ("authorization", f"Bearer {ph}")])
+    assert status == 200 and body.startswith(b"h2 /echo") and ph.encode() in body and REAL.encode() not in body
+    assert h2up.recorder.requests[-1].headers["authorization"] == f"Bearer {REAL}"
+    assert h2up.alpns[-1] == "h2"
+    assert [(a.method, a.target) for a in proxy.log.asked] == [("CONNECT", f"127.0.0.1:{h2up.port}")]
+    assert REAL.encode() not in bytes(proxy.log.relayed)
+
+
+def test_an_http2_client_of_an_http1_upstream_gets_http1_through_the_proxy(env):
     sg, proxy, _plain, secure, _ = env
     sess = session(sg, "tok")
     ph = sess["env"]["TOK"]
     proxy.log.clear()
     secure.recorder.requests.clear()
     with open_tunnel(sg.proxy_port, sess["token"], f"bound.test:{secure.port}") as sock:
-        tls = tls_in_tunnel(sock, sess["ca_file"], "bound.test", alpn=["h2"])
-        assert tls.selected_alpn_protocol() == "h2"
-        status, body = h2_request(tls, [(":method", "GET"), (":scheme", "https"),
-                                        (":authority", f"bound.test:{secure.port}"), (":path", "/echo"),
-                                        ("authorization", f"Bearer {ph}")])
-    assert status == 200 and ph.encode() in body and REAL.encode() not in body
+        tls = tls_in_tunnel(sock, sess["ca_file"], "bound.test", alpn=["h2", "http/1.1"])
+        assert tls.selected_alpn_protocol() is None        # as the upstream answered: no ALPN, so HTTP/1.1
+        tls.sendall(f"GET /echo HTTP/1.1\r\nHost: bound.test:{secure.port}\r\nAuthorization: Bearer {ph}\r\n"
+                    "Connection: close\r\n\r\n".encode())
+        answer, _closed = read_until_closed(tls)
+    assert answer.startswith(b"HTTP/1.1 200") and ph.encode() in answer and REAL.encode() not in answer
     assert secure.recorder.requests[-1].headers["authorization"] == f"Bearer {REAL}"
     assert [(a.method, a.target) for a in proxy.log.asked] == [("CONNECT", f"127.0.0.1:{secure.port}")]
     assert REAL.encode() not in bytes(proxy.log.relayed)
