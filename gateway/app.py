@@ -324,7 +324,7 @@ async def open_gateway(cfg: Config, stack: AsyncExitStack, worker: bool = False,
     gate = LayerGate(raw_tcp=cfg.egress.raw_tcp, passthrough=cfg.egress.passthrough, audit=audit,
                      session_of=egress.session_of, connection_valid=egress.connection_valid,
                      on_refused=lambda code: metrics.decision("egress", "deny"), tunnel_of=egress.tunnel_of,
-                     proxied=_proxied(cfg.egress.upstream_proxy))
+                     proxied=_proxied(cfg.egress.upstream_proxy), vetted=egress.vetted_now)
     addons: list[object] = [gate, egress, HoldAddon(approvals, sessions, placeholders, recorder, cfg.egress, held),
                             PackageIndexAddon(packages, held), InjectionAddon(broker, placeholders, screen, recorder, metrics,
                                                            AwsSigning(broker, cfg.egress.inspect_max_bytes))]

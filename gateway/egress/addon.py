@@ -134,6 +134,13 @@ class EgressAddon:
         state = self.conns.get(client)
         return state.tunnel if state is not None else None
 
+    def vetted_now(self, client: connection.Client, target: tuple[str, int]) -> bool:
+        """Whether this connection's decision vetted `target`'s addresses and allowed them (and the verdict is
+        still fresh): a dial to it may follow before any request (layers.LayerGate.tls_clienthello)."""
+        state = self.conns.get(client)
+        entry = state.vetted.get(target) if state is not None else None
+        return entry is not None and entry[0].allowed and entry[1] > time.monotonic()
+
     def connection_valid(self, client: connection.Client) -> bool:
         """Whether the connection's session is still live and its token neither expired nor revoked."""
         state = self.conns.get(client)

@@ -155,7 +155,8 @@ class LayerGate:
                  session_of: Callable[[connection.Client], str | None], on_refused: Callable[[str], None],
                  connection_valid: Callable[[connection.Client], bool],
                  tunnel_of: Callable[[connection.Client], tuple[str, int] | None] = lambda client: None,
-                 proxied: Callable[[str, int], bool] = lambda host, port: False):
+                 proxied: Callable[[str, int], bool] = lambda host, port: False,
+                 vetted: Callable[[connection.Client, tuple[str, int]], bool] = lambda client, target: False):
         self.raw_tcp = list(raw_tcp)
         self.passthrough = list(passthrough)
         self.audit = audit
@@ -164,6 +165,7 @@ class LayerGate:
         self.connection_valid = connection_valid
         self.tunnel_of = tunnel_of
         self.proxied = proxied            # egress.upstream_proxy applies to a (host, port) (not bypassed)
+        self.vetted = vetted              # the connection's decision vetted the addresses of a (host, port)
         self.flows: "weakref.WeakKeyDictionary[tcp.TCPFlow, TcpState]" = weakref.WeakKeyDictionary()
         self._modes: "weakref.WeakKeyDictionary[connection.Server, str]" = weakref.WeakKeyDictionary()
 
@@ -226,6 +228,7 @@ class LayerGate:
             target = target_of(context)
             data.establish_server_tls_first = server_first(ServerFirstArgs(
                 decided=target is not None and self.tunnel_of(context.client) == target,
+                vetted=target is not None and self.vetted(context.client, target),
                 offers_h2=HTTP2_ALPN in data.client_hello.alpn_protocols,
                 server_tls=bool(context.server.tls) and stack_level(context) is Level.TLS,
                 connected=context.server.connected,

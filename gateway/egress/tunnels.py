@@ -151,6 +151,7 @@ class ServerFirstArgs:
     """What sandgate knows when an intercepted tunnel's ClientHello arrives (mitmproxy's `tls_clienthello`)."""
 
     decided: bool            # the server is the connection's decided destination (allowed CONNECT / transparent)
+    vetted: bool             # sandgate vetted that destination's addresses when it decided it (a dial can follow)
     offers_h2: bool          # the client offers h2 in its ALPN
     server_tls: bool         # mitmproxy will speak TLS to that server (a ServerTLSLayer sits under the client's)
     connected: bool          # the server connection is open already
@@ -162,8 +163,11 @@ def server_first(args: ServerFirstArgs) -> bool:
     """Whether to open the upstream TLS connection before answering the client's ClientHello, so the client is
     offered only the ALPN the upstream chose (mitmproxy's eager strategy, per tunnel): a client offering h2 gets h2
     only from an upstream that speaks it, and plain HTTP/1.1 end to end otherwise. Only for a destination already
-    decided (its address vetted when dialled); through the upstream proxy only when the tunnel's layers go through
-    it (a direct dial would bypass it); otherwise the connection stays lazy (mitmproxy offers h2 itself)."""
+    decided and, for a direct dial, vetted (a destination nobody vetted, e.g. one sandgate answers itself, is never
+    dialled early); through the upstream proxy only when the tunnel's layers go through it (a direct dial would
+    bypass it). Otherwise the connection stays lazy (mitmproxy then offers h2 itself)."""
     if not (args.decided and args.offers_h2 and args.server_tls) or args.connected:
         return False
-    return args.via_wrapped == args.proxied
+    if args.proxied:
+        return args.via_wrapped
+    return args.vetted and not args.via_wrapped

@@ -140,11 +140,12 @@ def test_tcp_tunnel_of_an_ended_session_carries_nothing():
     assert message.content == b""
 
 
-def tunnel_gate(proxied=False):
+def tunnel_gate(proxied=False, vetted=True):
     rows, refused = Rows(), []
     return LayerGate(raw_tcp=[], passthrough=[parse_allow_entry("pinned.test")], audit=rows,
                      session_of=lambda client: "s_1", on_refused=refused.append, connection_valid=lambda c: True,
-                     tunnel_of=lambda client: ("allowed.test", 443), proxied=lambda host, port: proxied)
+                     tunnel_of=lambda client: ("allowed.test", 443), proxied=lambda host, port: proxied,
+                     vetted=lambda client, target: vetted and target == ("allowed.test", 443))
 
 
 def built_chain(top) -> list:
@@ -188,6 +189,17 @@ def test_the_upstream_first_only_for_h2_offers_to_the_decided_destination():
         other = context(Level.TUNNEL, tctx.options, target=("other.test", 443))     # not the decided tunnel
         ask(gate, other, HELLO)
         data = hello_data(other, ["h2"])
+        gate.tls_clienthello(data)
+        assert not data.establish_server_tls_first
+
+
+def test_a_destination_nobody_vetted_is_not_dialled_early():
+    """e.g. one sandgate answers itself: decided, but no address was vetted for it."""
+    gate = tunnel_gate(vetted=False)
+    with taddons.context() as tctx:
+        ctx = context(Level.TUNNEL, tctx.options)
+        ask(gate, ctx, HELLO)
+        data = hello_data(ctx, ["h2"])
         gate.tls_clienthello(data)
         assert not data.establish_server_tls_first
 

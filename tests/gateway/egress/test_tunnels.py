@@ -153,14 +153,16 @@ def test_raw_bytes_are_relayed_only_for_listed_tunnels(level, data, raw_tcp, pas
         assert decision.choice is Choice.REFUSE
 
 
-@pytest.mark.parametrize("bits", range(64))
+@pytest.mark.parametrize("bits", range(128))
 def test_server_first_exhaustive(bits):
-    """Upstream first only for a decided destination, a client offering h2, TLS to the server, not yet connected,
-    and through the upstream proxy exactly when it applies (a direct dial must never bypass it)."""
-    decided, offers_h2, server_tls, connected, proxied, wrapped = (bool(bits >> i & 1) for i in range(6))
-    args = ServerFirstArgs(decided=decided, offers_h2=offers_h2, server_tls=server_tls, connected=connected,
-                           proxied=proxied, via_wrapped=wrapped)
-    expected = decided and offers_h2 and server_tls and not connected and proxied == wrapped
+    """Upstream first only for a decided destination, a client offering h2, TLS to the server, not yet connected;
+    through the upstream proxy exactly when it applies (a direct dial must never bypass it), and direct only to a
+    destination whose addresses the decision vetted."""
+    decided, vetted, offers_h2, server_tls, connected, proxied, wrapped = (bool(bits >> i & 1) for i in range(7))
+    args = ServerFirstArgs(decided=decided, vetted=vetted, offers_h2=offers_h2, server_tls=server_tls,
+                           connected=connected, proxied=proxied, via_wrapped=wrapped)
+    expected = (decided and offers_h2 and server_tls and not connected
+                and (wrapped if proxied else vetted and not wrapped))
     assert server_first(args) is expected
-    if proxied and not wrapped:
+    if proxied != wrapped or not decided or (not proxied and not vetted):
         assert not server_first(args)
