@@ -211,9 +211,49 @@ class _UpstreamProtocol(asyncio.Protocol):
             self._process()
 
 
-async def serve_upstream(host: str, port: int) -> None:
+class _H2UpstreamProtocol(asyncio.Protocol):
+    """HTTP/2 server (the `h2` library; imported only when used): every request is answered with SMALL_BODY."""
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        import h2.config
+        import h2.connection
+        self.transport: asyncio.Transport = transport  # type: ignore[assignment]
+        self.conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=False))
+        self.conn.initiate_connection()
+        self.transport.write(self.conn.data_to_send())
+
+    def data_received(self, data: bytes) -> None:
+        import h2.events
+        import h2.exceptions
+        try:
+            events = self.conn.receive_data(data)
+        except h2.exceptions.ProtocolError:
+            self.transport.close()
+            return
+        for event in events:
+            if isinstance(event, h2.events.DataReceived):
+                self.conn.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
+            elif isinstance(event, h2.events.StreamEnded):
+                self.conn.send_headers(event.stream_id, [(":status", "200"), ("content-type", "text/plain"),
+                                                         ("content-length", str(len(SMALL_BODY)))])
+                self.conn.send_data(event.stream_id, SMALL_BODY, end_stream=True)
+        self.transport.write(self.conn.data_to_send())
+
+
+def _tls_context(cert: str, key: str, alpn: list[str]):
+    import ssl
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(cert, key)
+    ctx.set_alpn_protocols(alpn)
+    return ctx
+
+
+async def serve_upstream(host: str, port: int, cert: str = "", key: str = "", h2: bool = False) -> None:
+    """Plain HTTP/1.1; with a certificate, HTTPS (ALPN http/1.1 only), or with `h2` HTTPS speaking HTTP/2 only."""
     loop = asyncio.get_running_loop()
-    server = await loop.create_server(_UpstreamProtocol, host, port, backlog=1024, reuse_address=True)
+    ssl_ctx = _tls_context(cert, key, ["h2"] if h2 else ["http/1.1"]) if cert else None
+    server = await loop.create_server(_H2UpstreamProtocol if h2 else _UpstreamProtocol, host, port, backlog=1024,
+                                      reuse_address=True, ssl=ssl_ctx)
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
@@ -344,9 +384,12 @@ def main() -> None:
     up = sub.add_parser("upstream", help="run the loopback upstream until SIGTERM")
     up.add_argument("--host", default="127.0.0.1")
     up.add_argument("--port", type=int, required=True)
+    up.add_argument("--cert", default="", help="serve HTTPS with this certificate (PEM) ...")
+    up.add_argument("--key", default="", help="... and key")
+    up.add_argument("--h2", action="store_true", help="speak HTTP/2 only (with --cert)")
     args = parser.parse_args()
     if args.cmd == "upstream":
-        asyncio.run(serve_upstream(args.host, args.port))
+        asyncio.run(serve_upstream(args.host, args.port, args.cert, args.key, args.h2))
 
 
 if __name__ == "__main__":

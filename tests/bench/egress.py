@@ -37,6 +37,16 @@ Figures (ratio = sandgate / baseline; throughput: higher is better, latency and 
   that row is the one-worker figure (goal: 2 workers >= 1.7x). Skipped ("n/a") without PostgreSQL;
   `--workers-only` runs just this row.
 
+- HTTPS rows (`--https-only` runs just these, `--no-https` leaves them out): real curl through each proxy to an
+  HTTPS upstream that speaks HTTP/1.1 only and to one that speaks h2 only (both tests/bench/common.py, no logging
+  per request, the same certificate). Three columns: sandgate, bare mitmdump with its defaults
+  (connection_strategy=eager: it connects upstream before answering the ClientHello and mirrors the upstream's
+  ALPN) and the lazy mitmdump above (which accepts h2 from the client whatever the upstream speaks). Each curl
+  trusts its proxy's CA plus the public roots (the same bundle size). Cells: one curl with N URLs on one tunnel,
+  as curl comes (offering h2), and with --http1.1; fresh tunnels (one curl per request, so a CONNECT and both TLS
+  handshakes each, curl's own start included in every column); and the h2 upstream. req/s = requests ÷ curl's
+  wall time; the median of the rounds, the proxies alternating; the protocol each client got is printed.
+
 Nothing is asserted: the script exits non-zero only when something fails (a process does not start,
 a request errors or gets a non-2xx answer).
 """
@@ -68,6 +78,7 @@ from tests.bench.common import (  # noqa: E402
     MIB, Conn, RssSampler, build_request, free_port, percentile, proc_cpu_s, proc_status_kb, stop_process,
     wait_port,
 )
+from tests.support.upstream import make_cert  # noqa: E402
 
 BIG_SIZE = 200 * MIB
 
@@ -257,6 +268,7 @@ class Procs:
 
     def start(self) -> None:
         self.up_port, self.sg_proxy, self.sg_api, self.mitm_port = (free_port() for _ in range(4))
+        self.cert = make_cert(self.tmp / "upstream-tls", ["allowed.test"])      # the HTTPS upstreams' (its own CA)
         self.upstream = subprocess.Popen(
             [sys.executable, str(HERE / "common.py"), "upstream", "--port", str(self.up_port)],
             stdout=self._log("upstream"), stderr=subprocess.STDOUT)
@@ -266,7 +278,8 @@ class Procs:
         cfg.write_text(
             f'[proxy]\nlisten = "127.0.0.1:{self.sg_proxy}"\n'
             f'[api]\nlisten = "127.0.0.1:{self.sg_api}"\n'
-            '[egress]\nprivate_allow = ["127.0.0.0/8"]\nresolve = {"allowed.test" = ["127.0.0.1"]}\n')
+            '[egress]\nprivate_allow = ["127.0.0.0/8"]\nresolve = {"allowed.test" = ["127.0.0.1"]}\n'
+            f'upstream_ca = "{self.cert.cert}"\n')
         self.sandgate = subprocess.Popen(
             [sys.executable, "-m", "gateway", "serve", "--config", str(cfg), "--data-dir", str(self.data_dir)],
             stdout=self._log("sandgate"), stderr=subprocess.STDOUT, cwd=str(ROOT),
@@ -281,8 +294,10 @@ class Procs:
         self.mitmdump = subprocess.Popen(
             [str(mitmdump), "-q", "--listen-host", "127.0.0.1", "--listen-port", str(self.mitm_port),
              "--set", "connection_strategy=lazy", "--set", "stream_large_bodies=1m",
-             "--set", f"confdir={self.tmp / 'mitmproxy-conf'}"],
+             "--set", f"confdir={self.tmp / 'mitmproxy-conf'}",
+             "--set", f"ssl_verify_upstream_trusted_ca={self.cert.cert}"],
             stdout=self._log("mitmdump"), stderr=subprocess.STDOUT)
+        self.mitmdump_bin = mitmdump
         wait_port("127.0.0.1", self.up_port, self.upstream)
         try:
             wait_port("127.0.0.1", self.mitm_port, self.mitmdump, timeout=60)
@@ -308,6 +323,9 @@ class Procs:
         raise BenchError(f"sandgate did not become ready in {timeout:.0f}s:\n{self.log_tail('sandgate')}")
 
     def new_session_token(self) -> str:
+        return self.new_session()["token"]
+
+    def new_session(self) -> dict:
         req = urllib.request.Request(
             f"http://127.0.0.1:{self.sg_api}/v1/sessions", method="POST",
             data=json.dumps({"allow": ["allowed.test"]}).encode(),
@@ -315,9 +333,33 @@ class Procs:
         with urllib.request.urlopen(req, timeout=10) as r:
             if r.status != 201:
                 raise BenchError(f"POST /v1/sessions: HTTP {r.status}")
-            return json.loads(r.read())["token"]
+            return json.loads(r.read())
+
+    def start_https(self) -> None:
+        """The HTTPS rows' parts: an HTTP/1.1-only and an h2-only TLS upstream (tests/bench/common.py, no logging
+        per request), and a second bare mitmdump with its defaults (connection_strategy=eager)."""
+        self.tls_port, self.h2_port, self.eager_port = (free_port() for _ in range(3))
+        tls = ["--cert", self.cert.cert, "--key", self.cert.key]
+        self.tls_upstream = subprocess.Popen(
+            [sys.executable, str(HERE / "common.py"), "upstream", "--port", str(self.tls_port), *tls],
+            stdout=self._log("tls-upstream"), stderr=subprocess.STDOUT)
+        self.h2_upstream = subprocess.Popen(
+            [sys.executable, str(HERE / "common.py"), "upstream", "--port", str(self.h2_port), *tls, "--h2"],
+            stdout=self._log("h2-upstream"), stderr=subprocess.STDOUT)
+        self.eager = subprocess.Popen(
+            [str(self.mitmdump_bin), "-q", "--listen-host", "127.0.0.1", "--listen-port", str(self.eager_port),
+             "--set", "stream_large_bodies=1m", "--set", f"confdir={self.tmp / 'mitmproxy-eager-conf'}",
+             "--set", f"ssl_verify_upstream_trusted_ca={self.cert.cert}"],
+            stdout=self._log("mitmdump-eager"), stderr=subprocess.STDOUT)
+        for port, proc in ((self.tls_port, self.tls_upstream), (self.h2_port, self.h2_upstream),
+                           (self.eager_port, self.eager)):
+            wait_port("127.0.0.1", port, proc, timeout=60)
 
     def stop(self) -> None:
+        for proc in (getattr(self, "eager", None), getattr(self, "tls_upstream", None),
+                     getattr(self, "h2_upstream", None)):
+            if proc is not None:
+                stop_process(proc)
         for proc in (self.sandgate, self.mitmdump, self.upstream):
             try:
                 stop_process(proc)
@@ -551,6 +593,121 @@ def summary(runs: list[dict]) -> str:
     return "\n".join(out)
 
 
+# -- HTTPS rows ----------------------------------------------------------------------------------
+@dataclass
+class HttpsMode:
+    keepalive_n: int       # requests on one tunnel (one curl, that many URLs)
+    fresh_n: int           # sequential curls of one request each (a CONNECT and both TLS handshakes each)
+    rounds: int            # the median of these per cell, the proxies alternating
+
+
+HTTPS_FULL = HttpsMode(keepalive_n=200, fresh_n=40, rounds=3)
+HTTPS_QUICK = HttpsMode(keepalive_n=100, fresh_n=15, rounds=1)
+HTTPS_PROXIES = ("sandgate", "mitmdump eager", "mitmdump lazy")
+
+
+@dataclass
+class CurlTarget:
+    name: str
+    proxy: str              # -x
+    bundle: str             # --cacert: the proxy's CA + the public roots (the same size for every proxy)
+    host: str               # the URL's host (sandgate resolves allowed.test itself; mitmdump asks the system)
+    proxy_user: str = ""
+
+
+def bundle_file(path: Path, ca_pem: str) -> str:
+    import certifi
+    path.write_text(ca_pem.strip() + "\n" + Path(certifi.where()).read_text())
+    return str(path)
+
+
+def curl_run(target: CurlTarget, port: int, n_urls: int, *flags: str) -> tuple[float, set[str]]:
+    """One curl with `n_urls` GETs of /small (one tunnel, kept alive): wall seconds and the HTTP versions it got."""
+    curl = shutil.which("curl")
+    if curl is None:
+        raise BenchError("curl is not installed")
+    args = [curl, "-s", "--cacert", target.bundle, "-x", target.proxy, "-w", "%{http_version} %{http_code}\n",
+            *flags]
+    if target.proxy_user:
+        args += ["--proxy-user", target.proxy_user]
+    for i in range(n_urls):
+        args += [f"https://{target.host}:{port}/small?{i}", "-o", "/dev/null"]
+    env = {k: v for k, v in os.environ.items() if "proxy" not in k.lower()}
+    t0 = time.perf_counter()
+    out = subprocess.run(args, capture_output=True, text=True, timeout=300, env=env)
+    seconds = time.perf_counter() - t0
+    lines = out.stdout.split()
+    versions, codes = set(lines[0::2]), lines[1::2]
+    if out.returncode != 0 or codes != ["200"] * n_urls:
+        raise BenchError(f"curl through {target.name} failed (exit {out.returncode}): {out.stdout[-300:]!r} "
+                         f"{out.stderr[-300:]!r}")
+    return seconds, versions
+
+
+def https_cell(target: CurlTarget, port: int, kind: str, mode: HttpsMode) -> tuple[float, set[str]]:
+    """req/s of one cell: `keepalive` (N URLs on one tunnel), `http1` (the same with --http1.1), `fresh` (one
+    curl per request, run one after another)."""
+    if kind == "fresh":
+        total, versions = 0.0, set()
+        for _ in range(mode.fresh_n):
+            seconds, got = curl_run(target, port, 1)
+            total += seconds
+            versions |= got
+        return mode.fresh_n / total, versions
+    seconds, versions = curl_run(target, port, mode.keepalive_n, *(("--http1.1",) if kind == "http1" else ()))
+    return mode.keepalive_n / seconds, versions
+
+
+def https_run(mode: HttpsMode, procs: Procs) -> list[tuple]:
+    import statistics
+    sess = procs.new_session()
+    tmp = procs.tmp
+    mitm_ca = (tmp / "mitmproxy-conf" / "mitmproxy-ca-cert.pem").read_text()
+    eager_ca = (tmp / "mitmproxy-eager-conf" / "mitmproxy-ca-cert.pem").read_text()
+    targets = [
+        CurlTarget("sandgate", f"http://127.0.0.1:{procs.sg_proxy}", bundle_file(tmp / "b-sandgate.pem", sess["ca_pem"]),
+                   "allowed.test", proxy_user=f"x:{sess['token']}"),
+        CurlTarget("mitmdump eager", f"http://127.0.0.1:{procs.eager_port}",
+                   bundle_file(tmp / "b-eager.pem", eager_ca), "127.0.0.1"),
+        CurlTarget("mitmdump lazy", f"http://127.0.0.1:{procs.mitm_port}",
+                   bundle_file(tmp / "b-lazy.pem", mitm_ca), "127.0.0.1"),
+    ]
+    print(f"egress bench, HTTPS rows: curl, {mode.keepalive_n} requests per kept-alive tunnel, {mode.fresh_n} fresh "
+          f"tunnels, {mode.rounds} round(s); load average {os.getloadavg()[0]:.2f} before start", flush=True)
+    cells = [("keepalive", procs.tls_port, "HTTPS kept-alive tunnel, curl offering h2, HTTP/1.1 upstream (req/s)"),
+             ("http1", procs.tls_port, "HTTPS kept-alive tunnel, curl --http1.1 (req/s)"),
+             ("fresh", procs.tls_port, "HTTPS fresh tunnels, one curl per request, offering h2 (req/s)"),
+             ("keepalive", procs.h2_port, "HTTPS kept-alive tunnel, curl offering h2, h2 upstream (req/s)")]
+    for t in targets:                                      # warm-up: first TLS contexts, certificates, sessions
+        curl_run(t, procs.tls_port, 5)
+        curl_run(t, procs.h2_port, 5)
+    rows = []
+    for kind, port, name in cells:
+        rates: dict[str, list[float]] = {t.name: [] for t in targets}
+        versions: dict[str, set[str]] = {t.name: set() for t in targets}
+        for r in range(mode.rounds):
+            for t in (targets if r % 2 == 0 else targets[::-1]):
+                rate, got = https_cell(t, port, kind, mode)
+                rates[t.name].append(rate)
+                versions[t.name] |= got
+                print(f"  round {r + 1} {kind:9} :{port} {t.name:14}: {rate:8.1f} req/s (HTTP/{'+'.join(sorted(got))})",
+                      flush=True)
+        med = {n: statistics.median(v) for n, v in rates.items()}
+        got = ", ".join(f"{n.split()[-1] if n != 'sandgate' else n} HTTP/{'+'.join(sorted(versions[n]))}"
+                        for n in HTTPS_PROXIES)
+        rows.append((name, med["sandgate"], med["mitmdump eager"], med["mitmdump lazy"], got))
+    return rows
+
+
+def https_table(rows: list[tuple]) -> str:
+    out = ["| figure | sandgate | mitmdump (eager, its default) | ratio | mitmdump (lazy) | ratio | protocol the client got |",
+           "| --- | ---: | ---: | ---: | ---: | ---: | --- |"]
+    for name, sg, eager, lazy, got in rows:
+        out.append(f"| {name} | {fmt(sg, 0)} | {fmt(eager, 0)} | {ratio(sg, eager)} | {fmt(lazy, 0)} | "
+                   f"{ratio(sg, lazy)} | {got} |")
+    return "\n".join(out)
+
+
 def _stop_spy(spy: subprocess.Popen) -> None:
     """py-spy writes its file on SIGINT (Ctrl-C), not on SIGTERM."""
     if spy.poll() is None:
@@ -588,7 +745,11 @@ def main(argv: list[str] | None = None) -> int:
                         "run, collapsed stacks to this file")
     parser.add_argument("--runs", type=int, help="runs for the summary's spread (default 3, --quick 1)")
     parser.add_argument("--workers-only", action="store_true", help="only the --workers 2 row (needs PostgreSQL)")
+    parser.add_argument("--https-only", action="store_true", help="only the HTTPS rows (curl through each proxy)")
+    parser.add_argument("--no-https", action="store_true", help="leave the HTTPS rows out")
     args = parser.parse_args(argv)
+    https_mode = HTTPS_QUICK if args.quick else HTTPS_FULL
+    https_rows: list[tuple] = []
     mode = QUICK if args.quick else FULL
     runs = args.runs or (1 if args.quick else 3)
     results: list[dict] = []
@@ -604,13 +765,16 @@ def main(argv: list[str] | None = None) -> int:
                 spy = subprocess.Popen([str(Path(sys.executable).parent / "py-spy"), "record", "-f", "raw", "-r", "200",
                                         "-p", str(procs.sandgate.pid), "-o", args.profile],
                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            for i in range(runs):
+            for i in range(0 if args.https_only else runs):
                 if spy is not None and i == 1:
                     _stop_spy(spy)
                 results.append(asyncio.run(run(mode, procs, f"{'quick' if args.quick else 'full'}, run {i + 1}/{runs}")))
+            if not args.no_https:
+                procs.start_https()
+                https_rows = https_run(https_mode, procs)
         except (BenchError, RuntimeError, OSError, asyncio.TimeoutError) as exc:
             print(f"egress bench failed: {type(exc).__name__}: {exc}", file=sys.stderr)
-            for name in ("sandgate", "mitmdump", "upstream"):
+            for name in ("sandgate", "mitmdump", "upstream", "mitmdump-eager", "tls-upstream", "h2-upstream"):
                 tail = procs.log_tail(name, 1500)
                 if tail.strip():
                     print(f"--- {name} log (tail) ---\n{tail}", file=sys.stderr)
@@ -619,7 +783,12 @@ def main(argv: list[str] | None = None) -> int:
             if args.profile and spy is not None:
                 _stop_spy(spy)
             procs.stop()
-    print(f"\nSummary (the README's table; ours and baseline are medians over the runs):\n\n{summary(results)}\n")
+    if results:
+        print(f"\nSummary (the README's table; ours and baseline are medians over the runs):\n\n{summary(results)}\n")
+    if https_rows:
+        print(f"\nHTTPS (curl through each proxy, the same CA bundle size; median of {https_mode.rounds} round(s)):\n\n"
+              f"{https_table(https_rows)}\n")
+        print(f"- load average after the HTTPS rows: {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs.")
     print(f"- total wall time {time.perf_counter() - t0:.0f} s.")
     return 0
 
