@@ -8,8 +8,9 @@ VENV := .venv
 BIN := $(VENV)/bin
 WORKERS ?= 2
 XDIST = $(if $(filter 0,$(WORKERS)),,-n $(WORKERS) --dist loadfile)
+RUNTIME := .venv-runtime
 
-.PHONY: serve test test-fast install bench clean
+.PHONY: serve test test-fast install install-runtime bench clean
 
 $(BIN)/sandgate: pyproject.toml
 	@test -n "$(PY)" || { echo "sandgate needs Python 3.12 or newer: none found (python3.12, pyenv 3.12, python3.13, python3); set PY=/path/to/python3.12"; exit 1; }
@@ -24,6 +25,16 @@ $(BIN)/sandgate: pyproject.toml
 
 install: $(BIN)/sandgate
 
+# Only what sandgate needs to run (no test tooling, no OPA Go engine): `$(RUNTIME)/bin/sandgate serve`.
+install-runtime: $(RUNTIME)/bin/sandgate
+
+$(RUNTIME)/bin/sandgate: pyproject.toml
+	@test -n "$(PY)" || { echo "sandgate needs Python 3.12 or newer: none found; set PY=/path/to/python3.12"; exit 1; }
+	$(PY) -m venv $(RUNTIME)
+	$(RUNTIME)/bin/pip install -q --upgrade pip
+	$(RUNTIME)/bin/pip install -q '.[postgres]'
+	touch $(RUNTIME)/bin/sandgate
+
 serve: install
 	$(BIN)/sandgate serve
 
@@ -37,4 +48,4 @@ bench: install
 	$(BIN)/python tests/bench/egress.py
 
 clean:
-	rm -rf $(VENV)
+	rm -rf $(VENV) $(RUNTIME)

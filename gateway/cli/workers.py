@@ -67,6 +67,7 @@ def prepare_data_dir(cfg: Config) -> str:
     and the harness token (returned)."""
     from mitmproxy.certs import CertStore
 
+    from gateway.egress.proxy import ensure_ca
     from gateway.audit.checkpoints import load_or_create_audit_key
     from gateway.auth.tokens import HARNESS_TOKEN_TTL_S, TokenSigner, load_or_create_key, write_private
     from gateway.store import Store
@@ -74,6 +75,7 @@ def prepare_data_dir(cfg: Config) -> str:
     cfg.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     signer = TokenSigner(load_or_create_key(cfg.data_dir))
     load_or_create_audit_key(cfg.data_dir)
+    ensure_ca(cfg.data_dir)                      # named as sandgate's CA, not mitmproxy's default
     CertStore.from_store(cfg.data_dir, "mitmproxy", 2048)
     store = Store(cfg.store_url)
     try:

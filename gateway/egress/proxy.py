@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
+from mitmproxy.certs import CertStore
 from mitmproxy.options import Options
 from mitmproxy.tools.dump import DumpMaster
 
@@ -67,9 +68,23 @@ class Ready:
         self.event.set()
 
 
+# The egress CA's name, the same whoever makes it: `serve` at its first start (below) and deploy/sandgate-keys.py.
+CA_ORGANIZATION = "sandgate"
+CA_COMMON_NAME = "sandgate egress CA"
+
+
+def ensure_ca(confdir: Path) -> None:
+    """The egress CA in `confdir` (mitmproxy's files, mitmproxy's own generator) named as sandgate's, made when
+    there is none; an existing one (kept across restarts, or provisioned by sandgate-keys) is left as it is."""
+    if not (confdir / "mitmproxy-ca.pem").exists():
+        confdir.mkdir(parents=True, exist_ok=True)
+        CertStore.create_store(confdir, "mitmproxy", 2048, organization=CA_ORGANIZATION, cn=CA_COMMON_NAME)
+
+
 def build_master(addons: Sequence[object], settings: MasterSettings) -> tuple[DumpMaster, Ready]:
     """A master running `addons` (in order, after mitmproxy's own) with sandgate's options."""
     host, port = settings.listen
+    ensure_ca(settings.confdir)
     opts = Options(listen_host=host, listen_port=port, confdir=str(settings.confdir))
     master = DumpMaster(opts, with_termlog=False, with_dumper=False)
     HookTable.install(master.addons)        # the same hooks in the same order, looked up once (dispatch.py)
