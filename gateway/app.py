@@ -68,8 +68,8 @@ from gateway.server import create_app
 from gateway.sessions.registry import SessionCache, SessionRegistry
 from gateway.store import Store, StoreError
 from gateway.store.oauth2 import StoreTokenState
-from gateway.postgres.bridge import ApiJudge
 from gateway.postgres.connection import GatewayDeps
+from gateway.postgres.gate import GateJudge
 from gateway.postgres.registry import ConnectionRegistry
 from gateway.postgres.secrets import database_secrets
 from gateway.postgres.server import PostgresGateway, SessionLogins, StatementRecorder, postgres_socket, server_tls
@@ -376,7 +376,7 @@ async def open_gateway(cfg: Config, stack: AsyncExitStack, worker: bool = False,
     postgres_addr = None
     if pg_listen is not None and pg_endpoint is not None:
         postgres_addr = await _start_postgres(stack, cfg, pg_sock, pg_endpoint.advertise, sessions, approvals,
-                                              audit, metrics, broker, signer, api_addr, feed)
+                                              audit, metrics, broker, toolcalls, feed)
     own_listeners[:] = [proxy_addr, api_addr] + [a for a in (transparent_addr, dns_addr, postgres_addr)
                                                  if a is not None]
 
@@ -404,14 +404,10 @@ async def open_gateway(cfg: Config, stack: AsyncExitStack, worker: bool = False,
 
 async def _start_postgres(stack: AsyncExitStack, cfg: Config, sock: socket.socket, advertise: str,
                           sessions: SessionRegistry, approvals: ApprovalQueue, audit: AuditLog, metrics: Metrics,
-                          broker: Broker, signer: TokenSigner, api_addr: tuple[str, int],
-                          feed: ChangeFeed) -> tuple[str, int]:
-    """The PostgreSQL gateway (gateway/postgres/). Until the tool-call gate lands, statements are decided by the
-    API's own tool-call handler, reached over loopback (gateway/postgres/bridge.py)."""
-    api_host = "127.0.0.1" if api_addr[0] in ("0.0.0.0", "::") else api_addr[0]
-    judge = ApiJudge(f"http://{_hostport((api_host, api_addr[1]))}",
-                     signer.mint("admin", "sandgate-postgres", HARNESS_TOKEN_TTL_S), approvals)
-    stack.push_async_callback(judge.close)
+                          broker: Broker, toolcalls: ToolCallGate, feed: ChangeFeed) -> tuple[str, int]:
+    """The PostgreSQL gateway (gateway/postgres/): its statements are decided by the tool-call gate, in this
+    process, with via "postgres" (gateway/postgres/gate.py)."""
+    judge = GateJudge(toolcalls, approvals)
     secrets = database_secrets(broker.resolver, cfg.databases.values(), cfg.broker.vault.as_mapping(),
                                cfg.broker.cache_ttl_s)
     registry = ConnectionRegistry()
