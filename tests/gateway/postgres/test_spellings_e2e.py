@@ -1,0 +1,105 @@
+"""Spellings of destructive statements the gateway's own tests were not written around, through real clients
+(psql's simple protocol, psycopg's extended protocol): each is decided (denied, or held until an approver answers,
+then denied here), and the cluster shows that nothing ran."""
+from __future__ import annotations
+
+import threading
+import time
+
+import psycopg
+import pytest
+
+from tests.gateway.postgres.conftest import db_session, decide
+from tests.gateway.postgres.test_statements_e2e import psql
+
+DESTRUCTIVE = [
+    "WITH d AS (DELETE FROM t RETURNING *) SELECT count(*) FROM d",
+    "EXPLAIN ANALYZE DELETE FROM t",
+    "COPY (DELETE FROM t RETURNING id) TO STDOUT",
+    "DO $$BEGIN DELETE FROM t; END$$",
+    "delete/**/from t",
+    "DeLeTe FROM ONLY public.t",
+    "DELETE FROM t WHERE id IS NOT NULL",
+    "DELETE FROM t WHERE true",
+    "UPDATE t SET v = 'gone'",
+    "UPDATE t SET v = 'gone' WHERE id = id",
+    "ALTER TABLE t DROP COLUMN v",
+    "DROP TABLE IF EXISTS t CASCADE",
+    "CREATE OR REPLACE FUNCTION wipe() RETURNS void LANGUAGE sql AS 'DELETE FROM t'",
+]
+SIMPLE_ONLY = [
+    "SELECT 1; DELETE FROM t",
+    "PREPARE p AS DELETE FROM t; EXECUTE p",
+    "BEGIN; DELETE FROM t; COMMIT",
+]
+
+
+def decided_not_run(sg, sid: str, run, timeout: float = 40.0) -> dict:
+    """Run `run` on a thread; deny any approval it files; return what it ended with."""
+    out: dict = {}
+
+    def go() -> None:
+        try:
+            out["result"] = run()
+        except Exception as exc:  # noqa: BLE001 - handed to the test
+            out["error"] = exc
+    th = threading.Thread(target=go, daemon=True)
+    th.start()
+    deadline = time.time() + timeout
+    while th.is_alive() and time.time() < deadline:
+        for item in sg.call("GET", f"/v1/approvals?status=pending&session={sid}").json():
+            out.setdefault("asked", []).append(item["summary"])
+            decide(sg, item["id"], "deny")
+        th.join(0.1)
+    assert not th.is_alive(), "the statement neither finished nor filed an approval"
+    return out
+
+
+def intact(cluster) -> None:
+    assert cluster.table_exists() and cluster.count() == 10
+    assert cluster.psql_local("SELECT count(*) FROM t WHERE v = 'gone' OR v IS NULL").strip() == "0"
+
+
+@pytest.mark.parametrize("statement", DESTRUCTIVE + SIMPLE_ONLY)
+def test_simple_protocol(pg_gateway, cluster, statement):
+    sess, url = db_session(pg_gateway)
+    out = decided_not_run(pg_gateway, sess["id"], lambda: psql(url, statement))
+    assert out["result"].returncode != 0 and "sandgate: denied" in out["result"].stderr, out
+    intact(cluster)
+
+
+@pytest.mark.parametrize("statement", DESTRUCTIVE)
+def test_extended_protocol(pg_gateway, cluster, statement):
+    sess, url = db_session(pg_gateway)
+
+    def run() -> None:
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute(statement, prepare=True)
+    out = decided_not_run(pg_gateway, sess["id"], run)
+    assert isinstance(out.get("error"), psycopg.errors.InsufficientPrivilege), out
+    intact(cluster)
+
+
+def test_a_prepared_delete_is_decided_at_execute(pg_gateway, cluster):
+    """SQL-level PREPARE then EXECUTE on one connection: the EXECUTE runs the DELETE and is decided as such."""
+    sess, url = db_session(pg_gateway)
+
+    def run() -> None:
+        with psycopg.connect(url, autocommit=True) as conn:
+            try:
+                conn.execute("PREPARE p AS DELETE FROM t")
+            except psycopg.errors.InsufficientPrivilege:
+                return
+            conn.execute("EXECUTE p")
+    decided_not_run(pg_gateway, sess["id"], run)
+    intact(cluster)
+
+
+def test_a_function_made_earlier_does_not_carry_a_delete_through(pg_gateway, cluster):
+    """A function created outside the gateway whose body deletes: calling it is not a plain read."""
+    cluster.psql_local("CREATE OR REPLACE FUNCTION wipe() RETURNS void LANGUAGE sql AS 'DELETE FROM t'; "
+                       "ALTER FUNCTION wipe() OWNER TO app", db="app")
+    sess, url = db_session(pg_gateway)
+    out = decided_not_run(pg_gateway, sess["id"], lambda: psql(url, "SELECT wipe()"))
+    assert out["result"].returncode != 0, out
+    intact(cluster)
