@@ -8,6 +8,7 @@ Only `cli.py` imports this module.
 from __future__ import annotations
 
 import asyncio
+import functools
 import gc
 import json
 import logging
@@ -25,6 +26,8 @@ from broker.backends import CachedResolver, EnvBackend, LocalBackend, VaultBacke
 from broker.broker import Broker
 from broker.registry import PlaceholderRegistry
 from gateway.api.state import ApiServices, PageSettings, PostgresEndpoint, ProxyEndpoint, TransparentEndpoint
+from gateway.approvals import inside
+from gateway.approvals.access import AccessRules
 from gateway.approvals.queue import ApprovalQueue
 from gateway.audit.checkpoints import CheckpointWriter, load_or_create_audit_key
 from gateway.audit.log import AuditLog
@@ -296,7 +299,9 @@ async def open_gateway(cfg: Config, stack: AsyncExitStack, worker: bool = False,
                                token_state=_token_state(cfg, store))
     await broker.load_local_specs()
     placeholders = PlaceholderRegistry()
-    approvals = ApprovalQueue(store, audit, metrics, cfg.approvals, feed, max_pending=cfg.sessions.max_pending_approvals)
+    approvals = ApprovalQueue(store, audit, metrics, cfg.approvals, feed, max_pending=cfg.sessions.max_pending_approvals,
+                              access=AccessRules(cfg.approvals.max_grant_ttl_s, cfg.egress.resolve,
+                                                 cfg.egress.private_allow))
     sessions = SessionRegistry(store, SessionCache(), placeholders, audit, approvals, feed, budgets=cfg.budgets,
                                lifetimes=(cfg.sessions.max_lifetime_s, cfg.sessions.ephemeral_max_lifetime_s))
     await sessions.load()
@@ -320,7 +325,8 @@ async def open_gateway(cfg: Config, stack: AsyncExitStack, worker: bool = False,
                                     audit=audit, metrics=metrics, resolver=dial_resolver, recorder=recorder,
                                     screen=screen, packages=packages, own_listeners=own_listeners,
                                     held=held, connections=ConnectionLimits(cfg.sessions.max_connections),
-                                    aws_models=ServiceModels()))
+                                    aws_models=ServiceModels(),
+                                    grants=approvals.grants_for, inside=functools.partial(inside.answer, approvals)))
     gate = LayerGate(raw_tcp=cfg.egress.raw_tcp, passthrough=cfg.egress.passthrough, audit=audit,
                      session_of=egress.session_of, connection_valid=egress.connection_valid,
                      on_refused=lambda code: metrics.decision("egress", "deny"), tunnel_of=egress.tunnel_of,

@@ -112,6 +112,8 @@ SCHEMA: dict[str, Any] = {
         "quorum": Key(1, "approvals (by distinct approvers) an action needs"),
         "reuse_window_s": Key(600, "how long an approval covers the same action again in the same session",
                               "number"),
+        "max_grant_ttl_s": Key(86400, "the longest an access grant may last (a request's `ttl_s` beyond: 400)",
+                               "number"),
     },
     "audit": {
         "max_pending": Key(100000, "audit rows that may wait to be written; past it new requests get 503"),
@@ -338,6 +340,7 @@ class ApprovalSettings:
     ttl_s: float = 3600.0
     quorum: int = 1
     reuse_window_s: float = 600.0
+    max_grant_ttl_s: float = 86400.0        # the longest an access grant may last
 
 
 @dataclass(frozen=True)
@@ -537,8 +540,12 @@ def _approvals(ap: Mapping[str, Any]) -> ApprovalSettings:
         raise ValueError("approvals.quorum must be >= 1 and approvals.ttl_s > 0")
     if not isinstance(ap["reuse_window_s"], (int, float)) or ap["reuse_window_s"] < 0:
         raise ValueError("approvals.reuse_window_s must be a number of seconds >= 0")
+    if isinstance(ap["max_grant_ttl_s"], bool) or not isinstance(ap["max_grant_ttl_s"], (int, float)) \
+            or not 0 < ap["max_grant_ttl_s"] <= 31536000:
+        raise ValueError("approvals.max_grant_ttl_s must be a number of seconds > 0 (at most a year)")
     return ApprovalSettings(ttl_s=float(ap["ttl_s"]), quorum=int(ap["quorum"]),
-                            reuse_window_s=float(ap["reuse_window_s"]))
+                            reuse_window_s=float(ap["reuse_window_s"]),
+                            max_grant_ttl_s=float(ap["max_grant_ttl_s"]))
 
 
 def _policy(pol: Mapping[str, Any]) -> PolicySettings:

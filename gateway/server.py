@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from gateway.api import approvals, decisions, mcp, routes, scrub, secrets, sessions, tokens, toolcalls
+from gateway.api import access, approvals, decisions, mcp, routes, scrub, secrets, sessions, tokens, toolcalls
 from gateway.api.errors import errors_middleware
 from gateway.api.state import ApiServices, install
 from gateway.web.page import setup_page
@@ -18,7 +18,7 @@ MAX_BODY_BYTES = 4 * 1024 * 1024
 def create_app(services: ApiServices) -> web.Application:
     app = web.Application(middlewares=[errors_middleware], client_max_size=MAX_BODY_BYTES)
     install(app, services)
-    for module in (routes, sessions, toolcalls, approvals, secrets, scrub, mcp, tokens, decisions):
+    for module in (routes, sessions, toolcalls, approvals, access, secrets, scrub, mcp, tokens, decisions):
         app.add_routes(module.routes)
     setup_page(app, services.page)
     return app

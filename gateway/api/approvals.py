@@ -11,6 +11,7 @@ from gateway.api.errors import ApiError
 from gateway.api.owned import owned_session_ids
 from gateway.api.state import APPROVALS, SESSIONS, read_json
 from gateway.api.timefmt import rfc3339
+from gateway.approvals.access import grant_in_force
 from gateway.approvals.queue import ApprovalError
 from gateway.auth.tokens import Principal
 from gateway.sessions.spec import owns
@@ -29,7 +30,12 @@ def approval_view(row: dict) -> dict:
         "votes": [{"by": v["by"], "verdict": v["verdict"], "at": rfc3339(v["at"]), "reason": v.get("reason", "")}
                   for v in row["votes"]],
         "quorum": row["quorum"], "used_at": rfc3339(row["used_at"]), "requested_by": row["requested_by"],
+        **({"grant": grant_view(grant_in_force(row))} if row["kind"] == "access" else {}),
     }
+
+
+def grant_view(grant: dict | None) -> dict | None:
+    return None if grant is None else {**grant, "expires_at": rfc3339(grant["expires_at"])}
 
 
 async def _visible(request: web.Request, row: dict | None, principal: Principal) -> dict:
@@ -71,7 +77,8 @@ async def get_approval(request: web.Request) -> web.Response:
             raise ApiError(400, "bad_request", "wait must be a number of seconds")
         seconds = min(max(seconds, 0.0), MAX_WAIT_S)
         row = await queue.wait(aid, seconds) or row
-    if principal.role == "harness" and row["status"] == "approved" and row["used_at"] is None:
+    if principal.role == "harness" and row["status"] == "approved" and row["used_at"] is None \
+            and row["kind"] != "access":
         # The harness proceeds on `approved`: this read uses the approval (once).
         await queue.consume(row, principal.ident)
         row = await queue.get(aid)
@@ -80,9 +87,11 @@ async def get_approval(request: web.Request) -> web.Response:
 
 async def _decide(request: web.Request, verdict: str) -> web.Response:
     principal = require(request, "approver")
-    reason = check_body(await read_json(request), DECIDE).get("reason")
+    body = check_body(await read_json(request), DECIDE)
+    reason, grant = body.get("reason"), body.get("grant")
     try:
-        row = await request.app[APPROVALS].decide(request.match_info["aid"], principal.ident, verdict, reason)
+        row = await request.app[APPROVALS].decide(request.match_info["aid"], principal.ident, verdict, reason,
+                                                  grant=grant)
     except ApprovalError as exc:
         raise ApiError.of(exc.code, exc.detail) from None
     return web.json_response(approval_view(row))

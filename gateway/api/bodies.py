@@ -156,6 +156,23 @@ DECIDE = Body("POST", "/v1/approvals/{id}/approve", "approver", "approve a pendi
                                                                 "same body)", {
     "reason": Field("string", "why (audited; required by some policies' approvals)",
                     problem="reason must be a string"),
+    "grant": Field("object", "an access request only: `{methods?, path_prefix?, ttl_s?}` narrowing what approving "
+                             "grants (never wider than asked)", problem="grant must be an object"),
+})
+
+ACCESS_REQUEST = Body("POST", "/v1/sessions/{id}/access-requests", "harness",
+                      "file an access request for the session (as the sandbox does at "
+                      "`http://sandgate.internal/v1/access-requests`): 202 `{id, status}`; 409 with the pending one's "
+                      "`id`", {
+    "host": Field("non-empty string", "the host (a name or an IP literal; never resolved at filing)", required=True,
+                  problem="host must be a host name or an IP address"),
+    "port": Field("integer", "one port (default: any)"),
+    "methods": Field("list of strings", "HTTP methods (default: DELETE GET HEAD OPTIONS PATCH POST PUT)"),
+    "path_prefix": Field("string", "a path prefix matched at a segment boundary (default `/`)"),
+    "reason": Field("non-empty string", "why the access is needed (shown to approvers, escaped)", required=True,
+                    problem="reason is required: say why the access is needed"),
+    "ttl_s": Field("any", "how long the grant lasts once approved (seconds; default 3600, at most "
+                          "`approvals.max_grant_ttl_s`)"),
 })
 
 PUT_SECRET = Body("PUT", "/v1/secrets/{name}", "admin", "store a local secret (the `local:` backend)", {
@@ -170,7 +187,8 @@ REVOKE = Body("POST", "/v1/revocations", "admin", "revoke a token by its id", {
                  problem="jti (a token id) is required"),
 })
 
-BODIES: tuple[Body, ...] = (CREATE_SESSION, PATCH_SESSION, TOOLCALL, MCP_TOOLS, SCRUB, DECIDE, PUT_SECRET, REVOKE)
+BODIES: tuple[Body, ...] = (CREATE_SESSION, PATCH_SESSION, TOOLCALL, MCP_TOOLS, SCRUB, DECIDE, ACCESS_REQUEST,
+                            PUT_SECRET, REVOKE)
 
 # The endpoints that take no body (queries named in the meaning); with BODIES, every route of the API.
 # tests/test_reference.py checks this list against the routes the server registers.
@@ -178,9 +196,11 @@ OTHER_ENDPOINTS: tuple[tuple[str, str, str, str], ...] = (          # (method, p
     ("GET", "/v1/sessions", "harness", "the caller's sessions (an admin sees all); `?status=active|expired|deleted`"),
     ("GET", "/v1/sessions/{id}", "harness", "one session (never its token)"),
     ("DELETE", "/v1/sessions/{id}", "harness", "end a session: its token stops working at once"),
+    ("DELETE", "/v1/sessions/{id}/grants/{approval}", "harness, approver", "withdraw an access grant at once "
+                                                                          "(every replica)"),
     ("GET", "/v1/events", "harness, approver", "audit events, in order; `?session=ID&kind=KIND&limit=N`; "
                                                "`after=SEQ` and `wait=SECONDS` (long poll) need a session"),
-    ("GET", "/v1/approvals", "harness, approver", "approvals; `?status=pending&session=ID&kind=egress|toolcall`"),
+    ("GET", "/v1/approvals", "harness, approver", "approvals; `?status=pending&session=ID&kind=egress|toolcall|access`"),
     ("GET", "/v1/approvals/{id}", "harness, approver", "one approval; `?wait=SECONDS` waits for its decision; a "
                                                        "harness reading `approved` uses it (once)"),
     ("POST", "/v1/approvals/{id}/deny", "approver", "deny a pending approval (the body of `/approve`)"),

@@ -11,7 +11,7 @@ from gateway.api.auth import require
 from gateway.api.bodies import CREATE_SESSION, PATCH_SESSION, check_body
 from gateway.api.errors import ApiError
 from gateway.api.owned import owned_session
-from gateway.api.state import BROKER, PROXY, SESSIONS, SIGNER, TOKENS, TransparentEndpoint, read_json
+from gateway.api.state import APPROVALS, BROKER, PROXY, SESSIONS, SIGNER, TOKENS, TransparentEndpoint, read_json
 from gateway.api.timefmt import rfc3339
 from gateway.sessions.budgets import parse_own
 from gateway.sessions.database import database_url, make_verifier, new_password
@@ -104,8 +104,11 @@ async def list_sessions(request: web.Request) -> web.Response:
 @routes.get("/v1/sessions/{sid}")
 async def get_session(request: web.Request) -> web.Response:
     principal = require(request, "harness")
-    return web.json_response(session_view(await owned_session(request, principal, request.match_info["sid"]),
-                                          time.time(), request.app[SESSIONS]))
+    row = await owned_session(request, principal, request.match_info["sid"])
+    now = time.time()
+    grants = await request.app[APPROVALS].grants_for(row["id"], now)
+    return web.json_response(session_view(row, now, request.app[SESSIONS])
+                             | {"grants": [{**g, "expires_at": rfc3339(g["expires_at"])} for g in grants]})
 
 
 @routes.patch("/v1/sessions/{sid}")

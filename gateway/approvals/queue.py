@@ -18,8 +18,9 @@ import time
 from dataclasses import dataclass
 from typing import Any, Mapping
 
+from gateway.approvals.access import AccessRequest, AccessRules, BadAccess, live_grants, narrow
 from gateway.approvals.index import BindingIndex
-from gateway.approvals.rules import new_approval_id, overdue, reusable, tally
+from gateway.approvals.rules import binding_hash, new_approval_id, overdue, reusable, tally
 from gateway.audit.log import AuditLog
 from gateway.store.changes import Change, ChangeFeed, LocalChangeFeed
 from gateway.config import ApprovalSettings
@@ -75,8 +76,9 @@ class ApprovalTicket:
 
 class ApprovalQueue:
     def __init__(self, store: Store, audit: AuditLog, metrics: Metrics, settings: ApprovalSettings,
-                 feed: ChangeFeed | None = None, max_pending: int = 0):
+                 feed: ChangeFeed | None = None, max_pending: int = 0, access: AccessRules | None = None):
         self._store = store
+        self.access = access if access is not None else AccessRules(max_ttl_s=settings.max_grant_ttl_s)
         self.max_pending = max_pending               # per session, 0 = no cap (sessions.max_pending_approvals)
         self._filing: dict[str, list] = {}           # session -> [lock, users]: its count-and-file one at a time
         self._feed: ChangeFeed = feed if feed is not None else LocalChangeFeed()
@@ -87,6 +89,7 @@ class ApprovalQueue:
         self._waiting: dict[str, int] = {}
         self._subscribers: set[asyncio.Queue] = set()
         self._index = BindingIndex()                 # bindings with a live item (approval_index.py)
+        self._access: dict[str, dict[str, dict]] = {}   # session -> {id: approved, unwithdrawn access item}
         self._loaded = False
 
     async def _ensure_index(self) -> None:
@@ -96,8 +99,66 @@ class ApprovalQueue:
         pending = await self._store.list_approvals(status="pending", limit=1_000_000)
         approved = await self._store.list_approvals(status="approved", limit=1_000_000)
         if not self._loaded:
-            self._index.load(pending + approved)
+            self._access = {}
+            for row in pending + approved:
+                self._note(row)
             self._loaded = True
+
+    def _note(self, row: dict) -> None:
+        """Take an item as it is now: the binding index, and the session's granted access items."""
+        self._index.put(row)
+        if row.get("kind") != "access":
+            return
+        items = self._access.get(row["session"])
+        if row.get("status") == "approved" and row.get("used_at") is None and "action" in row:
+            self._access.setdefault(row["session"], {})[row["id"]] = row
+        elif items is not None:
+            items.pop(row["id"], None)
+            if not items:
+                self._access.pop(row["session"], None)
+
+    async def grants_for(self, session: str, now: float) -> list[dict]:
+        """The session's live grants (access/grant_in_force), from memory; expired ones are forgotten."""
+        await self._ensure_index()
+        items = self._access.get(session)
+        if not items:
+            return []
+        grants = live_grants(items.values(), now)
+        if len(grants) < len(items):
+            live = {g["approval"] for g in grants}
+            for aid in [a for a in items if a not in live]:
+                del items[aid]
+            if not items:
+                self._access.pop(session, None)
+        return grants
+
+    async def file_access(self, session: str, req: AccessRequest, requested_by: str) -> tuple[dict, bool]:
+        """File an access request (an approval of kind "access"). Returns (item, filed): filed is False when the
+        session already has one pending for the host (that one is returned). TooManyPending beyond the cap."""
+        await self._ensure_index()
+        binding = binding_hash(session, "access", req.host, "")
+        for row in await self._store.list_approvals(status="pending", binding=binding):
+            if row["expires_at"] > time.time():
+                return row, False
+        port = f":{req.port}" if req.port is not None else ""
+        summary = f"access to {req.host}{port}{req.path_prefix} ({', '.join(req.methods)}) for {req.ttl_s:g} s"
+        row = await self.file(session=session, kind="access", binding=binding, summary=summary,
+                              action={"grant": req.grant(), "request_reason": req.reason},
+                              reasons=["access requested: " + req.reason[:200]], requested_by=requested_by)
+        return row, True
+
+    async def withdraw(self, aid: str, by: str) -> bool:
+        """End an approved access item's grant (at once on every replica). False when there is none live."""
+        row = await self._store.get_approval(aid)
+        if row is None or row["kind"] != "access" or row["status"] != "approved" or row["used_at"] is not None:
+            return False
+        if not await self._store.mark_used(aid):
+            return False
+        self._note({**row, "used_at": time.time()})
+        self._audit.record("grant.withdrawn", session=row["session"], action="withdrawn",
+                           detail={"approval_id": aid, "by": by})
+        self._changed_here(aid, "withdrawn")
+        return True
 
     # -- notifications ---------------------------------------------------------------------------
     def _event(self, aid: str) -> asyncio.Event:
@@ -131,7 +192,7 @@ class ApprovalQueue:
             row = None
             self._loaded = False
         if row is not None:
-            self._index.put(row)
+            self._note(row)
         self.changed(change.id, change.what or "changed")
 
     async def resync(self) -> None:
@@ -222,7 +283,7 @@ class ApprovalQueue:
         """Mark an approved item used (once). False when someone else used it first."""
         if not await self._store.mark_used(row["id"]):
             return False
-        self._index.put({**row, "used_at": time.time()})
+        self._note({**row, "used_at": time.time()})
         self._audit.record("approval.used", session=row["session"], action="used",
                            detail={"approval_id": row["id"], "by": by})
         self._changed_here(row["id"], "used")
@@ -261,14 +322,15 @@ class ApprovalQueue:
                           expires_at=now + float(ttl_s or self.settings.ttl_s), quorum=self.settings.quorum,
                           requested_by=requested_by)
         stored = await self._store.put_approval(row)
-        self._index.put(stored)
+        self._note(stored)
         self._audit.record("approval.filed", session=session, action="ask", reasons=list(reasons),
                            detail={"approval_id": stored["id"], "kind": kind, "summary": stored["summary"]})
         self._changed_here(stored["id"], "filed")
         return stored
 
     # -- deciding --------------------------------------------------------------------------------
-    async def decide(self, aid: str, by: str, verdict: str, reason: str | None) -> dict:
+    async def decide(self, aid: str, by: str, verdict: str, reason: str | None, grant: dict | None = None) -> dict:
+        """A vote. `grant` (an approve of an access item only) narrows what approving grants."""
         if verdict not in ("approve", "deny"):
             raise ApprovalError("bad_request", "verdict must be approve or deny")
         if verdict == "deny" and not (reason or "").strip():
@@ -284,7 +346,16 @@ class ApprovalQueue:
             votes = list(row["votes"])
             if any(v["by"] == by for v in votes):
                 raise ApprovalError("already_voted", "you already voted on this approval")
-            votes.append({"by": by, "verdict": verdict, "at": time.time(), "reason": reason or ""})
+            vote = {"by": by, "verdict": verdict, "at": time.time(), "reason": reason or ""}
+            if grant is not None:
+                if row["kind"] != "access" or verdict != "approve":
+                    raise ApprovalError("bad_request", "only an approve of an access request takes a grant")
+                try:
+                    narrow(row["action"]["grant"], grant, self.settings.max_grant_ttl_s)
+                except BadAccess as exc:
+                    raise ApprovalError("bad_request", str(exc)) from None
+                vote["grant"] = grant
+            votes.append(vote)
             now = time.time()
             if verdict == "deny":
                 values = {"status": "denied", "votes": votes, "decided_by": by, "reason": reason,
@@ -304,7 +375,7 @@ class ApprovalQueue:
                 self._changed_here(aid, "decided" if status != "pending" else "voted")
                 stored = await self._store.get_approval(aid)
                 if stored is not None:
-                    self._index.put(stored)
+                    self._note(stored)
                 return stored
         raise ApprovalError("conflict", "the approval changed while deciding; try again")
 
@@ -312,7 +383,7 @@ class ApprovalQueue:
         ok = await self._store.cas_approval(row["id"], "pending", {
             "status": status, "decided_by": by, "reason": reason, "decided_at": time.time()})
         if ok:
-            self._index.put({**row, "status": status})
+            self._note({**row, "status": status})
             self._audit.record(f"approval.{status}", session=row["session"], action=status, reasons=[reason],
                                detail={"approval_id": row["id"], "by": by})
             self._changed_here(row["id"], "decided")

@@ -6,7 +6,7 @@ import json
 import secrets
 from typing import Any, Iterable, Mapping
 
-KINDS = ("toolcall", "egress")
+KINDS = ("toolcall", "egress", "access")
 FINAL_STATES = ("approved", "denied", "expired", "cancelled")       # an item in one of these never changes again
 STATES = ("pending",) + FINAL_STATES
 

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import json
 import logging
 import time
 import weakref
 from dataclasses import dataclass, field
+from typing import Awaitable, Callable, Mapping
 
 from mitmproxy import connection, http
 from mitmproxy.proxy import server_hooks
@@ -22,6 +24,7 @@ from wsproto.handshake import WEBSOCKET_VERSION
 from broker.aws_ops import ServiceModels
 from broker.broker import AWS_SECRET_PART
 from broker.scrub import scrubber_for
+from gateway.approvals.access import INTERNAL_HOST
 from gateway.audit.log import AuditLog
 from gateway.auth.tokens import AuthError, Principal, TokenVerifier
 from gateway.config import EgressSettings
@@ -51,6 +54,11 @@ STREAM_ABOVE_BYTES = 256 * 1024      # responses larger (or of unknown size) str
 VETTED_FOR_S = 30.0                  # a connection reuses an address verdict this long
 
 
+GrantSource = Callable[[str, float], Awaitable[list[dict]]]
+# (session id, method, path, query, body) -> (status, JSON document)
+InsideAnswer = Callable[[str, str, str, Mapping[str, str], bytes], Awaitable[tuple[int, dict]]]
+
+
 @dataclass(frozen=True)
 class EgressDeps:
     """What the egress addon needs, each typed: nothing is looked up later."""
@@ -69,6 +77,8 @@ class EgressDeps:
     held: HeldLimits                         # held requests per session, bytes held in memory (limits.py)
     connections: ConnectionLimits            # client connections per session
     aws_models: ServiceModels = field(default_factory=ServiceModels)   # botocore's models: AWS operations
+    grants: GrantSource | None = None        # a session's live access grants (ApprovalQueue.grants_for)
+    inside: InsideAnswer | None = None       # what sandgate.internal answers (approvals/inside.py); None: 404
 
 
 class EgressAddon:
@@ -230,6 +240,8 @@ class EgressAddon:
         sni = flow.client_conn.sni
         if not is_connect and sni and _norm_or_empty(sni) != host:
             return self.deny(flow, "egress.sni_mismatch", "the TLS server name does not match the destination")
+        if host == INTERNAL_HOST:
+            return self.internal(flow, st, is_connect, state)
         found = deps.screen.scan_head(flow)
         st.head_secrets = frozenset(found)
         if found and deps.screen.refuse(flow, st, found):
@@ -281,8 +293,10 @@ class EgressAddon:
         if aws is not None and aws.ambiguous:
             return self.deny(flow, "aws.ambiguous_operation", "this AWS call names its operation more than once")
         st.aws = aws.facts() if aws is not None else None
+        now = time.time()
+        grants = await deps.grants(sid, now) if deps.grants is not None else []
         doc = build_egress_input(
-            session=deps.sessions.with_stats(session), now=time.time(), method=req.method,
+            session=deps.sessions.with_stats(session), now=now, method=req.method, grants=grants,
             scheme=req.scheme if not is_connect else "", host=host, port=req.port,
             path=path, query="" if is_connect else url_query(req), headers=req.headers.items(multi=True),
             ip=ip, ip_class=ip_class, secrets=[name for owner, name in found if owner == sid],
@@ -312,6 +326,30 @@ class EgressAddon:
             return
         if st.deferred is None:
             self.prepare_request_body(flow, st)
+
+    def internal(self, flow: http.HTTPFlow, st: FlowState, is_connect: bool, state: ConnState | None) -> None:
+        """sandgate.internal: answered here (in `request`, once the body is read), never resolved, never dialled.
+        A CONNECT to it opens a tunnel the proxy terminates with the session's CA."""
+        if is_connect:
+            if state is not None:
+                state.tunnel = (INTERNAL_HOST, flow.request.port)
+            st.audited = True
+            self.deps.recorder.audit(flow, st, action="allow", codes=["sandgate.internal"],
+                                     reasons=["sandgate answers sandgate.internal itself"], status=200)
+            return
+        if self.body_too_large(flow):
+            return self.deny(flow, "sandgate.internal_body", "the body is too large for sandgate.internal")
+        st.internal = True
+
+    async def answer_internal(self, flow: http.HTTPFlow, st: FlowState) -> None:
+        req = flow.request
+        if self.deps.inside is None:
+            status, doc = 404, {"error": "not_found", "detail": "sandgate.internal serves nothing here"}
+        else:
+            status, doc = await self.deps.inside(st.session["id"], req.method, req.path, dict(req.query.items()),
+                                                 req.raw_content or b"")
+        flow.response = http.Response.make(status, json.dumps(doc).encode(), {
+            "Content-Type": "application/json", "Cache-Control": "no-store", "X-Sandgate-Request-Id": flow.id})
 
     def prepare_request_body(self, flow: http.HTTPFlow, st: FlowState) -> None:
         """Stream large or unsized bodies through (counting bytes); small ones are buffered for inspection."""
@@ -407,6 +445,8 @@ class EgressAddon:
                     return
         if not flow.request.stream:
             st.bytes_out = len(flow.request.raw_content or b"")
+        if st.internal:
+            await self.answer_internal(flow, st)
 
     def responseheaders(self, flow: http.HTTPFlow) -> None:
         st = flow_state(flow)

@@ -52,6 +52,7 @@ class FlowState:
     response_claim: Claim | None = None            # the bytes of a small response buffered whole
     aws: dict | None = None                        # an AWS call's {"service", "region", "operation", "resource"}
     deferred: Callable[..., Awaitable[None]] | None = None   # decided in `request` (an AWS operation in the body)
+    internal: bool = False                         # to sandgate.internal: answered by the proxy (`request`)
 
     def audit_detail(self) -> dict:
         """What its audit row adds about approvals and secrets."""

@@ -6,6 +6,8 @@ import re
 
 from mitmproxy import http
 
+from gateway.approvals.access import ENDPOINT as ACCESS_ENDPOINT, HINT as ACCESS_HINT
+
 _UNSAFE = re.compile(r"[^\x20-\x7e]")
 
 
@@ -15,14 +17,20 @@ def status_reason(text: str, limit: int = 200) -> str:
 
 
 def denial(code: str, reason: str, request_id: str, status: int = 403, error: str = "denied") -> http.Response:
-    body = json.dumps({"error": error, "reason": reason, "code": code, "request_id": request_id})
+    doc = {"error": error, "reason": reason, "code": code, "request_id": request_id}
+    if status == 403:               # a denial the agent can act on: where to ask a person for access
+        doc |= {"access_request": ACCESS_ENDPOINT, "hint": ACCESS_HINT}
+    body = json.dumps(doc)
     resp = http.Response.make(status, body.encode(), {
         "Content-Type": "application/json",
         "X-Sandgate-Decision": "deny",
         "X-Sandgate-Request-Id": request_id,
         "Cache-Control": "no-store",
     })
-    resp.reason = status_reason(f"Forbidden by sandgate: {reason}" if status == 403 else reason)
+    if status == 403:               # the status line names it too (a CONNECT client may show only that)
+        resp.reason = status_reason(f"Forbidden by sandgate: {status_reason(reason)} (ask: {ACCESS_ENDPOINT})", 300)
+    else:
+        resp.reason = status_reason(reason)
     return resp
 
 

@@ -5,6 +5,8 @@ import re
 from typing import Any, Iterable, Mapping
 from urllib.parse import parse_qsl
 
+from gateway.net.paths import normalise_path
+
 REDACTED = "[redacted]"
 SENSITIVE_HEADERS = frozenset({"authorization", "proxy-authorization", "cookie", "set-cookie", "x-api-key",
                                "x-auth-token", "private-token"})
@@ -61,16 +63,20 @@ def build_egress_input(*, session: Mapping[str, Any], now: float, method: str, s
                        ip: str = "", ip_class: str = "", secrets: Iterable[str] = (),
                        stats: Mapping[str, Any] | None = None, markers: Iterable[str] = (),
                        package: Mapping[str, Any] | None = None, tunnel: bool = False,
-                       aws: Mapping[str, Any] | None = None) -> dict:
+                       aws: Mapping[str, Any] | None = None,
+                       grants: Iterable[Mapping[str, Any]] = ()) -> dict:
+    session_doc = build_session_input(session, now, stats)
+    session_doc["grants"] = [dict(g) for g in grants]    # the live grants only (approvals/access.py): no clock
     doc = {
         "kind": "egress",
-        "session": build_session_input(session, now, stats),
+        "session": session_doc,
         "request": {
             "method": method.upper(),
             "scheme": scheme,
             "host": host,
             "port": int(port),
             "path": valid_text(path),
+            "path_normalised": normalise_path(valid_text(path)) if path else "",
             "query": parse_query(valid_text(query)),
             "headers": redact_headers(headers, markers),
             "ip": ip,

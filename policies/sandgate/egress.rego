@@ -86,6 +86,54 @@ allow contains item if {
 	item := {"code": "egress.allowed", "reason": sprintf("%s is allowed for this session", [host])}
 }
 
+# An approved access request: input.session.grants holds the session's live grants only (sandgate drops expired
+# and withdrawn ones, so no clock is needed). A grant opens the host's tunnel (CONNECT) and covers the requests of
+# its methods under its path prefix (of input.request.path_normalised, at a segment boundary). Every deny and ask
+# rule still applies.
+allow contains item if {
+	some g in session_grants
+	grant_covers(g)
+	item := {"code": "egress.granted", "reason": sprintf("%s is granted to this session (approval %v)", [host, g.approval])}
+}
+
+session_grants := input.session.grants if {
+	is_array(input.session.grants)
+} else := []
+
+grant_covers(g) if {
+	grant_destination(g)
+	input.request.method == "CONNECT"
+}
+
+grant_covers(g) if {
+	grant_destination(g)
+	method in g.methods
+	is_string(input.request.path_normalised)
+	path_under(input.request.path_normalised, g.path_prefix)
+}
+
+grant_destination(g) if {
+	g.host == input.request.host
+	g.port == null
+}
+
+grant_destination(g) if {
+	g.host == input.request.host
+	g.port == input.request.port
+}
+
+path_under(_, prefix) if trim_right(prefix, "/") == ""
+
+path_under(p, prefix) if {
+	p != ""
+	p == trim_right(prefix, "/")
+}
+
+path_under(p, prefix) if {
+	p != ""
+	startswith(p, concat("", [trim_right(prefix, "/"), "/"]))
+}
+
 # -- deny -------------------------------------------------------------------------------------------------
 
 # METADATA

@@ -294,4 +294,58 @@ test_aws_lists_from_data if {
 		with data.sandgate.config.egress.aws_ask_operations as ["ec2:Describe*"]
 	egress.decision.action == "allow" with input as inp(aws("ec2", "TerminateInstances"), {})
 		with data.sandgate.config.egress.aws_ask_operations as []
+
+# -- access grants (input.session.grants: live grants only) ----------------------------------------------
+
+grant := {"host": "api.partner.test", "port": null, "methods": ["GET"], "path_prefix": "/v1/", "expires_at": 9, "approval": "a_1"}
+
+granted(r) := inp(object.union({"host": "api.partner.test", "path_normalised": "/v1/x"}, r), {"grants": [grant]})
+
+test_grant_allows_covered_request if {
+	d := egress.decision with input as granted({})
+	d.action == "allow"
+	d.codes == ["egress.granted"]
+}
+
+test_grant_opens_the_tunnel if {
+	egress.decision.action == "allow" with input as granted({"method": "CONNECT", "path": "", "path_normalised": ""})
+}
+
+test_grant_other_method_denied if {
+	d := egress.decision with input as granted({"method": "POST", "tunnel": true})
+	d.action == "deny"
+	d.codes == ["egress.request_not_allowed"]
+}
+
+test_grant_path_outside_denied if {
+	egress.decision.action == "deny" with input as granted({"path_normalised": "/admin"})
+	egress.decision.action == "deny" with input as granted({"path_normalised": "/v1-admin"})
+	egress.decision.action == "deny" with input as granted({"path_normalised": ""})
+}
+
+test_grant_prefix_itself_allowed if {
+	egress.decision.action == "allow" with input as granted({"path_normalised": "/v1"})
+}
+
+test_grant_other_host_or_port_denied if {
+	egress.decision.action == "deny" with input as granted({"host": "other.test"})
+	egress.decision.action == "deny" with input as inp({"host": "api.partner.test", "path_normalised": "/v1/x", "port": 80}, {"grants": [object.union(grant, {"port": 443})]})
+}
+
+test_grant_asks_still_apply if {
+	d := egress.decision with input as inp({"host": "api.partner.test", "path_normalised": "/v1/x", "method": "DELETE"}, {"grants": [object.union(grant, {"methods": ["DELETE"]})]})
+	d.action == "ask"
+}
+
+test_grant_address_deny_still_applies if {
+	d := egress.decision with input as granted({"ip_class": "loopback"})
+	d.action == "deny"
+}
+
+test_grant_whole_host_covers_ambiguous_path if {
+	egress.decision.action == "allow" with input as inp({"host": "api.partner.test", "path_normalised": ""}, {"grants": [object.union(grant, {"path_prefix": "/"})]})
+}
+
+test_no_grants_field_is_no_grant if {
+	egress.decision.action == "deny" with input as inp({"host": "api.partner.test", "path_normalised": "/v1/x"}, {"grants": "x"})
 }

@@ -41,8 +41,14 @@ def test_denial_shape():
     resp = denial("egress.not_allowlisted", "evil.test is not allowed", "rid-1")
     assert resp.status_code == 403 and resp.headers["X-Sandgate-Decision"] == "deny"
     assert resp.json() == {"error": "denied", "reason": "evil.test is not allowed", "code": "egress.not_allowlisted",
-                           "request_id": "rid-1"}
+                           "request_id": "rid-1", "access_request": "http://sandgate.internal/v1/access-requests",
+                           "hint": "to ask a person for access, POST {\"host\", \"reason\"} to "
+                                   "http://sandgate.internal/v1/access-requests"}
     assert resp.reason.startswith("Forbidden by sandgate: ")
+    assert resp.reason.endswith("(ask: http://sandgate.internal/v1/access-requests)")
+    long = denial("egress.not_allowlisted", "x" * 500, "rid-1")
+    assert long.reason.endswith("(ask: http://sandgate.internal/v1/access-requests)")
+    assert "access_request" not in denial("x", "y", "rid-1", status=503).json()
 
 
 @pytest.mark.parametrize("version, method, headers, expected", [
