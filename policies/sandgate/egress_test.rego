@@ -294,6 +294,7 @@ test_aws_lists_from_data if {
 		with data.sandgate.config.egress.aws_ask_operations as ["ec2:Describe*"]
 	egress.decision.action == "allow" with input as inp(aws("ec2", "TerminateInstances"), {})
 		with data.sandgate.config.egress.aws_ask_operations as []
+}
 
 # -- access grants (input.session.grants: live grants only) ----------------------------------------------
 
