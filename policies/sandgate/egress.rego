@@ -90,6 +90,11 @@ allow contains item if {
 # and withdrawn ones, so no clock is needed). A grant opens the host's tunnel (CONNECT) and covers the requests of
 # its methods under its path prefix (of input.request.path_normalised, at a segment boundary). Every deny and ask
 # rule still applies.
+# METADATA
+# title: Granted access
+# description: An approved access request's live grant covers the request (its host, port, methods, path prefix).
+# custom:
+#   code: egress.granted
 allow contains item if {
 	some g in session_grants
 	grant_covers(g)
