@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Any
 
 import aiohttp_jinja2
 import jinja2
@@ -111,18 +112,38 @@ async def decide(request: web.Request, user: PageUser, verdict: str) -> web.Stre
     aid, queue = request.match_info["aid"], request.app[APPROVALS]
     reason = request["form"].get("reason")
     reason = reason.strip()[:MAX_REASON] if isinstance(reason, str) else ""
+    grant = grant_from_form(request["form"]) if verdict == "approve" else None
     try:
-        row = await queue.decide(aid, user.ident, verdict, reason or None)
+        row = await queue.decide(aid, user.ident, verdict, reason or None, grant=grant)
     except ApprovalError as exc:
         row = await queue.get(aid)
         if row is None:
             return error_page(request, 404, "There is no such approval.", user)
         ctx = await detail_ctx(request, row)
-        msg = DECIDE_MESSAGES.get(exc.code) or f"This approval was already decided: it is {row['status']}."
+        msg = DECIDE_MESSAGES.get(exc.code) or (f"Not decided: {exc.detail}." if exc.code == "bad_request" else
+                                                f"This approval was already decided: it is {row['status']}.")
         ctx.update(user=user, error=msg, reason_text=reason)
         return render(request, "detail.html", ctx, status=STATUS_OF.get(exc.code, 400))
     done = row["status"] if row["status"] in ("approved", "denied") else "voted"
     return redirect(f"/approvals/{web_quote(aid)}?done={done}")
+
+
+def grant_from_form(form: Any) -> dict | None:
+    """The narrowing an access approval's form asks for (None for other forms: they have no grant fields). A field
+    that is not a number stays text: the queue refuses it (400 on the page)."""
+    if "grant_ttl_s" not in form and "grant_path_prefix" not in form:
+        return None
+    grant: dict = {"methods": [m for m in form.getall("grant_method", []) if isinstance(m, str)] or ["-"]}
+    prefix = form.get("grant_path_prefix")
+    if isinstance(prefix, str) and prefix.strip():
+        grant["path_prefix"] = prefix.strip()
+    ttl = form.get("grant_ttl_s")
+    if isinstance(ttl, str) and ttl.strip():
+        try:
+            grant["ttl_s"] = float(ttl)
+        except ValueError:
+            grant["ttl_s"] = ttl
+    return grant
 
 
 @page(post=True)

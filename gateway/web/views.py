@@ -102,6 +102,12 @@ def pending_items(rows: Iterable[Mapping[str, Any]], now: float,
 
 
 def action_view(kind: str, action: Mapping[str, Any]) -> dict:
+    if kind == "access":
+        grant = action.get("grant") or {}
+        return {"host": grant.get("host", ""), "port": grant.get("port") or "any",
+                "methods": list(grant.get("methods") or []), "path_prefix": grant.get("path_prefix", "/"),
+                "ttl_s": grant.get("ttl_s", 0), "ttl": duration(float(grant.get("ttl_s") or 0)),
+                "request_reason": action.get("request_reason", "")}
     if kind == "toolcall":
         return {"tool": action.get("tool", ""), "args": pretty_json(action.get("args", {}))}
     headers = action.get("headers") or {}
