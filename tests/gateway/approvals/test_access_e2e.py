@@ -120,6 +120,20 @@ def test_https_inside_through_the_tunnel(gw, tmp_path):
     assert mine.status_code == 200 and mine.json()["host"] == "tls.partner.test"
 
 
+def test_https_inside_with_a_client_offering_h2(gw, tmp_path):
+    """curl offers h2: sandgate.internal has no upstream, so nothing is dialled before the client's handshake (the
+    early dial is only for vetted destinations) and the proxy answers itself."""
+    sess = gw.session(allow=[])
+    ca = tmp_path / "ca.pem"
+    ca.write_text(sess["ca_pem"])
+    out = subprocess.run([shutil.which("curl") or "curl", "-sS", "--cacert", str(ca), "-x", sess["proxy_url"],
+                          "-H", "Content-Type: application/json", "-d", json.dumps({"host": "h2.partner.test",
+                          "reason": "over h2"}), "-w", "\n%{http_code}", "https://sandgate.internal/v1/access-requests"],
+                         capture_output=True, text=True, timeout=20)
+    assert out.stdout.endswith("\n202"), out.stdout + out.stderr
+    assert json.loads(out.stdout.rsplit("\n", 1)[0])["status"] == "pending"
+
+
 def test_refused_at_filing(gw):
     sess = gw.session(allow=[])
     for host in ("169.254.169.254", "localhost", "127.0.0.1.nip.io.localhost", "10.1.2.3", "[::1]",
