@@ -186,3 +186,17 @@ def test_quorum_narrowest_vote_wins(tmp_path, upstream):
         url = f"http://allowed.test:{upstream.port}"
         assert requests.get(f"{url}/v1/y", proxies=sess["proxies"], timeout=10).status_code == 200
         assert requests.head(f"{url}/v1/y", proxies=sess["proxies"], timeout=10).status_code == 403
+
+
+def test_what_a_session_can_file_is_capped(tmp_path):
+    cfg = {**LOOPBACK_CONFIG, "sessions": {"max_pending_approvals": 2}}
+    with Sandgate(tmp_path, cfg) as sg:
+        sess = sg.session(allow=[])
+        for host in ("a.partner.test", "b.partner.test"):
+            assert file_inside(sess, {"host": host, "reason": "x"}).status_code == 202
+        third = file_inside(sess, {"host": "c.partner.test", "reason": "x"})
+        assert third.status_code == 429 and third.json()["error"] == "approvals.too_many"
+        big = requests.post(ENDPOINT, data=b'{"host": "d.partner.test", "reason": "' + b"x" * 20000 + b'"}',
+                            headers={"Content-Type": "application/json"}, proxies=sess["proxies"], timeout=10)
+        assert big.status_code in (403, 413)
+        assert len(sg.call("GET", f"/v1/approvals?session={sess['id']}", sg.token("approver", "a")).json()) == 2
