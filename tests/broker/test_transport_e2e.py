@@ -9,19 +9,23 @@ import requests
 
 from tests.conftest import LOOPBACK_CONFIG
 from tests.support.gateway import Sandgate
+from tests.support.h2upstream import H2Upstream
 from tests.support.tunnel import h2_request, open_tunnel, read_response, tls_in_tunnel
 from tests.support.upstream import Upstream, make_cert
 
 REAL_TLS = "tls-only-" + "T" * 24
 REAL_PLAIN = "plain-ok-" + "P" * 24
 REAL_PORT = "port-pin-" + "Q" * 24
+H2: list[H2Upstream] = []      # the module's HTTP/2 upstream: a client offering h2 gets h2 only from one that speaks it
 
 
 @pytest.fixture(scope="module")
 def env(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("transport")
     cert = make_cert(tmp / "certs", ["bound.test", "other.test"])
-    with Upstream() as plain, Upstream(tls=cert) as secure, Upstream(tls=cert) as secure2:
+    with Upstream() as plain, Upstream(tls=cert) as secure, Upstream(tls=cert) as secure2, \
+            H2Upstream(tls=cert) as h2up:
+        H2[:] = [h2up]
         cfg = {"egress": {**LOOPBACK_CONFIG["egress"], "upstream_ca": cert.cert,
                           "resolve": {"bound.test": ["127.0.0.1"], "other.test": ["127.0.0.1"]}},
                "secrets": {
@@ -140,15 +144,17 @@ def test_absolute_form_to_another_host_with_a_placeholder_is_refused(env, secret
 
 def test_http2_authority_to_another_host_with_a_placeholder_is_refused(env):
     sg, plain, secure, secure2 = env
+    h2up = H2[0]
     sess, ph = session(sg, "tls_only")
-    for u in (plain, secure, secure2):
+    for u in (plain, secure, secure2, h2up):
         u.recorder.requests.clear()
-    tls = tls_in_tunnel(open_tunnel(sg.proxy_port, sess["token"], f"bound.test:{secure.port}"),
+    tls = tls_in_tunnel(open_tunnel(sg.proxy_port, sess["token"], f"bound.test:{h2up.port}"),
                         sess["ca_file"], "bound.test", alpn=["h2"])
     with tls:
+        assert tls.selected_alpn_protocol() == "h2"
         status, body = h2_request(tls, [(":method", "GET"), (":path", "/steal"), (":scheme", "https"),
-                                        (":authority", f"other.test:{secure.port}"),
+                                        (":authority", f"other.test:{h2up.port}"),
                                         ("authorization", f"Bearer {ph['TLS_ONLY']}")])
     assert status == 403 and b"egress.authority_mismatch" in body
-    assert secure.recorder.requests == []
-    never_saw_a_real_value(plain, secure, secure2)
+    assert h2up.recorder.requests == []
+    never_saw_a_real_value(plain, secure, secure2, h2up)
