@@ -59,7 +59,7 @@ class HoldAddon:
         sid = st.session["id"]
         url = flow.request.pretty_url
         markers = list((st.session.get("placeholders") or {}).values())
-        headers = flow.request.headers.items(multi=True)
+        headers = list(flow.request.headers.items(multi=True))     # read three times: not a one-shot iterator
         summary = f"{flow.request.method} {url}"
         action = egress_action(flow.request.method, url, headers, body, markers)
         if st.aws is not None:
