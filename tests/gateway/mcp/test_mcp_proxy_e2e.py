@@ -97,7 +97,9 @@ async def test_proxy_end_to_end(sg, session, tmp_path):
         asked = await asyncio.wait_for(client.call_tool("deploy", {"target": "staging"}), 60)
         item = await approver
         assert not asked.is_error and text_of(asked) == "deployed staging"
-        assert item["action"] == {"tool": "deploy", "args": {"target": "staging"}, "mcp_server": "up"}
+        assert {k: item["action"][k] for k in ("tool", "args", "mcp_server")} == \
+            {"tool": "deploy", "args": {"target": "staging"}, "mcp_server": "up"}
+        assert item["action"]["codes"] == ["toolcall.mcp_unlisted"]      # the approver's view: why it asks
 
         refuser = asyncio.create_task(approve_when_filed(sg, session["id"], "deny", "not today"))
         refused = await asyncio.wait_for(client.call_tool("deploy", {"target": "prod"}), 60)
