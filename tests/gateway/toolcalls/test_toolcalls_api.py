@@ -14,12 +14,15 @@ def gw(tmp_path_factory):
     cfg = {**LOOPBACK_CONFIG, "sessions": {"max_pending_approvals": 10000}}
     with Sandgate(tmp_path_factory.mktemp("toolcalls"), cfg) as sg:
         sg.sessions = {}
+        sg.denied_in_a_row = {}
         yield sg
 
 
 def session_for(sg, overrides: dict) -> str:
     key = tuple(sorted((k, str(v)) for k, v in overrides.items()))
-    if key not in sg.sessions:
+    # a table row is decided on its own: after denial_streak (3) denials in a row a session's mutating calls ask
+    # (toolcall.after_denials, tested on its own), so the next row gets a fresh session
+    if key not in sg.sessions or sg.denied_in_a_row.get(sg.sessions[key], 0) >= 3:
         body = {"workload": overrides.get("workload", BASE_SESSION["workload"]),
                 "allow": overrides.get("allow", BASE_SESSION["allow"]),
                 "workspace": overrides.get("workspace", BASE_SESSION["workspace"])}
@@ -40,6 +43,7 @@ def test_toolcall_decision_via_api(gw, name, overrides, tool, args, expected):
     resp = gw.call("POST", "/v1/toolcalls", json={"session": sid, "tool": tool, "args": args, "step": 7})
     assert resp.status_code == 200, resp.text
     body = resp.json()
+    gw.denied_in_a_row[sid] = gw.denied_in_a_row.get(sid, 0) + 1 if body["decision"] == "deny" else 0
     assert body["decision"] == expected, body
     assert body["reasons"], "every decision carries a human-readable reason"
     assert ("approval_id" in body) == (expected == "ask")
