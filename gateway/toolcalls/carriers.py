@@ -21,7 +21,7 @@ from typing import Callable
 
 from gateway.toolcalls.interpreters import code_source, language_of
 from gateway.toolcalls.tables import Executor, Tables
-from gateway.toolcalls.wrappers import SHELLS, shell_script, unwrap
+from gateway.toolcalls.wrappers import SHELLS, read_option, shell_script, unwrap
 
 _SCRIPT = re.compile(r"\s|[;&|]")
 _SHELL_ARGS = re.compile(r"^(?:chdir|creates|removes|executable|warn|stdin|cwd|runas|shell|env|timeout|"
@@ -97,26 +97,6 @@ def unknown_carried(argv: list[str], tables: Tables,
     return out
 
 
-def _option(word: str, words: list[str], i: int, takes: frozenset[str]) -> tuple[str, str | None, int]:
-    """(option, its value or None, next index); a short option's value may be attached (-m shell)."""
-    if word.startswith("--"):
-        key, eq, value = word.partition("=")
-        if eq:
-            return key, value, i + 1
-        if key in takes and i + 1 < len(words):
-            return key, words[i + 1], i + 2
-        return key, None, i + 1
-    for pos in range(1, len(word)):
-        short = "-" + word[pos]
-        if short in takes:
-            if pos + 1 < len(word):
-                return short, word[pos + 1:], i + 1
-            if i + 1 < len(words):
-                return short, words[i + 1], i + 2
-            return short, None, i + 1
-    return word[:2], None, i + 1
-
-
 def _key_end(argv: list[str], used: int) -> int:
     """Index in argv just past the `used` subcommand words of an executor key (`docker exec`: past `exec`)."""
     i, seen = 1, 0
@@ -175,7 +155,7 @@ def _executor(spec: Executor, argv: list[str], used: int) -> tuple[str, list[Car
         past_target = spec.targets > 0 and not targets and not (spec.join or spec.modules or spec.functions or
                                                                 spec.separator or spec.remote)
         if word.startswith("-") and word != "-" and not past_target:
-            key, value, i = _option(word, argv, i, takes)
+            key, value, i = read_option(word, argv, i, takes)
             if key in spec.command_options:
                 command = argv[i:]
                 break

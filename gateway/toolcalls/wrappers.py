@@ -182,7 +182,7 @@ def _strip_one(spec: _Spec, name: str, words: list[str], i: int, out: Unwrapped)
                 i += 1
                 continue
             break
-        key, value, i = _option(word, words, i, takes | scripts)
+        key, value, i = read_option(word, words, i, takes | scripts)
         if name == "runuser" and key in ("-u", "--user"):
             skip = 0                               # runuser -u USER CMD...: no user operand
         if key in spec.opts("no_command"):
@@ -240,8 +240,9 @@ def _strip_one(spec: _Spec, name: str, words: list[str], i: int, out: Unwrapped)
     return True
 
 
-def _option(word: str, words: list[str], i: int, takes: frozenset[str]) -> tuple[str, str | None, int]:
-    """(option, its value or None, next index) for the option word at words[i]."""
+def read_option(word: str, words: list[str], i: int, takes: frozenset[str]) -> tuple[str, str | None, int]:
+    """(option, its value or None, next index) for the option word at words[i]; a short option's value may be
+    attached (-m shell). Shared by the wrapper table's reader and the carriers' reader."""
     if word.startswith("--"):
         key, eq, value = word.partition("=")
         if eq:
@@ -267,7 +268,7 @@ def parallel_script(argv: list[str]) -> tuple[str, bool, str | None]:
                       "--tag-string --basefile --bf -S --sshlogin --sshloginfile --slf".split())
     i, remote = 1, None
     while i < len(argv) and argv[i].startswith("-") and argv[i] not in (":::", "::::"):
-        key, value, i = _option(argv[i], argv, i, takes)
+        key, value, i = read_option(argv[i], argv, i, takes)
         if key in ("-S", "--sshlogin", "--sshloginfile", "--slf") and value not in (None, ":"):
             remote = value
     command, args, stdin = [], [], True
