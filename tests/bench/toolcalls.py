@@ -2,20 +2,24 @@
 
 Run alone from the repository root:
 
-    .venv/bin/python tests/bench/toolcalls.py            # 3 runs, spread printed (about 1 minute)
+    .venv/bin/python tests/bench/toolcalls.py            # 3 runs, spread printed (about 2 minutes)
     .venv/bin/python tests/bench/toolcalls.py --quick    # 1 short run (under 30 seconds)
 
 It starts `sandgate serve` (its real CLI, default configuration: embedded regorus, the shipped policies,
 SQLite store under a temporary data directory, decision log and audit on) and creates one session per client.
 Each client is a coroutine on one keep-alive HTTP/1.1 connection that POSTs /v1/toolcalls with the harness
-token, cycling through a mix of calls a coding agent makes (shell commands of several shapes, file reads and
-writes, HTTP requests, SQL, a push that asks, a destructive command that is denied), every call with a new
-`step`, as a real harness sends them. Only answers 200 count; anything else fails the run.
+token, cycling through a mix of calls a coding agent makes (`ls`, `read_file`, `git status`, a `SELECT` with a
+`WHERE`, `write_file`, and `rm -rf ./build`, which asks), every call with a new `step`, as a real harness sends
+them. Only answers 200 count; anything else fails the run.
 
 Figures: decisions/s (completed calls per second of wall time in the measured window, after a warm-up), p50
 and p99 latency (send to last byte), and CPU per call for each process (sandgate's main process, each of its
 policy worker processes, and this client): CPU seconds in the window divided by the calls completed in it.
 At the end the audit rows are counted through the API to show the calls were persisted.
+
+The same client and mix also run against a bare aiohttp app (it reads the JSON body and answers a fixed decision:
+the ceiling of the API's own stack), on asyncio's loop and on uvloop, just before sandgate in every run; the
+summary gives sandgate's rate as a ratio of each. `--mix wide` uses sixteen shapes of calls instead of six.
 
 Nothing is asserted: speed is measured, not tested. Exits non-zero only when something fails.
 """
@@ -42,15 +46,24 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from tests.bench.common import (  # noqa: E402
-    Conn, _children, build_request, free_port, percentile, stop_process,
+    Conn, _children, build_request, free_port, percentile, stop_process, wait_port,
 )
 
 CLIENTS = 16
-GOAL = 3000.0
-WAVE1 = 300.0          # issue 12: the wave-1 code, same machine, 16 clients
+GOAL_BARE = 0.5       # the ratio to a bare aiohttp app that answers a fixed decision
 
-# (tool, args) a coding agent sends; the mix of the benchmark. Repeats are realistic (`git status`, `pytest`).
+# The mix of the README's row (the issue's shape): what a coding agent sends most, one call that asks.
 MIX: list[tuple[str, dict]] = [
+    ("shell", {"command": "ls"}),
+    ("read_file", {"path": "/workspace/src/app.py"}),
+    ("shell", {"command": "git status"}),
+    ("sql", {"query": "SELECT id, name FROM users WHERE id = 7"}),
+    ("write_file", {"path": "/workspace/src/app.py", "content": "print('hello')\n"}),
+    ("shell", {"command": "rm -rf ./build"}),                               # asks
+]
+# `--mix wide`: sixteen shapes (shell of several kinds, file reads and writes, HTTP, SQL, a push that asks, a
+# delete that is denied). Repeats are realistic (`git status`, `pytest`).
+WIDE_MIX: list[tuple[str, dict]] = [
     ("shell", {"command": "ls -la src"}),
     ("shell", {"command": "git status"}),
     ("shell", {"command": "cat README.md | grep -n install"}),
@@ -68,6 +81,7 @@ MIX: list[tuple[str, dict]] = [
     ("shell", {"command": "rm -rf /"}),                                     # denied
     ("shell", {"command": "make test"}),
 ]
+MIXES = {"six": MIX, "wide": WIDE_MIX}
 
 
 class BenchError(RuntimeError):
@@ -100,17 +114,18 @@ class Result:
         return self.count / self.seconds if self.seconds else float("nan")
 
 
-def _cpu(pid: int) -> float:
+def _cpu(pid: int, system: bool = False) -> float:
+    """User + system CPU seconds of a process so far (system only: `system`)."""
     try:
         text = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return 0.0
     fields = text[text.rindex(")") + 2:].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return (int(fields[12]) + (0 if system else int(fields[11]))) / os.sysconf("SC_CLK_TCK")
 
 
 def cpu_snapshot(sandgate_pid: int) -> dict:
-    out = {"sandgate (main)": _cpu(sandgate_pid)}
+    out = {"sandgate (main)": _cpu(sandgate_pid), "sandgate (main), in the kernel": _cpu(sandgate_pid, True)}
     for i, child in enumerate(sorted(_children(sandgate_pid))):
         out[f"sandgate child {i + 1} (pid {child})"] = _cpu(child)
     out["client (this process)"] = _cpu(os.getpid())
@@ -171,7 +186,45 @@ class Sandgate:
         self.log.close()
 
 
-async def load(sg: Sandgate, sessions: list[str], mode: Mode) -> Result:
+BARE_ANSWER = {"id": "t_0000000000000000", "decision": "allow", "reasons": [], "codes": []}
+
+
+def serve_bare(port: int, loop: str) -> None:
+    """The ceiling of the API's own stack: a bare aiohttp app that reads the same JSON body and answers a fixed
+    decision (no token check, no session, no policy, nothing stored). `loop`: "asyncio" (what `web.run_app`
+    runs by default) or "uvloop" (sandgate's loop)."""
+    from aiohttp import web
+
+    async def toolcall(request: web.Request) -> web.Response:
+        body = await request.json()
+        if not isinstance(body, dict) or "session" not in body:
+            return web.json_response({"error": "bad_request"}, status=400)
+        return web.json_response(BARE_ANSWER)
+
+    app = web.Application()
+    app.router.add_post("/v1/toolcalls", toolcall)
+    if loop == "uvloop":
+        import uvloop
+        uvloop.install()
+    web.run_app(app, host="127.0.0.1", port=port, print=None, access_log=None)
+
+
+class BareApp:
+    """`serve_bare` in its own process, as the load generator sees a sandgate (port, token, pid)."""
+
+    def __init__(self, loop: str):
+        self.loop = loop
+        self.api_port = free_port()
+        self.harness = "bare"
+        self.proc = subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "--serve-bare",
+                                      str(self.api_port), "--bare-loop", loop])
+        wait_port("127.0.0.1", self.api_port, self.proc)
+
+    def stop(self) -> None:
+        stop_process(self.proc)
+
+
+async def load(sg: "Sandgate | BareApp", sessions: list[str], mode: Mode, mix: list[tuple[str, dict]]) -> Result:
     state = {"measuring": False, "stop": False}
     result = Result()
     errors: list[str] = []
@@ -183,7 +236,7 @@ async def load(sg: Sandgate, sessions: list[str], mode: Mode) -> Result:
         step = 0
         try:
             while not state["stop"]:
-                tool, args = MIX[(n + step) % len(MIX)]
+                tool, args = mix[(n + step) % len(mix)]
                 step += 1
                 body = json.dumps({"session": sid, "tool": tool, "args": args, "step": step}).encode()
                 raw = build_request("POST", "/v1/toolcalls", host, headers, body)
@@ -241,8 +294,20 @@ def spread(values: list[float]) -> str:
     return f"{min(values):,.0f}–{max(values):,.0f}"
 
 
-def one_run(tree: Path | None, extra: str, mode: Mode, profile: str = "", profile_opts: list | None = None
-            ) -> Result | None:
+def bare_run(loop: str, mode: Mode, mix: list[tuple[str, dict]]) -> Result | None:
+    """The same load against the bare aiohttp app. None when something failed."""
+    bare = BareApp(loop)
+    try:
+        return asyncio.run(load(bare, [f"s_{i}" for i in range(CLIENTS)], mode, mix))
+    except (BenchError, OSError, asyncio.TimeoutError) as exc:
+        print(f"bare aiohttp run failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return None
+    finally:
+        bare.stop()
+
+
+def one_run(tree: Path | None, extra: str, mode: Mode, mix: list[tuple[str, dict]], profile: str = "",
+            profile_opts: list | None = None) -> Result | None:
     """One sandgate (this checkout, or `tree`), 16 sessions, one load window. None when something failed."""
     with tempfile.TemporaryDirectory(prefix="sandgate-bench-tc-") as tmp:
         sg = Sandgate(Path(tmp), tree)
@@ -256,7 +321,7 @@ def one_run(tree: Path | None, extra: str, mode: Mode, profile: str = "", profil
                                         "-p", str(sg.proc.pid), "-o", profile]
                                        + [o for opt in profile_opts or [] for o in shlex.split(opt)],
                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            res = asyncio.run(load(sg, sessions, mode))
+            res = asyncio.run(load(sg, sessions, mode, mix))
             if spy is not None:
                 spy.wait(60)
             time.sleep(1.0)                                    # let the audit writer flush its last batch
@@ -272,26 +337,37 @@ def one_run(tree: Path | None, extra: str, mode: Mode, profile: str = "", profil
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description="sandgate tool-call decision throughput")
+    ap = argparse.ArgumentParser(description="sandgate tool-call decision throughput, against a bare aiohttp app")
     ap.add_argument("--quick", action="store_true", help="one short run (< 30 s)")
     ap.add_argument("--runs", type=int, help="number of runs (default 3, --quick 1)")
+    ap.add_argument("--mix", choices=sorted(MIXES), default="six",
+                    help="six: ls, read_file, git status, SELECT ... WHERE, write_file, rm -rf ./build (asks); "
+                         "wide: sixteen shapes")
     ap.add_argument("--isolation", choices=("process", "thread"), help="policy.isolation (default: sandgate's)")
     ap.add_argument("--baseline-ref", default="", help="also run sandgate at this git revision, side by side")
+    ap.add_argument("--no-bare", action="store_true", help="skip the bare aiohttp apps")
     ap.add_argument("--by-call", action="store_true", help="also print p50/p99 of each call of the mix")
     ap.add_argument("--profile", default="", help="run sandgate under py-spy, collapsed stacks to this file")
     ap.add_argument("--profile-opts", nargs="*", default=[], help="extra py-spy options, e.g. --profile-opts='--gil' or '--idle --native'")
+    ap.add_argument("--serve-bare", type=int, default=0, help=argparse.SUPPRESS)   # the bare app's own process
+    ap.add_argument("--bare-loop", default="asyncio", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args.serve_bare:
+        serve_bare(args.serve_bare, args.bare_loop)
+        return 0
     mode = QUICK if args.quick else FULL
     runs = args.runs or mode.runs
+    mix = MIXES[args.mix]
     extra = ""
     if args.isolation:
         extra = f'[policy]\nisolation = "{args.isolation}"\n'
-    print(f"tool-call bench ({'quick' if args.quick else 'full'}): {os.cpu_count()} CPUs, "
-          f"Python {platform.python_version()}, {CLIENTS} clients, load average {os.getloadavg()[0]:.2f}",
-          flush=True)
+    load0 = os.getloadavg()[0]
+    print(f"tool-call bench ({'quick' if args.quick else 'full'}, mix {args.mix}): {os.cpu_count()} CPUs, "
+          f"Python {platform.python_version()}, {CLIENTS} clients, load average {load0:.2f}", flush=True)
     t_start = time.perf_counter()
     results: list[Result] = []
     base_rates: list[float] = []
+    bare_rates: dict[str, list[float]] = {} if args.no_bare else {"asyncio": [], "uvloop": []}
     with tempfile.TemporaryDirectory(prefix="sandgate-bench-base-") as base_tmp:
         tree = None
         if args.baseline_ref:
@@ -300,17 +376,30 @@ def main(argv: list[str] | None = None) -> int:
                                      capture_output=True).stdout
             subprocess.run(["tar", "-x", "-C", str(tree)], input=archive, check=True)
         for run in range(runs):
-            if tree is not None:        # the baseline first, then ours, in every run
-                base = one_run(tree, extra, mode, "")
+            for loop, rates_of in bare_rates.items():     # the bare apps first, then the baseline, then ours
+                bare = bare_run(loop, mode, mix)
+                if bare is None:
+                    return 1
+                rates_of.append(bare.rate)
+                cpu, kernel = (bare.cpu[k] * 1e6 / max(bare.count, 1)
+                               for k in ("sandgate (main)", "sandgate (main), in the kernel"))
+                print(f"  run {run + 1} bare aiohttp ({loop}): {bare.rate:,.0f} answers/s, "
+                      f"p50 {percentile(bare.latencies, 50) * 1e3:.2f} ms, {cpu:.0f} µs CPU per call "
+                      f"({kernel:.0f} in the kernel)", flush=True)
+            if tree is not None:
+                base = one_run(tree, extra, mode, mix, "")
                 if base is None:
                     return 1
                 base_rates.append(base.rate)
                 print(f"  run {run + 1} baseline ({args.baseline_ref}): {base.rate:,.0f} decisions/s", flush=True)
-            res = one_run(None, extra, mode, args.profile, args.profile_opts)
+            res = one_run(None, extra, mode, mix, args.profile, args.profile_opts)
             if res is None:
                 return 1
             results.append(res)
-            print(f"  run {run + 1}: {res.rate:,.0f} decisions/s, p50 {percentile(res.latencies, 50) * 1e3:.2f} ms, "
+            cpu = sum(v for k, v in res.cpu.items() if k.startswith("sandgate") and "kernel" not in k
+                      ) * 1e6 / max(res.count, 1)
+            print(f"  run {run + 1}: {res.rate:,.0f} decisions/s, {cpu:.0f} µs CPU per call (all of sandgate), "
+                  f"p50 {percentile(res.latencies, 50) * 1e3:.2f} ms, "
                   f"p99 {percentile(res.latencies, 99) * 1e3:.2f} ms, {res.actions}, "
                   f"{res.stored} audit rows stored for 2 of the sessions", flush=True)
 
@@ -336,22 +425,28 @@ def main(argv: list[str] | None = None) -> int:
     print("\nSummary (the README's table):\n")
     print(f"| figure | goal | ours | baseline | ratio | spread ({len(rates)} run{'s' if len(rates) > 1 else ''}) |")
     print("| --- | --- | ---: | ---: | ---: | --- |")
+    for loop, bare in bare_rates.items():
+        ratios = [o / b for o, b in zip(rates, bare) if b > 0]
+        print(f"| tool-call decisions/s | ≥ {GOAL_BARE:.1f}× bare aiohttp | {statistics.median(rates):,.0f} | "
+              f"{statistics.median(bare):,.0f} (bare aiohttp, {loop}) | {statistics.median(ratios):.2f}× | "
+              f"{min(ratios):.2f}×–{max(ratios):.2f}× (ours {spread(rates)}) |")
     if base_rates:
         ratios = [o / b for o, b in zip(rates, base_rates) if b > 0]
-        print(f"| tool-call decisions/s | ≥ {GOAL:,.0f} | {statistics.median(rates):,.0f} | "
-              f"{statistics.median(base_rates):,.0f} ({args.baseline_ref}) | {statistics.median(ratios):.1f}× | "
-              f"{min(ratios):.1f}×–{max(ratios):.1f}× (ours {spread(rates)}) |")
-    else:
-        print(f"| tool-call decisions/s | ≥ {GOAL:,.0f} | {statistics.median(rates):,.0f} | {WAVE1:,.0f} (wave 1, "
-              f"issue 12) | {statistics.median(rates) / WAVE1:.1f}× | {spread(rates)} |")
+        print(f"| tool-call decisions/s | | {statistics.median(rates):,.0f} | "
+              f"{statistics.median(base_rates):,.0f} ({args.baseline_ref}) | {statistics.median(ratios):.2f}× | "
+              f"{min(ratios):.2f}×–{max(ratios):.2f}× (ours {spread(rates)}) |")
+    if not bare_rates and not base_rates:
+        print(f"| tool-call decisions/s | | {statistics.median(rates):,.0f} | | | {spread(rates)} |")
     print()
-    print(f"- {CLIENTS} clients, one keep-alive connection and one session each, every call a new `step`; "
-          f"{mode.window_s:g} s window after {mode.warmup_s:g} s warm-up; the median run's CPU rows.")
-    print("- baseline: with --baseline-ref REF, the same load on sandgate at REF (its files from `git archive`, "
-          "this venv), run just before ours in every run; without it, the wave-1 figure from issue 12. "
-          "Ratio = ours ÷ baseline.")
-    print(f"- client and sandgate share {os.cpu_count()} CPUs (load average now {os.getloadavg()[0]:.2f}); "
-          f"total wall time {time.perf_counter() - t_start:.0f} s.")
+    print(f"- {CLIENTS} clients, one keep-alive connection and one session each, every call a new `step`; mix "
+          f"{args.mix} ({len(mix)} calls); {mode.window_s:g} s window after {mode.warmup_s:g} s warm-up; the median "
+          "run's CPU rows.")
+    print("- bare aiohttp: the same client and mix against an aiohttp app that reads the JSON body and answers a "
+          "fixed decision (asyncio: web.run_app's default loop; uvloop: sandgate's loop), just before ours in "
+          "every run. With --baseline-ref REF, also sandgate at REF (its files from `git archive`, this venv). "
+          "Ratio = ours ÷ baseline, run by run.")
+    print(f"- client and server share {os.cpu_count()} CPUs (load average {load0:.2f} at the start, "
+          f"{os.getloadavg()[0]:.2f} now); total wall time {time.perf_counter() - t_start:.0f} s.")
     return 0
 
 
