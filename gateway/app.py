@@ -29,6 +29,8 @@ from gateway.api.state import ApiServices, PageSettings, PostgresEndpoint, Proxy
 from gateway.approvals import inside
 from gateway.approvals.access import AccessRules
 from gateway.approvals.queue import ApprovalQueue
+from gateway.notify.delivery import Notifier
+from gateway.store.outbox import Outbox
 from gateway.audit.checkpoints import CheckpointWriter, load_or_create_audit_key
 from gateway.audit.log import AuditLog
 from gateway.auth.tokens import HARNESS_TOKEN_TTL_S, Revocations, TokenSigner, TokenVerifier, load_or_create_key, write_private
@@ -202,6 +204,16 @@ def _operator_secrets(sources: list[str], cfg: Config) -> CachedResolver:
     return CachedResolver(backends, ttl_s=cfg.broker.cache_ttl_s)
 
 
+def _notifier(cfg: Config, store: Store, audit: AuditLog) -> Notifier:
+    """The deliverer of approval events to notify.webhook_url (its signing key read from its secret source)."""
+    source = cfg.notify.secret
+    key = None
+    if source:
+        reader = _operator_secrets([source], cfg)
+        key = functools.partial(reader.get, source)
+    return Notifier(cfg.notify, Outbox(store), audit, key, _upstream_tls(cfg))
+
+
 def _proxied(proxy: UpstreamProxy | None) -> Callable[[str, int], bool]:
     """Whether egress.upstream_proxy carries the connections to a (normalised host, port)."""
     if proxy is None:
@@ -302,6 +314,8 @@ async def open_gateway(cfg: Config, stack: AsyncExitStack, worker: bool = False,
     approvals = ApprovalQueue(store, audit, metrics, cfg.approvals, feed, max_pending=cfg.sessions.max_pending_approvals,
                               access=AccessRules(cfg.approvals.max_grant_ttl_s, cfg.egress.resolve,
                                                  cfg.egress.private_allow))
+    if cfg.notify.webhook_url:
+        approvals.outbox = Outbox.entry         # each filing and decision writes its event in the same transaction
     sessions = SessionRegistry(store, SessionCache(), placeholders, audit, approvals, feed, budgets=cfg.budgets,
                                lifetimes=(cfg.sessions.max_lifetime_s, cfg.sessions.ephemeral_max_lifetime_s))
     await sessions.load()
@@ -404,6 +418,8 @@ async def open_gateway(cfg: Config, stack: AsyncExitStack, worker: bool = False,
     _background(stack, policy_revisions.announce(), "sandgate-policy-revisions")
     _background(stack, packages.poll(), "sandgate-packages")
     _background(stack, checkpoints.run(), "sandgate-audit-checkpoints")
+    if cfg.notify.webhook_url:
+        _background(stack, _notifier(cfg, store, audit).run(approvals.subscribe()), "sandgate-notify")
     log.info("sandgate ready: proxy %s:%d, api %s:%d, policy rev %s", *proxy_addr, *api_addr, engine.rev)
     return Listening(proxy_addr, api_addr, transparent_addr, dns_addr, postgres_addr)
 

@@ -143,6 +143,8 @@ SCHEMA: dict[str, Any] = {
         "ca_cert": Key("", "CA bundle for the Vault server (default `VAULT_CACERT`)"),
     },
     "web": {
+        "public_url": Key("", "the page's address as approvers reach it (`https://sandgate.example`): the links in "
+                              "notifications"),
         "oidc": {
             "issuer": Key("", "OIDC issuer of approvers' ID tokens; with `audience`, the page requires a login"),
             "audience": Key("", "the audience (client id) ID tokens must name"),
@@ -155,6 +157,16 @@ SCHEMA: dict[str, Any] = {
         "cache_ttl_s": Key(30.0, "how long a secret read from a backend is cached", "number"),
     },
     "databases": Key({}, "`[databases.NAME]` tables: the PostgreSQL gateway's databases (keys below)"),
+    "notify": {
+        "webhook_url": Key("", "every approval filed or decided is POSTed here (http or https); off while empty"),
+        "secret": Key("", "a secret source (`env:VAR`, `local:NAME`, `vault:MOUNT/PATH#KEY`) holding the HMAC key "
+                          "of `X-Sandgate-Signature`; required with format `json`"),
+        "format": Key("json", "`json` (the event, signed) or `slack` (an incoming-webhook message linking to the "
+                              "approval on the page; needs `web.public_url`)"),
+        "timeout_s": Key(10.0, "longest one delivery may take; past it the attempt failed and is retried", "number"),
+        "max_outbox": Key(10000, "events waiting for delivery; past it the oldest are dropped (audited)"),
+        "max_age_s": Key(86400.0, "an event not delivered within this long is dropped (audited)", "number"),
+    },
 }
 
 
@@ -377,6 +389,47 @@ class VaultSettings:
                 "secret_id": self.secret_id, "ca_cert": self.ca_cert}
 
 
+@dataclass(frozen=True)
+class NotifySettings:
+    webhook_url: str = ""               # "" = notifications off
+    secret: str = ""                    # a secret source, never the key
+    format: str = "json"
+    timeout_s: float = 10.0
+    max_outbox: int = 10000
+    max_age_s: float = 86400.0
+    public_url: str = ""                # web.public_url, without a trailing slash
+
+
+def _http_url(where: str, text: str) -> str:
+    parts = urlsplit(text)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"{where} must be an http(s) URL with a host")   # never echoed: it may hold a token
+    return text
+
+
+def _notify(raw: Mapping[str, Any], web: Mapping[str, Any]) -> NotifySettings:
+    public_url = _http_url("web.public_url", str(web["public_url"])).rstrip("/") if web["public_url"] else ""
+    url, secret, fmt = str(raw["webhook_url"]), str(raw["secret"]), str(raw["format"])
+    if fmt not in ("json", "slack"):
+        raise ValueError(f"notify.format must be json or slack, got {fmt!r}")
+    if secret:
+        try:
+            parse_source(secret)
+        except ValueError as exc:
+            raise ValueError(f"notify.secret: {exc}") from None
+    if url:
+        _http_url("notify.webhook_url", url)
+        if fmt == "json" and not secret:
+            raise ValueError("notify.secret is required: deliveries are signed (a secret source, e.g. env:VAR)")
+        if fmt == "slack" and not public_url:
+            raise ValueError("notify.format slack links to the page: set web.public_url")
+    timeout = _positive("notify", "timeout_s", raw["timeout_s"])
+    if timeout > 30:
+        raise ValueError("notify.timeout_s must be at most 30")
+    return NotifySettings(url, secret, fmt, float(timeout), _count("notify", "max_outbox", raw["max_outbox"]),
+                          float(_positive("notify", "max_age_s", raw["max_age_s"])), public_url)
+
+
 DEFAULT_APPROVER_VALUE = "sandgate-approvers"
 
 
@@ -419,6 +472,7 @@ class Config:
     databases: Mapping[str, DatabaseSettings] = MappingProxyType({})    # `[databases.NAME]`, validated
     sessions: SessionSettings = SessionSettings()
     budgets: Mapping[str, Mapping[str, int]] = MappingProxyType({})    # workload -> {budget key: limit, 0 = none}
+    notify: NotifySettings = NotifySettings()
     path: Path | None = None
     raw: Mapping[str, Any] = MappingProxyType({})  # the merged document as read: diagnostics and tests only
 
@@ -719,7 +773,7 @@ def settings_from(raw: Mapping[str, Any], data_dir: Path, path: Path | None = No
         store_url=str(raw["store"]["url"] or "") or f"sqlite:///{data_dir / 'sandgate.db'}",
         broker=broker, oidc=OidcSettings.from_config((raw.get("web") or {}).get("oidc") or {}),
         databases=MappingProxyType(parse_databases(raw["databases"])), sessions=_sessions(raw["sessions"]),
-        budgets=_budgets(raw["budgets"]), raw=MappingProxyType(raw))
+        budgets=_budgets(raw["budgets"]), notify=_notify(raw["notify"], raw["web"]), raw=MappingProxyType(raw))
 
 
 def load_config(path: str | os.PathLike | None = None, data_dir: str | os.PathLike | None = None,

@@ -16,7 +16,7 @@ import asyncio
 import logging
 import time
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from gateway.approvals.access import AccessRequest, AccessRules, BadAccess, live_grants, narrow
 from gateway.approvals.index import BindingIndex
@@ -26,7 +26,7 @@ from gateway.store.changes import Change, ChangeFeed, LocalChangeFeed
 from gateway.config import ApprovalSettings
 from gateway.runtime.metrics import Metrics
 from gateway.store import Store
-from gateway.store.models import ApprovalRow
+from gateway.store.models import ApprovalRow, row_dict
 
 log = logging.getLogger("sandgate.approvals")
 
@@ -91,6 +91,12 @@ class ApprovalQueue:
         self._index = BindingIndex()                 # bindings with a live item (approval_index.py)
         self._access: dict[str, dict[str, dict]] = {}   # session -> {id: approved, unwithdrawn access item}
         self._loaded = False
+        # (event, item) -> a statement written with each filing and decision (gateway/store/outbox.py: the
+        # notification outbox, set when [notify] is on)
+        self.outbox: Callable[[str, dict], Any] | None = None
+
+    def _notes(self, event: str, row: Mapping[str, Any]) -> list:
+        return [self.outbox(event, dict(row))] if self.outbox is not None else []
 
     async def _ensure_index(self) -> None:
         """Read the live items once (at the first ask): pending ones, and approved ones not yet used."""
@@ -321,7 +327,7 @@ class ApprovalQueue:
                           summary=summary[:300], action=action, reasons=list(reasons), created_at=now,
                           expires_at=now + float(ttl_s or self.settings.ttl_s), quorum=self.settings.quorum,
                           requested_by=requested_by)
-        stored = await self._store.put_approval(row)
+        stored = await self._store.put_approval(row, also=self._notes("approval.filed", row_dict(row)))
         self._note(stored)
         self._audit.record("approval.filed", session=session, action="ask", reasons=list(reasons),
                            detail={"approval_id": stored["id"], "kind": kind, "summary": stored["summary"]})
@@ -365,7 +371,9 @@ class ApprovalQueue:
                           "decided_at": now}
             else:
                 values = {"votes": votes}
-            if await self._store.cas_approval(aid, "pending", values, expect_version=row["version"]):
+            done = values.get("status")
+            if await self._store.cas_approval(aid, "pending", values, expect_version=row["version"],
+                                              also=self._notes(f"approval.{done}", {**row, **values}) if done else ()):
                 status = values.get("status", "pending")
                 self._audit.record(f"approval.{status if status != 'pending' else 'vote'}",
                                    session=row["session"], action=verdict,
@@ -380,8 +388,9 @@ class ApprovalQueue:
         raise ApprovalError("conflict", "the approval changed while deciding; try again")
 
     async def _finish(self, row: dict, status: str, by: str | None, reason: str) -> bool:
-        ok = await self._store.cas_approval(row["id"], "pending", {
-            "status": status, "decided_by": by, "reason": reason, "decided_at": time.time()})
+        values = {"status": status, "decided_by": by, "reason": reason, "decided_at": time.time()}
+        ok = await self._store.cas_approval(row["id"], "pending", values,
+                                            also=self._notes(f"approval.{status}", {**row, **values}))
         if ok:
             self._note({**row, "status": status})
             self._audit.record(f"approval.{status}", session=row["session"], action=status, reasons=[reason],

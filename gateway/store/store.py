@@ -11,7 +11,7 @@ import json
 import time
 from collections import Counter
 from concurrent.futures import Executor, ThreadPoolExecutor
-from typing import Any, Callable, Iterable, Mapping, Optional, TypeVar
+from typing import Any, Callable, Iterable, Mapping, Optional, Sequence, TypeVar
 
 from sqlalchemy import JSON, event, select, text, update
 from sqlalchemy.engine import Engine
@@ -226,15 +226,18 @@ class Store:
         return await self.run(self._sync_stats, deltas, read)
 
     # -- approvals ------------------------------------------------------------------------------
-    def _put_approval(self, row: ApprovalRow) -> dict:
+    def _put_approval(self, row: ApprovalRow, also: Sequence[Any]) -> dict:
         with Session(self.engine) as db:
             db.add(row)
+            for statement in also:
+                db.execute(statement)
             db.commit()
             db.refresh(row)
             return row_dict(row)
 
-    async def put_approval(self, row: ApprovalRow) -> dict:
-        return await self.run(self._put_approval, row)
+    async def put_approval(self, row: ApprovalRow, also: Sequence[Any] = ()) -> dict:
+        """Insert an approval; `also` (statements, e.g. its notification's outbox row) in the same transaction."""
+        return await self.run(self._put_approval, row, also)
 
     def _get_approval(self, aid: str) -> Optional[dict]:
         with Session(self.engine) as db:
@@ -285,20 +288,25 @@ class Store:
         """How many approvals of `session` are pending (every replica's)."""
         return await self.read(self._count_pending, session)
 
-    def _cas_approval(self, aid: str, expect_status: str, expect_version: Optional[int], values: dict) -> bool:
+    def _cas_approval(self, aid: str, expect_status: str, expect_version: Optional[int], values: dict,
+                      also: Sequence[Any]) -> bool:
         q = update(ApprovalRow).where(ApprovalRow.id == aid, ApprovalRow.status == expect_status)
         if expect_version is not None:
             q = q.where(ApprovalRow.version == expect_version)
         q = q.values(version=ApprovalRow.version + 1, **values)
         with Session(self.engine) as db:
             result = db.execute(q)
+            if result.rowcount == 1:
+                for statement in also:
+                    db.execute(statement)
             db.commit()
             return result.rowcount == 1
 
     async def cas_approval(self, aid: str, expect_status: str, values: dict,
-                           expect_version: Optional[int] = None) -> bool:
-        """Compare-and-set: change the row only if it is still in `expect_status` (and version)."""
-        return await self.run(self._cas_approval, aid, expect_status, expect_version, values)
+                           expect_version: Optional[int] = None, also: Sequence[Any] = ()) -> bool:
+        """Compare-and-set: change the row only if it is still in `expect_status` (and version); `also`
+        (statements) runs in the same transaction when it does."""
+        return await self.run(self._cas_approval, aid, expect_status, expect_version, values, also)
 
     def _mark_used(self, aid: str, now: float) -> bool:
         q = (update(ApprovalRow)
