@@ -35,6 +35,9 @@ conf_map(key) := object.get(cfg, key, {})
 
 tool_name := object.get(input, ["tool", "name"], "")
 
+# The call's arguments, for site rules. The shipped rules read single arguments (`input.tool.args.method`), never
+# the whole: the decision cache then keys on the facts built from them, not on their text (a statement's
+# literals), unless a site rule reads them.
 tool_args := object.get(input, ["tool", "args"], {})
 
 # The session's history (input.history), for site rules. The shipped rules read its entries field by field
@@ -125,7 +128,7 @@ ask contains {"code": "toolcall.external_write", "reason": sprintf("%s sends a m
 # -- HTTP requests --------------------------------------------------------------------------------------
 
 http_method := upper(m) if {
-	m := object.get(tool_args, "method", "GET")
+	m := object.get(input, ["tool", "args", "method"], "GET")
 	is_string(m)
 } else := "?"
 

@@ -125,6 +125,24 @@ def test_shipped_history_decisions_change_the_key(shipped):
     assert "toolcall.after_denials" not in evaluator.decide("toolcall", b)["codes"]
 
 
+@pytest.mark.parametrize("one, two, same", [
+    ("SELECT abalance FROM pgbench_accounts WHERE aid = 1", "SELECT abalance FROM pgbench_accounts WHERE aid = 2",
+     True),
+    ("DELETE FROM t WHERE id = 1 OR 1 = 2", "DELETE FROM t WHERE id = 1 OR 1 = 1", False),
+])
+def test_shipped_policies_key_sql_on_its_facts_not_its_text(shipped, one, two, same):
+    """The shipped tool-call policy reads a statement's facts, not its text: two statements that differ only in
+    constants the facts do not depend on share a key (and the decision), and those whose facts differ do not."""
+    evaluator, trie = shipped
+    a, b = (build_toolcall_input(session=SESSION, tool="sql", args={"query": q, "database": "prod"}, step=1,
+                                 now=10.0, history=[]) for q in (one, two))
+    assert (project(a, trie) == project(b, trie)) is same
+    if same:
+        assert evaluator.decide("toolcall", a) == evaluator.decide("toolcall", b)
+    else:
+        assert evaluator.decide("toolcall", a) != evaluator.decide("toolcall", b)
+
+
 # -- the engine's cache ---------------------------------------------------------------------------
 
 def _write(tmp_path, body: str):
