@@ -16,7 +16,7 @@ import signal
 import socket
 import ssl
 from contextlib import AsyncExitStack
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, Coroutine
 
 from aiohttp import web
@@ -62,6 +62,7 @@ from gateway.packages.firewall import PackageFirewall
 from gateway.packages.urls import registries_for
 from gateway.store.packages import PackageStore
 from gateway.store.decisions import DecisionStore
+from gateway.runtime.drain import Drain
 from gateway.runtime.metrics import Metrics
 from gateway.net.synthetic import SyntheticNames
 from gateway.policy.decisionlog import DecisionLog
@@ -91,6 +92,8 @@ class Listening:
     transparent: tuple[str, int] | None = None
     dns: tuple[str, int] | None = None
     postgres: tuple[str, int] | None = None
+    drain: Drain = field(default_factory=Drain)
+    close_listeners: Callable[[], None] = lambda: None     # the proxy's: no new connection (drain)
 
 
 def _hostport(addr: tuple[str, int]) -> str:
@@ -110,9 +113,19 @@ def _background(stack: AsyncExitStack, coro: Coroutine[Any, Any, None], name: st
     stack.push_async_callback(_cancel, asyncio.create_task(coro, name=name))
 
 
+def _close_listeners(master: Any) -> None:
+    """Stop the master's listening sockets; connections already accepted go on (Server.close, asyncio's and
+    uvloop's)."""
+    for instance in master.addons.get("proxyserver").servers:
+        for server in getattr(instance, "_servers", ()):
+            if hasattr(server, "sockets") and callable(getattr(server, "close", None)):
+                server.close()
+
+
 async def _start_proxy(stack: AsyncExitStack, addons: list[object],
-                       settings: MasterSettings) -> dict[str, tuple[str, int]]:
-    """Start the master; the bound address of each of its modes ("regular", "transparent")."""
+                       settings: MasterSettings) -> tuple[dict[str, tuple[str, int]], Callable[[], None]]:
+    """Start the master; the bound address of each of its modes ("regular", "transparent"), and a function that
+    closes its listeners."""
     master, ready = build_master(addons, settings)
     task = asyncio.create_task(master.run(), name="sandgate-proxy")
 
@@ -135,7 +148,7 @@ async def _start_proxy(stack: AsyncExitStack, addons: list[object],
         raise RuntimeError(f"the egress proxy is not listening on {host}:{port}")
     if settings.transparent is not None and "transparent" not in bound:
         raise RuntimeError("the transparent listener is not listening on {}:{}".format(*settings.transparent))
-    return bound
+    return bound, functools.partial(_close_listeners, master)
 
 
 async def _start_api(stack: AsyncExitStack, app: web.Application, listen: tuple[str, int]) -> tuple[str, int]:
@@ -345,7 +358,8 @@ async def open_gateway(cfg: Config, stack: AsyncExitStack, worker: bool = False,
                      session_of=egress.session_of, connection_valid=egress.connection_valid,
                      on_refused=lambda code: metrics.decision("egress", "deny"), tunnel_of=egress.tunnel_of,
                      proxied=_proxied(cfg.egress.upstream_proxy), vetted=egress.vetted_now)
-    addons: list[object] = [gate, egress, HoldAddon(approvals, sessions, placeholders, recorder, cfg.egress, held),
+    drain = Drain()
+    addons: list[object] = [gate, egress, HoldAddon(approvals, sessions, placeholders, recorder, cfg.egress, held, drain),
                             PackageIndexAddon(packages, held), InjectionAddon(broker, placeholders, screen, recorder, metrics,
                                                            AwsSigning(broker, cfg.egress.inspect_max_bytes))]
     if broker.oauth2 is not None:
@@ -368,7 +382,7 @@ async def open_gateway(cfg: Config, stack: AsyncExitStack, worker: bool = False,
         dns_transport, sockname = await open_resolver(dns, transparent.dns_listen)
         stack.callback(dns_transport.close)
         dns_addr = (sockname[0], sockname[1])
-    bound = await _start_proxy(stack, addons, MasterSettings(
+    bound, close_listeners = await _start_proxy(stack, addons, MasterSettings(
         listen=cfg.proxy.listen, confdir=cfg.data_dir, upstream_ca=cfg.egress.upstream_ca,
         transparent=transparent.listen if transparent is not None else None))
     proxy_addr = bound["regular"]
@@ -390,8 +404,9 @@ async def open_gateway(cfg: Config, stack: AsyncExitStack, worker: bool = False,
         engine=engine, broker=broker, revocations=revocations,
         proxy=ProxyEndpoint(proxy_authority(cfg.proxy.advertise_url, proxy_addr), ca_pem, endpoint, pg_endpoint),
         page=PageSettings(oidc=cfg.oidc, hold_timeout_s=cfg.egress.hold_timeout_s,
-                          reuse_window_s=cfg.approvals.reuse_window_s), toolcalls=toolcalls,
-        decisions=DecisionStore(store) if decision_log is not None else None))
+                          reuse_window_s=cfg.approvals.reuse_window_s,
+                          trusted_proxies=cfg.api.trusted_proxies), toolcalls=toolcalls,
+        decisions=DecisionStore(store) if decision_log is not None else None, drain=drain))
     api_addr = await _start_api(stack, app, cfg.api.listen)
     postgres_addr = None
     if pg_listen is not None and pg_endpoint is not None:
@@ -421,7 +436,7 @@ async def open_gateway(cfg: Config, stack: AsyncExitStack, worker: bool = False,
     if cfg.notify.webhook_url:
         _background(stack, _notifier(cfg, store, audit).run(approvals.subscribe()), "sandgate-notify")
     log.info("sandgate ready: proxy %s:%d, api %s:%d, policy rev %s", *proxy_addr, *api_addr, engine.rev)
-    return Listening(proxy_addr, api_addr, transparent_addr, dns_addr, postgres_addr)
+    return Listening(proxy_addr, api_addr, transparent_addr, dns_addr, postgres_addr, drain, close_listeners)
 
 
 async def _start_postgres(stack: AsyncExitStack, cfg: Config, sock: socket.socket, advertise: str,
@@ -490,5 +505,25 @@ async def run_gateway(cfg: Config, worker: bool = False) -> int:
               f"{listening.api[1]}{extra}  data {cfg.data_dir}", flush=True)
         _settle_heap()
         await stop.wait()
+        await _drain(listening, cfg.egress.drain_s, loop)
         log.info("sandgate stopping")
     return 0
+
+
+async def _drain(listening: Listening, limit_s: float, loop: asyncio.AbstractEventLoop) -> None:
+    """SIGTERM: no new proxy connection, /readyz 503, new asks refused; requests already held may be decided
+    for `limit_s` (a second signal ends that at once); those still held are then answered 503 sandgate.stopping."""
+    drain = listening.drain
+    drain.begin()
+    listening.close_listeners()
+    again = asyncio.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, again.set)
+    if drain.held and limit_s > 0:
+        log.info("sandgate draining: %d held requests may still be decided for %.0f s", drain.held, limit_s)
+        await drain.settle(limit_s, again)
+    drain.stop()
+    if drain.held:
+        log.info("sandgate stopping: %d held requests answered 503 sandgate.stopping", drain.held)
+        await drain.settle(2.0, again)          # their answers are written before the proxy closes
+        await asyncio.sleep(0.2)

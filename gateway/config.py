@@ -65,6 +65,9 @@ SCHEMA: dict[str, Any] = {
         "listen": Key("127.0.0.1:8700", "host:port of the API and the approval page"),
         "harness_token_file": Key("", "a file holding the harness token to use instead of writing "
                                       "`DATA_DIR/harness.token`"),
+        "trusted_proxies": Key([], "CIDR networks of TLS-terminating proxies (an ingress) whose "
+                                   "`X-Forwarded-Proto` is believed (the page's cookie is then `Secure`); "
+                                   "from anyone else the header is ignored"),
     },
     "egress": {
         "private_allow": Key([], "CIDR networks sessions may reach although private (loopback, RFC 1918, ...)"),
@@ -73,6 +76,9 @@ SCHEMA: dict[str, Any] = {
         "raw_tcp": Key([], "`host:port` tunnels allowed to carry non-HTTP bytes"),
         "inspect_max_bytes": Key(1048576, "largest request body read for placeholders, secrets and approvals"),
         "hold_timeout_s": Key(300, "how long a request held for approval waits", "number"),
+        "drain_s": Key(0, "on SIGTERM, how long requests already held for approval may still be decided "
+                          "(new connections are refused meanwhile); then they are answered 503 "
+                          "`sandgate.stopping` and their approvals stay pending", "number"),
         "resolve": Key({}, "a static name -> [addresses] map (like curl --resolve), tried before DNS"),
         "package_registries": Key([], "extra package registries: a list of `{host, ecosystem}` "
                                       "(`PyPI` or `npm`) tables"),
@@ -257,16 +263,42 @@ def _coerce(raw: str, like: Any) -> Any:
     return raw
 
 
+def _lookup(base: Mapping, path: list[str]) -> Any:
+    like: Any = base
+    for part in path:
+        like = like.get(part) if isinstance(like, Mapping) else None
+    return like
+
+
+def _from_file(name: str, environ: Mapping[str, str], path: list[str], base: Mapping) -> tuple[list[str], str] | None:
+    """SANDGATE_STORE__URL_FILE=/run/secrets/store-url: the value of store.url is that file's content (one
+    trailing newline dropped), as Docker and Kubernetes secrets are mounted. None when `name` is no such variable."""
+    if not path[-1].endswith("_file") or _lookup(base, path) is not None:
+        return None
+    target = path[:-1] + [path[-1][:-len("_file")]]
+    if _lookup(base, target) is None:
+        return None
+    if name[:-len("_FILE")] in environ:
+        raise ValueError(f"{name}: {name[:-len('_FILE')]} is set too: set one of them")
+    try:
+        text = Path(environ[name]).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{name}: cannot read {environ[name]!r}: {exc}") from None
+    return target, text[:-1] if text.endswith("\n") else text
+
+
 def env_overrides(environ: Mapping[str, str], base: Mapping) -> dict:
-    """SANDGATE_EGRESS__HOLD_TIMEOUT_S=30 -> {"egress": {"hold_timeout_s": 30}} (typed like the default)."""
+    """SANDGATE_EGRESS__HOLD_TIMEOUT_S=30 -> {"egress": {"hold_timeout_s": 30}} (typed like the default).
+    SANDGATE_<SECTION>__<KEY>_FILE=PATH reads the value from a file instead (secrets mounted as files)."""
     out: dict = {}
     for name, raw in environ.items():
         if not name.startswith("SANDGATE_") or "__" not in name:
             continue
         path = [p.lower() for p in name[len("SANDGATE_"):].split("__")]
-        like: Any = base
-        for part in path:
-            like = like.get(part) if isinstance(like, Mapping) else None
+        from_file = _from_file(name, environ, path, base)
+        if from_file is not None:
+            path, raw = from_file
+        like = _lookup(base, path)
         try:
             value = _coerce(raw, like) if like is not None else raw
         except (ValueError, json.JSONDecodeError) as exc:
@@ -302,6 +334,7 @@ class ProxySettings:
 class ApiSettings:
     listen: tuple[str, int]
     harness_token_file: str = ""        # use this token instead of writing DATA_DIR/harness.token
+    trusted_proxies: tuple[IPNetwork, ...] = ()     # whose X-Forwarded-Proto the API believes
 
 
 @dataclass(frozen=True)
@@ -312,6 +345,7 @@ class EgressSettings:
     raw_tcp: tuple[AllowEntry, ...] = ()
     inspect_max_bytes: int = 1048576
     hold_timeout_s: float = 300.0
+    drain_s: float = 0.0                # SIGTERM: how long held requests may still be decided
     resolve: Mapping[str, tuple[str, ...]] = MappingProxyType({})     # normalised name -> addresses
     package_registries: tuple[tuple[str, str], ...] = ()                 # (normalised host, ecosystem)
     package_max_bytes: int = 33554432
@@ -521,8 +555,15 @@ def _egress(eg: Mapping[str, Any]) -> EgressSettings:
         passthrough=tuple(parse_allow_entry(e) for e in eg["passthrough"]), raw_tcp=raw_tcp,
         inspect_max_bytes=int(_positive("egress", "inspect_max_bytes", eg["inspect_max_bytes"])),
         hold_timeout_s=float(_positive("egress", "hold_timeout_s", eg["hold_timeout_s"])),
+        drain_s=_drain(eg["drain_s"]),
         max_held_bytes=_count("egress", "max_held_bytes", eg["max_held_bytes"]),
         resolve=MappingProxyType(names), upstream_proxy=_upstream_proxy(eg))
+
+
+def _drain(value: Any) -> float:
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0:
+        raise ValueError("egress.drain_s must be a number of seconds, 0 or more")
+    return float(value)
 
 
 def _upstream_proxy(eg: Mapping[str, Any]) -> UpstreamProxy | None:
@@ -752,6 +793,13 @@ def postgres_authority(advertise: str, bound: tuple[str, int]) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
+def _trusted_proxies(cidrs: Any) -> tuple[IPNetwork, ...]:
+    try:
+        return parse_networks(cidrs)
+    except ValueError as exc:
+        raise ValueError(f"api.trusted_proxies: {exc}") from None
+
+
 def settings_from(raw: Mapping[str, Any], data_dir: Path, path: Path | None = None) -> Config:
     """The typed configuration of a merged document. ValueError on anything wrong."""
     mp = raw["audit"]["max_pending"]
@@ -765,7 +813,8 @@ def settings_from(raw: Mapping[str, Any], data_dir: Path, path: Path | None = No
     return Config(
         data_dir=data_dir, path=path,
         proxy=_proxy(raw["proxy"]),
-        api=ApiSettings(parse_hostport(raw["api"]["listen"]), str(raw["api"]["harness_token_file"] or "")),
+        api=ApiSettings(parse_hostport(raw["api"]["listen"]), str(raw["api"]["harness_token_file"] or ""),
+                        _trusted_proxies(raw["api"]["trusted_proxies"])),
         egress=_egress(raw["egress"]), approvals=_approvals(raw["approvals"]), audit=AuditSettings(
             mp, int(_positive("audit", "checkpoint_rows", raw["audit"]["checkpoint_rows"])),
             float(_positive("audit", "checkpoint_interval_s", raw["audit"]["checkpoint_interval_s"]))),

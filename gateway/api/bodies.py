@@ -211,6 +211,7 @@ OTHER_ENDPOINTS: tuple[tuple[str, str, str, str], ...] = (          # (method, p
                                       "&id=&request_id=&limit=&after=` (pages: `next`)"),
     ("GET", "/healthz", "none", "liveness: `status` ok or degraded (audit rows cannot be written), policy "
                                 "revision and health"),
-    ("GET", "/readyz", "none", "readiness: 503 while new requests are refused (`audit.max_pending` rows wait)"),
+    ("GET", "/readyz", "none", "readiness: 503 while new requests are refused (`audit.max_pending` rows wait) "
+                               "or sandgate drains to stop (SIGTERM)"),
     ("GET", "/metrics", "none", "Prometheus metrics"),
 )

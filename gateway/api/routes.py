@@ -9,7 +9,7 @@ from aiohttp import web
 from gateway.api.auth import require
 from gateway.api.errors import ApiError
 from gateway.api.owned import owned_session, owned_session_ids
-from gateway.api.state import AUDIT, ENGINE, METRICS, PROXY
+from gateway.api.state import AUDIT, DRAIN, ENGINE, METRICS, PROXY
 from gateway.api.timefmt import rfc3339
 
 routes = web.RouteTableDef()
@@ -86,10 +86,13 @@ async def healthz(request: web.Request) -> web.Response:
 
 @routes.get("/readyz")
 async def readyz(request: web.Request) -> web.Response:
-    """Readiness: 503 while sandgate refuses new requests (audit.max_pending rows wait to be written)."""
+    """Readiness: 503 while sandgate refuses new requests (audit.max_pending rows wait to be written) and while
+    it drains to stop (SIGTERM)."""
     audit = request.app[AUDIT]
-    ready = audit.accepting
-    return web.json_response({"ready": ready, "audit": audit.status}, status=200 if ready else 503)
+    draining = request.app[DRAIN].draining
+    ready = audit.accepting and not draining
+    return web.json_response({"ready": ready, "audit": audit.status, "draining": draining},
+                             status=200 if ready else 503)
 
 
 @routes.get("/metrics")

@@ -14,6 +14,7 @@ from gateway.audit.log import AuditLog
 from gateway.auth.tokens import TokenSigner, TokenVerifier
 from gateway.config import OidcSettings
 from gateway.gates.toolcall import ToolCallGate
+from gateway.runtime.drain import Drain
 from gateway.runtime.metrics import Metrics
 from gateway.net.addresses import IPNetwork
 from gateway.policy.base import CachingEngine
@@ -56,6 +57,7 @@ class PageSettings:
     oidc: OidcSettings | None
     hold_timeout_s: float            # how long a held egress request waits (shown on its approval)
     reuse_window_s: float = 600.0    # approvals.reuse_window_s: an identical retry within it passes (shown)
+    trusted_proxies: tuple[IPNetwork, ...] = ()     # api.trusted_proxies: whose X-Forwarded-Proto counts
 
 
 @dataclass(frozen=True)
@@ -75,6 +77,7 @@ class ApiServices:
     page: PageSettings
     toolcalls: ToolCallGate
     decisions: DecisionStore | None = None      # the decision log's table (None: policy.decision_log is off)
+    drain: Drain | None = None                  # stopping (SIGTERM): /readyz answers 503 while it drains
 
 
 TOKENS = web.AppKey("tokens", TokenVerifier)
@@ -89,6 +92,7 @@ REVOCATIONS = web.AppKey("revocations", RevocationService)
 PROXY = web.AppKey("proxy", ProxyEndpoint)
 TOOLCALLS = web.AppKey("toolcalls", ToolCallGate)
 DECISIONS = web.AppKey("decisions", object)             # DecisionStore | None
+DRAIN = web.AppKey("drain", Drain)
 
 
 def install(app: web.Application, services: ApiServices) -> None:
@@ -104,6 +108,7 @@ def install(app: web.Application, services: ApiServices) -> None:
     app[PROXY] = services.proxy
     app[TOOLCALLS] = services.toolcalls
     app[DECISIONS] = services.decisions
+    app[DRAIN] = services.drain or Drain()
 
 
 async def read_json(request: web.Request) -> Any:

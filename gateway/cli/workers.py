@@ -198,7 +198,7 @@ class Supervisor:
                         if self._wait_ready(self.workers[i], time.monotonic() + READY_TIMEOUT_S):
                             self._write_listen(proxy, api)
             log.info("sandgate stopping %d workers", self.count)
-            self._stop_all()
+            self._stop_all(15.0 + self.cfg.egress.drain_s)      # each drains its held requests first
             return 0
         finally:
             for sock in reserved:

@@ -4,7 +4,8 @@ The `request` hook (body read, up to `inspect_max_bytes`) asks through the appro
 `request_approval`: an approved, unused item for the same action lets it through once; otherwise it waits on the
 filed item and is forwarded or answered 403. Held items are tracked per client connection (a WeakKeyDictionary,
 like mitmproxy's own per-connection state): a client that disconnects while held cancels its items.
-A restart is not a disconnect: items stay pending.
+A restart is not a disconnect: items stay pending. While sandgate drains (gateway/runtime/drain.py) a new ask is
+answered 503 `sandgate.stopping` at once, and held requests still undecided when it stops get the same answer.
 """
 from __future__ import annotations
 
@@ -21,12 +22,18 @@ from gateway.egress.flows import FlowState, flow_state
 from gateway.egress.guard import fail_closed
 from gateway.egress.limits import HeldLimits
 from gateway.egress.recorder import FlowRecorder
+from gateway.runtime.drain import Drain
 from gateway.sessions.registry import SessionRegistry
+
+STOPPING_NEW = "sandgate is stopping: approval required, but nothing new is held now; retry shortly"
+STOPPING_HELD = ("sandgate stopped before this request was decided; its approval stays pending: once approved, "
+                 "the same request sent again is let through once")
 
 
 class HoldAddon:
     def __init__(self, queue: ApprovalQueue, sessions: SessionRegistry, placeholders: PlaceholderRegistry,
-                 recorder: FlowRecorder, settings: EgressSettings, limits: HeldLimits):
+                 recorder: FlowRecorder, settings: EgressSettings, limits: HeldLimits, drain: Drain | None = None):
+        self._drain = drain or Drain()
         self._queue = queue
         self._sessions = sessions
         self._placeholders = placeholders
@@ -56,6 +63,8 @@ class HoldAddon:
         body = flow.request.raw_content or b""
         if flow.request.stream or len(body) > self._settings.inspect_max_bytes:
             return self.deny(flow, "approval.body_too_large", "approval required, but the body is too large to hold")
+        if self._drain.draining:
+            return self._recorder.deny(flow, "sandgate.stopping", STOPPING_NEW, status=503)
         sid = st.session["id"]
         url = flow.request.pretty_url
         markers = list((st.session.get("placeholders") or {}).values())
@@ -91,11 +100,16 @@ class HoldAddon:
             # An AWS call's approval outlives the SDK's timeout (it retries with a new signature and date, and finds
             # it): a client that leaves leaves the approval pending, for its retry to use.
             self.held_aws.setdefault(flow.client_conn, set()).add(id(st))
+        waiter = asyncio.ensure_future(self._queue.wait(st.approval_id, self._settings.hold_timeout_s))
         try:
-            row = await self._queue.wait(st.approval_id, self._settings.hold_timeout_s)
+            with self._drain.holding():
+                stopped = await self._drain.race(waiter)
         finally:
-            held.discard(st.approval_id)
+            held.discard(st.approval_id)        # from here a disconnect no longer cancels the item
             self.held_aws.get(flow.client_conn, set()).discard(id(st))
+        if stopped:
+            return self._recorder.deny(flow, "sandgate.stopping", STOPPING_HELD, status=503)
+        row = waiter.result()
         if st.aws is not None and id(st) in self.gone:
             self.gone.discard(id(st))
             return self.deny(flow, "approval.client_gone", "the client left; its retry uses the approval")

@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
 K8S = DEPLOY / "k8s"
 K8S_VERSION = "1.37"          # the newest schemas kubernetes-validate ships (offline)
-TEMPLATES = {"secret.yaml", "sandbox-example.yaml"}   # applied by hand, not by the kustomization
+TEMPLATES = {"secret.yaml", "sandbox-example.yaml", "db-upgrade-job.yaml", "ingress.yaml"}   # applied by hand
 
 
 def tool(name: str) -> str:
@@ -88,3 +88,35 @@ def compose_model() -> dict:
     out = compose_config("--format", "json")
     assert out.returncode == 0, out.stderr
     return json.loads(out.stdout)
+
+
+def kubelet_configmap(mount: Path, data: dict[str, str], generation: int) -> None:
+    """Write `data` at `mount` as the kubelet projects a ConfigMap volume, and update it the same way: the files
+    in a hidden timestamped directory, `..data` pointing at it, each name a link through `..data`; an update writes
+    a new directory and swaps `..data` in one rename."""
+    mount.mkdir(parents=True, exist_ok=True)
+    version = mount / f"..2026_12_02_00_00_{generation:02d}.{generation:09d}"
+    version.mkdir()
+    for name, text in data.items():
+        (version / name).write_text(text)
+    tmp = mount / "..data_tmp"
+    tmp.symlink_to(version.name)
+    old = (mount / "..data").resolve() if (mount / "..data").is_symlink() else None
+    os.replace(tmp, mount / "..data")
+    for name in data:
+        if not (mount / name).is_symlink():
+            (mount / name).symlink_to(f"..data/{name}")
+    for link in mount.iterdir():
+        if link.is_symlink() and not link.name.startswith("..") and link.name not in data:
+            link.unlink()
+    if old is not None:
+        shutil.rmtree(old)
+
+
+def image_policy_dir(root: Path) -> Path:
+    """The policy directory as the image lays it out (deploy/Dockerfile): the shipped policies under sandgate/,
+    site/ empty for the ConfigMap's mount."""
+    target = root / "policies"
+    shutil.copytree(ROOT / "policies" / "sandgate", target / "sandgate")
+    (target / "site").mkdir()
+    return target

@@ -19,7 +19,8 @@ from hypothesis import given, settings, strategies as st
 from gateway.auth.tokens import load_or_create_key
 from gateway.config import load_config, parse_hostport
 from tests.deploy import netpol
-from tests.deploy.recipes import K8S, K8S_VERSION, TEMPLATES, configmap_toml, k8s, k8s_docs
+from tests.deploy.recipes import (DEPLOY, K8S, K8S_VERSION, ROOT, TEMPLATES, configmap_toml, image_policy_dir, k8s,
+                                  k8s_docs, kubelet_configmap)
 
 GATEWAY_LABELS = {"app.kubernetes.io/name": "sandgate", "app.kubernetes.io/component": "gateway"}
 
@@ -177,13 +178,100 @@ def test_opa_is_a_sidecar_on_the_pods_loopback_where_the_config_points():
 
 def test_the_configmap_is_a_valid_sandgate_configuration(tmp_path):
     path = tmp_path / "sandgate.toml"
-    path.write_text(k8s("ConfigMap", "sandgate-config")["data"]["sandgate.toml"])
+    text = k8s("ConfigMap", "sandgate-config")["data"]["sandgate.toml"]
+    policy_dir = configmap_toml()["policy"]["dir"]
+    path.write_text(text.replace(f'"{policy_dir}"', f'"{image_policy_dir(tmp_path)}"'))   # as in the image
     cfg = load_config(path, tmp_path / "data", environ={})
     from broker.broker import parse_secret_specs
     from gateway.net.hosts import normalise_host
 
     assert parse_secret_specs(cfg.raw["secrets"], normalise_host)
     assert cfg.raw["store"]["url"] == ""                                  # from the Secret, never the ConfigMap
+
+
+# -- site rules, shutdown, schema upgrades, ingress --------------------------------------------------------------
+def test_site_rules_are_mounted_at_the_policy_directorys_site_folder_beside_the_shipped_ones():
+    import dockerfile
+
+    policy_dir = configmap_toml()["policy"]["dir"]
+    mounts = {m["name"]: m for m in sandgate_container()["volumeMounts"]}
+    volumes = {v["name"]: v for v in pod_spec()["volumes"]}
+    site = next(n for n, v in volumes.items() if v.get("configMap", {}).get("name") == "sandgate-site-rules")
+    assert mounts[site]["mountPath"] == f"{policy_dir}/site" and mounts[site]["readOnly"] is True
+    k8s("ConfigMap", "sandgate-site-rules")
+    copies = {c.value[0]: c.value[-1] for c in dockerfile.parse_file(str(DEPLOY / "Dockerfile"))
+              if c.cmd.upper() == "COPY"}
+    assert copies["policies/sandgate/"].rstrip("/") == f"{policy_dir}/sandgate"     # the image ships the rest
+
+
+def test_the_site_rules_configmap_as_the_kubelet_mounts_it_passes_policy_check_and_the_shipped_tests(tmp_path):
+    """Loaded once (the kubelet's hidden ..data directories are not read twice), `policy check --strict` clean,
+    the shipped tests passing beside it, and its rule deciding."""
+    import subprocess
+    import sys
+
+    from gateway.policy.loader import load_policy_dir
+
+    policies = image_policy_dir(tmp_path)
+    kubelet_configmap(policies / "site", k8s("ConfigMap", "sandgate-site-rules")["data"], 1)
+    source = load_policy_dir(policies)
+    site = [rel for rel, _ in source.modules if rel.startswith("site/")]
+    assert site == ["site/egress_block.rego"]
+    for args in (["check", "--strict"], ["test"]):
+        proc = subprocess.run([sys.executable, "-m", "gateway", "policy", *args, str(policies)],
+                              capture_output=True, text=True, timeout=300, cwd=ROOT)
+        assert proc.returncode == 0, (args, proc.stdout[-2000:], proc.stderr[-2000:])
+
+
+def test_stopping_covers_the_prestop_sleep_the_drain_and_the_flush():
+    spec = pod_spec()
+    cfg = configmap_toml()
+    pre_stop = sandgate_container()["lifecycle"]["preStop"]["sleep"]["seconds"]
+    assert cfg["egress"]["drain_s"] >= cfg["egress"]["hold_timeout_s"]      # a held request may run its course
+    assert spec["terminationGracePeriodSeconds"] >= pre_stop + cfg["egress"]["drain_s"] + 15
+    assert 5 <= pre_stop <= 30
+
+
+def test_the_db_upgrade_job_runs_the_deployments_image_on_its_config_and_store():
+    job = k8s("Job", "sandgate-db-upgrade")
+    spec = job["spec"]["template"]["spec"]
+    (c,) = spec["containers"]
+    assert c["args"] == ["db", "upgrade"] and spec["restartPolicy"] == "Never"
+    assert c["image"] == sandgate_container()["image"]
+    env, deploy_env = env_of(c), env_of(sandgate_container())
+    for name in ("SANDGATE_CONFIG", "SANDGATE_STORE__URL"):
+        assert env[name] == deploy_env[name], name
+    assert "SANDGATE_KEYS_DIR" not in env                  # no key material: it touches only the schema
+    assert spec["automountServiceAccountToken"] is False
+    sc = c["securityContext"]
+    assert sc["readOnlyRootFilesystem"] and sc["runAsNonRoot"] and sc["capabilities"]["drop"] == ["ALL"]
+    from gateway.cli.commands import build_parser
+
+    args = build_parser().parse_args(c["args"])
+    assert (args.cmd, args.db_cmd) == ("db", "upgrade")
+    # its NetworkPolicy: DNS and PostgreSQL only
+    job_pod = netpol.Pod("sandgate", job["spec"]["template"]["metadata"]["labels"])
+    assert netpol.allowed(POLICIES, job_pod, POSTGRES, 5432)
+    assert not netpol.allowed(POLICIES, job_pod, OPENBAO, 8200)
+    assert not netpol.allowed(POLICIES, job_pod, netpol.External("93.184.216.34"), 443)
+    assert not netpol.allowed(POLICIES, SANDBOX, job_pod, 8700)
+
+
+def test_the_ingress_serves_the_api_service_over_tls_and_the_config_trusts_only_its_forwarded_proto():
+    ing = k8s("Ingress", "sandgate-api")
+    (rule,) = ing["spec"]["rules"]
+    assert rule["host"] in ing["spec"]["tls"][0]["hosts"] and ing["spec"]["tls"][0]["secretName"]
+    backend = rule["http"]["paths"][0]["backend"]["service"]
+    svc = k8s("Service", backend["name"])
+    assert backend["port"]["name"] in {p["name"] for p in svc["spec"]["ports"]}
+    assert ing["metadata"]["annotations"]["nginx.ingress.kubernetes.io/ssl-redirect"] == "true"
+    from gateway.config import _trusted_proxies
+
+    trusted = _trusted_proxies(configmap_toml()["api"]["trusted_proxies"])
+    assert trusted and all(net.is_private for net in trusted)      # the cluster's pod network, never the world
+    # The ingress controller reaches the API port only as an api-client pod, as the harness does.
+    controller = netpol.Pod("ingress-nginx", {"sandgate.io/api-client": "true"})
+    assert netpol.allowed(POLICIES, controller, GATEWAY, 8700)
 
 
 # -- Services and PDB -------------------------------------------------------------------------------------------

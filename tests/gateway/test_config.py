@@ -55,3 +55,35 @@ def test_every_key_has_a_meaning_and_a_type():
                 yield value
     keys = list(walk(SCHEMA))
     assert keys and all(isinstance(k, Key) and k.meaning.strip() and k.type for k in keys)
+
+
+def test_a_value_from_a_file_as_docker_and_kubernetes_mount_secrets(tmp_path):
+    """SANDGATE_<SECTION>__<KEY>_FILE: the value is the file's content (the one trailing newline dropped), typed
+    like the key; both forms at once, or an unreadable file, refuse to start naming the variable."""
+    (tmp_path / "store-url").write_text("postgresql://sandgate:s3cret@db:5432/sandgate?sslmode=require\n")
+    (tmp_path / "hold").write_text("45")
+    cfg = load(tmp_path, "", {"SANDGATE_STORE__URL_FILE": str(tmp_path / "store-url"),
+                              "SANDGATE_EGRESS__HOLD_TIMEOUT_S_FILE": str(tmp_path / "hold")})
+    assert cfg.store_url == "postgresql://sandgate:s3cret@db:5432/sandgate?sslmode=require"
+    assert cfg.egress.hold_timeout_s == 45
+    with pytest.raises(ValueError, match="SANDGATE_STORE__URL_FILE: SANDGATE_STORE__URL is set too"):
+        load(tmp_path, "", {"SANDGATE_STORE__URL_FILE": str(tmp_path / "store-url"),
+                            "SANDGATE_STORE__URL": "sqlite:///x.db"})
+    with pytest.raises(ValueError, match="SANDGATE_VAULT__TOKEN_FILE: cannot read"):
+        load(tmp_path, "", {"SANDGATE_VAULT__TOKEN_FILE": str(tmp_path / "missing")})
+    # a key that itself ends in _file is that key, not a file reference
+    cfg = load(tmp_path, "", {"SANDGATE_API__HARNESS_TOKEN_FILE": "/run/secrets/harness"})
+    assert cfg.api.harness_token_file == "/run/secrets/harness"
+    with pytest.raises(ValueError, match="unknown key 'egress.nothing_file'"):
+        load(tmp_path, "", {"SANDGATE_EGRESS__NOTHING_FILE": str(tmp_path / "hold")})
+
+
+@pytest.mark.parametrize("text, message", [
+    ("[api]\ntrusted_proxies = [\"10.0.0.1/8\"]\n", "api.trusted_proxies: bad CIDR '10.0.0.1/8'"),
+    ("[egress]\ndrain_s = -1\n", "egress.drain_s must be a number of seconds, 0 or more"),
+])
+def test_trusted_proxies_and_drain_are_checked(tmp_path, text, message):
+    with pytest.raises(ValueError, match=message.replace("[", r"\[").replace(".", r"\.")):
+        load(tmp_path, text)
+    cfg = load(tmp_path, "[api]\ntrusted_proxies = [\"10.244.0.0/16\"]\n[egress]\ndrain_s = 300\n")
+    assert [str(n) for n in cfg.api.trusted_proxies] == ["10.244.0.0/16"] and cfg.egress.drain_s == 300
