@@ -1,9 +1,9 @@
 """The filtering resolver (UDP): answers a sandbox's DNS queries from its session's allow list.
 
 Transparent capture sends every DNS packet a sandbox emits (to any address, port 53) here. The source address
-names the session (`SessionRegistry.by_source`); an allowed name is answered with a synthetic address (the
-transparent listener reads the name back from it), any other name with NXDOMAIN. Nothing is ever forwarded to
-another DNS server. The decisions are the pure functions in `gateway.net.dns_answers`; this adapter only reads
+names the session (`SessionRegistry.by_source`); an allowed name, and `sandgate.internal` (which the proxy answers
+itself), is answered with a synthetic address (the transparent listener reads the name back from it), any other
+name with NXDOMAIN. Nothing is ever forwarded to another DNS server. The decisions are the pure functions in `gateway.net.dns_answers`; this adapter only reads
 datagrams, records denials and writes answers. It never blocks: everything it reads is in memory.
 """
 from __future__ import annotations
@@ -13,16 +13,20 @@ import logging
 from functools import lru_cache
 from typing import Sequence
 
+from gateway.approvals.access import INTERNAL_HOST
 from gateway.audit.log import AuditLog
 from gateway.runtime.metrics import Metrics
 from gateway.net.addresses import parse_ip_literal
-from gateway.net.dns_answers import Outcome, decide_name, query_outcome, read_query, render_answer
+from gateway.net.dns_answers import NameVerdict, Outcome, decide_name, query_outcome, read_query, render_answer
 from gateway.net.hosts import AllowEntry, parse_allow_entry
 from gateway.net.synthetic import SyntheticNames
 from gateway.sessions.registry import SessionRegistry
 
 log = logging.getLogger("sandgate.dns")
 AUDITED_NAMES_PER_SESSION = 256         # denied names recorded per session (a query flood is not an audit flood)
+# sandgate.internal: every bound session may resolve it (a synthetic address like any allowed name); the
+# transparent listener reads the name back and the proxy answers it itself (access requests), never dialling it.
+INTERNAL = NameVerdict(True)
 
 
 @lru_cache(maxsize=1024)
@@ -64,7 +68,8 @@ class DnsServer(asyncio.DatagramProtocol):
             return None
         literal = parse_ip_literal(source)
         bound = self.sessions.by_source(str(literal)) if literal is not None else None
-        verdict = None if bound is None else decide_name(allow_entries(tuple(bound[0]["allow"])), query.name)
+        verdict = None if bound is None else INTERNAL if query.name == INTERNAL_HOST else \
+            decide_name(allow_entries(tuple(bound[0]["allow"])), query.name)
         outcome = query_outcome(query, verdict)
         address = ""
         if outcome is Outcome.ANSWER and bound is not None and query.qtype in (1, 255):      # A, ANY

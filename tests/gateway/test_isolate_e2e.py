@@ -114,3 +114,17 @@ def test_raw_tcp_only_to_listed_destinations(lab):
     assert echoed == "b'\\x00\\x01raw bytes'" and refused.startswith("closed")
     assert lab["echo_connections"] == 1
     assert "sandgate: denied allowed.test: the tunnel carries bytes that are not HTTP or TLS" in lab["raw_tcp"]["err"]
+
+
+def test_an_isolated_sandbox_files_an_access_request_from_inside(lab):
+    # no proxy credentials under --isolate: the filtering resolver answers sandgate.internal, the source binding
+    # names the session, and the proxy answers the name itself (plain HTTP, and HTTPS with the session's CA)
+    out = lines(lab["internal"]["out"])
+    assert out[1:] == ["202", "200"], lab["internal"]
+    filed = json.loads(out[0])
+    assert filed["status"] == "pending" and filed["id"]
+    # another session (the next isolated run) cannot read it
+    assert lab["internal_other"]["out"].endswith(" 404")
+    assert '"error": "not_found"' in lab["internal_other"]["out"]
+    mine = [a for a in lab["access"] if a["host"] == "api.partner.test"]
+    assert len(mine) == 1 and mine[0]["status"] == "cancelled"        # its session ended with the run

@@ -63,6 +63,14 @@ UDP = ("import socket\n"
        "try: print('answered', s.recvfrom(100))\n"
        "except OSError as e: print('noanswer')\n")
 
+# File an access request from inside over plain HTTP (body, then status), then read it back over HTTPS (status).
+INTERNAL_FILE = ("out=$(curl -s -S --max-time 10 -H 'Content-Type: application/json' "
+                 "-d '{\"host\": \"api.partner.test\", \"reason\": \"the partner API\"}' -w '\\n%{http_code}' "
+                 "http://sandgate.internal/v1/access-requests); echo \"$out\"; "
+                 "id=$(echo \"$out\" | head -1 | sed 's/.*\"id\": *\"\\([^\"]*\\)\".*/\\1/'); "
+                 "curl -s -S --max-time 10 @CA@ -o /dev/null -w '%{http_code}' "
+                 "\"https://sandgate.internal/v1/access-requests/$id\"")
+
 
 def sh(*args: str, **kw) -> subprocess.CompletedProcess:
     return subprocess.run(list(args), capture_output=True, text=True, timeout=kw.pop("timeout", 60), **kw)
@@ -127,6 +135,14 @@ def main(tmp: Path) -> int:
                           f"http://allowed.test:{plain.port}/exfil -o /dev/null -w '%{{http_code}}'", "--secret", "demo")
             run("denied_line", f"curl -s -S --max-time 10 http://other.test:{plain.port}/ ; "
                                f"curl -s --max-time 10 -o /dev/null http://192.0.2.10/ ; exit 3")
+            # sandgate.internal from inside: no proxy credentials, the source binding names the session
+            run("internal", INTERNAL_FILE.replace("@CA@", ca))
+            filed = results["internal"]["out"].splitlines()[0] if results["internal"]["out"] else "{}"
+            aid = json.loads(filed).get("id", "none")
+            run("internal_other", f"curl -s --max-time 10 -w ' %{{http_code}}' "
+                                  f"http://sandgate.internal/v1/access-requests/{aid}")
+            results["access"] = [{"session": a["session"], "status": a["status"], "host": a["action"]["grant"]["host"]}
+                                 for a in sg.call("GET", "/v1/approvals?kind=access").json()]
             run("bad_secret", "true", "--secret", "nope")        # refused after the namespace was made: removed
             sessions = sg.call("GET", "/v1/sessions").json()
             results["sessions"] = [{"status": s["status"], "source": s.get("source")} for s in sessions]

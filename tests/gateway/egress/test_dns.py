@@ -58,6 +58,20 @@ async def test_answers_by_the_session_of_the_source_address(resolver):
     assert names.sessions() == 0
 
 
+async def test_sandgate_internal_resolves_for_every_bound_session(resolver):
+    # the name sandgate answers itself (access requests from an isolated sandbox): on no allow list, still
+    # answered for a bound source; never for an unbound one; its synthetic address reads back as the name
+    services, _server, names, port = resolver
+    assert (await ask(port, "sandgate.internal")).rcode() == dns.rcode.REFUSED
+    row, token = await services.session(allow=[])
+    services.sessions.bind_source(row["id"], "127.0.0.1", services.tokens.verify(token))
+    ok = await ask(port, "Sandgate.Internal.")
+    addr = [rd.address for rrset in ok.answer for rd in rrset]
+    assert ok.rcode() == dns.rcode.NOERROR and len(addr) == 1
+    assert names.name_for(row["id"], addr[0]) == "sandgate.internal"
+    for name in ("x.sandgate.internal", "sandgate.internal.evil.test", "internal"):
+        assert (await ask(port, name)).rcode() == dns.rcode.NXDOMAIN, name
+
 async def test_garbage_gets_no_answer_and_the_server_lives_on(resolver):
     _, _, _, port = resolver
     loop = asyncio.get_running_loop()
