@@ -24,6 +24,7 @@ from gateway.cli.workers import run_workers, workers_refusal
 from sandgate.transport import SandgateError, command_endpoint, request_once
 from gateway.cli import audit as audit_commands
 from gateway.cli import packages as package_commands
+from gateway.cli import suggest as suggest_commands
 
 Handler = Callable[[Config, argparse.Namespace], int]
 
@@ -56,6 +57,8 @@ def cmd_policy(cfg: Config, args: argparse.Namespace) -> int:
         from gateway.cli import policyeval
 
         return policyeval.run(cfg, args)
+    if args.policy_cmd == "suggest":
+        return suggest_commands.run(cfg, args)
     return policy_commands.run(cfg, args)
 
 
@@ -255,6 +258,7 @@ def build_parser() -> argparse.ArgumentParser:
     for name in policy_commands.COMMANDS:
         sub.choices[name].set_defaults(func=policy_commands.run)
     sub.choices["policy"].set_defaults(func=cmd_policy)
+    suggest_commands.register(sub.choices["policy"], _common)
     audit_commands.register(audit_sub, _common)
     sub.choices["audit"].set_defaults(func=audit_commands.run)     # the trail's commands; decision-log export there
 

@@ -5,9 +5,10 @@
 # these sets in its own files of `package sandgate.egress` (see policies/README.md).
 #
 # Shipped rules: a host on the session's allow list (plus, for a persistent session, the base allowlist in
-# data.sandgate.config.egress.base_allow) is allowed; a request nothing allows is denied as not
-# allowlisted; an address class other than public (or a private range sandgate was told to allow) is
-# denied; DELETE and git pushes ask; a frozen session asks for every method but reads.
+# data.sandgate.config.egress.base_allow, and for the sessions an entry names, scoped_allow) is allowed; a
+# request nothing allows is denied as not allowlisted; an address class other than public (or a private range
+# sandgate was told to allow) is denied; DELETE and git pushes ask; a frozen session asks for every method but
+# reads.
 package sandgate.egress
 
 import rego.v1
@@ -85,6 +86,41 @@ allow contains item if {
 	host_listed
 	item := {"code": "egress.allowed", "reason": sprintf("%s is allowed for this session", [host])}
 }
+
+# A site's scoped allowlist: each entry of data.sandgate.config.egress.scoped_allow lists hosts (entry texts as in
+# base_allow) for the sessions it names by `workload` and `labels` (both optional; an entry naming neither is for
+# every session). `sandgate policy suggest` proposes entries from repeated denials and access requests.
+# METADATA
+# title: Scoped allowlist
+# description: A scoped_allow entry lists the host for sessions of this workload and these labels.
+# custom:
+#   code: egress.scoped_allow
+allow contains item if {
+	some rule in scoped_allow
+	scope_matches(rule)
+	some form in host_forms
+	form in rule.hosts
+	item := {"code": "egress.scoped_allow", "reason": sprintf("%s is allowed for this session's workload and labels (scoped_allow)", [host])}
+}
+
+scoped_allow := rules if {
+	rules := object.get(cfg, "scoped_allow", [])
+	is_array(rules)
+} else := []
+
+scope_matches(rule) if {
+	is_array(rule.hosts)
+	scope_workload(rule)
+	labels := object.get(rule, "labels", {})
+	is_object(labels)
+	every k, v in labels {
+		input.session.labels[k] == v
+	}
+}
+
+scope_workload(rule) if not "workload" in object.keys(rule)
+
+scope_workload(rule) if rule.workload == input.session.workload
 
 # An approved access request: input.session.grants holds the session's live grants only (sandgate drops expired
 # and withdrawn ones, so no clock is needed). A grant opens the host's tunnel (CONNECT) and covers the requests of

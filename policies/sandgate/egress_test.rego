@@ -350,3 +350,50 @@ test_grant_whole_host_covers_ambiguous_path if {
 test_no_grants_field_is_no_grant if {
 	egress.decision.action == "deny" with input as inp({"host": "api.partner.test", "path_normalised": "/v1/x"}, {"grants": "x"})
 }
+
+# -- scoped_allow: hosts for the sessions an entry names by workload and labels ---------------------------------
+
+scoped := [
+	{"hosts": ["api.partner.test:443"], "workload": "persistent", "labels": {"team": "x"}},
+	{"hosts": ["*.docs.test"]},
+]
+
+test_scoped_allow_for_its_workload_and_labels if {
+	d := egress.decision with input as inp({"host": "api.partner.test"}, {"workload": "persistent", "labels": {"team": "x", "env": "dev"}})
+		with data.sandgate.config.egress.scoped_allow as scoped
+	d.action == "allow"
+	d.codes == ["egress.scoped_allow"]
+}
+
+test_scoped_allow_not_for_other_sessions if {
+	some s in [
+		{"workload": "persistent", "labels": {"team": "y"}},
+		{"workload": "persistent", "labels": {}},
+		{"workload": "ephemeral", "labels": {"team": "x"}},
+	]
+	egress.decision.action == "deny" with input as inp({"host": "api.partner.test"}, s)
+		with data.sandgate.config.egress.scoped_allow as scoped
+}
+
+test_scoped_allow_every_deny_still_applies if {
+	d := egress.decision with input as inp({"host": "api.partner.test", "port": 8443}, {"workload": "persistent", "labels": {"team": "x"}})
+		with data.sandgate.config.egress.scoped_allow as scoped
+	d.action == "deny"
+	d2 := egress.decision with input as inp({"host": "api.partner.test", "method": "DELETE"}, {"workload": "persistent", "labels": {"team": "x"}})
+		with data.sandgate.config.egress.scoped_allow as scoped
+	d2.action == "ask"
+}
+
+test_scoped_allow_without_scope_is_for_every_session if {
+	egress.decision.action == "allow" with input as inp({"host": "a.docs.test"}, {})
+		with data.sandgate.config.egress.scoped_allow as scoped
+	egress.decision.action == "deny" with input as inp({"host": "docs.test"}, {})
+		with data.sandgate.config.egress.scoped_allow as scoped
+}
+
+test_scoped_allow_malformed_is_ignored if {
+	egress.decision.action == "deny" with input as inp({"host": "api.partner.test"}, {"workload": "persistent", "labels": {"team": "x"}})
+		with data.sandgate.config.egress.scoped_allow as {"hosts": ["api.partner.test"]}
+	egress.decision.action == "deny" with input as inp({"host": "api.partner.test"}, {})
+		with data.sandgate.config.egress.scoped_allow as [{"hosts": "api.partner.test"}, {"hosts": ["api.partner.test"], "labels": ["x"]}]
+}
