@@ -29,6 +29,7 @@ async def store(request, tmp_path):
     await s.open()
     await s.run(lambda: s._driver(lambda cur: cur.execute("DELETE FROM notify_outbox"), commit=True))
     yield s
+    await s.run(lambda: s._driver(lambda cur: cur.execute("DELETE FROM notify_outbox"), commit=True))
     s.close()
 
 
