@@ -217,13 +217,31 @@ def _shared(item: Shared, field: str | None) -> tuple:
         text = json.dumps(item)
         out = ((text, _maybe_sensitive(text)),)
     else:
-        pieces = [(k, json.dumps(v)) for k, v in item.items()]
-        at = [k for k, _ in pieces].index(field)
-        before = "{" + "".join(json.dumps(k) + ": " + t + ", " for k, t in pieces[:at]) + json.dumps(field) + ": "
-        after = "".join(", " + json.dumps(k) + ": " + t for k, t in pieces[at + 1:]) + "}"
-        out = ((before, after), _maybe_sensitive(before + "0" + after))
+        out = _split_at(item, field)
+        out = (out, _maybe_sensitive(out[0] + "0" + out[1]))
     item.log_memo = (field, out)
     return out
+
+
+# A string no input holds (the API refuses NUL): its JSON spelling, quotes included, marks where the stamped field's
+# value goes. Inside any other JSON string a quote is escaped, so the spelling occurs once unless another value of
+# the object is this very string (then the slow way below).
+_MARK = "\x00sandgate-stamp\x00"
+_MARK_JSON = json.dumps(_MARK)
+
+
+def _split_at(item: Shared, field: str) -> tuple[str, str]:
+    """(the JSON text before `field`'s value, the text after it) of `item`: one json.dumps, the key order kept
+    (one new history entry per tool call)."""
+    text = json.dumps({**item, field: _MARK})
+    if text.count(_MARK_JSON) == 1:
+        before, _, after = text.partition(_MARK_JSON)
+        return before, after
+    pieces = [(k, json.dumps(v)) for k, v in item.items()]
+    at = [k for k, _ in pieces].index(field)
+    before = "{" + "".join(json.dumps(k) + ": " + t + ", " for k, t in pieces[:at]) + json.dumps(field) + ": "
+    after = "".join(", " + json.dumps(k) + ": " + t for k, t in pieces[at + 1:]) + "}"
+    return before, after
 
 
 class DecisionLog(BatchWriter[tuple[list[tuple], list[dict]]]):

@@ -346,6 +346,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--isolation", choices=("process", "thread"), help="policy.isolation (default: sandgate's)")
     ap.add_argument("--baseline-ref", default="", help="also run sandgate at this git revision, side by side")
     ap.add_argument("--no-bare", action="store_true", help="skip the bare aiohttp apps")
+    ap.add_argument("--toml", default="", help="extra sandgate configuration (TOML text), e.g. an experiment's")
     ap.add_argument("--by-call", action="store_true", help="also print p50/p99 of each call of the mix")
     ap.add_argument("--profile", default="", help="run sandgate under py-spy, collapsed stacks to this file")
     ap.add_argument("--profile-opts", nargs="*", default=[], help="extra py-spy options, e.g. --profile-opts='--gil' or '--idle --native'")
@@ -361,6 +362,8 @@ def main(argv: list[str] | None = None) -> int:
     extra = ""
     if args.isolation:
         extra = f'[policy]\nisolation = "{args.isolation}"\n'
+    if args.toml:
+        extra += args.toml.replace("\\n", "\n") + "\n"
     load0 = os.getloadavg()[0]
     print(f"tool-call bench ({'quick' if args.quick else 'full'}, mix {args.mix}): {os.cpu_count()} CPUs, "
           f"Python {platform.python_version()}, {CLIENTS} clients, load average {load0:.2f}", flush=True)

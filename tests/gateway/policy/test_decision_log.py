@@ -103,6 +103,14 @@ def test_redacted_json_of_shared_parts_is_the_redacted_input(value):
         assert json.loads(redacted_json(value)) == redact_input(value)
 
 
+def test_a_history_entry_that_holds_the_split_marker_is_still_logged_as_it_is():
+    from gateway.policy.decisionlog import _MARK
+    entry = Stamped(Shared({"summary": _MARK, "age_s": 0.0, "n": [_MARK]}), "age_s", 2.5)
+    doc = {"history": [entry, Stamped(Shared({"age_s": 0.0, "s": "x"}), "age_s", 1)]}
+    for _ in range(2):
+        assert json.loads(redacted_json(doc)) == redact_input(doc)
+
+
 @pytest.mark.parametrize("value", [
     {"pass": "x"}, {"a": {"token ": "abc"}}, {"Secrets": ["n"]}, {"x": ["Bearer abcdefghij"]},
     {"cmd": "curl https://u:p@h/"}, {"cmd": "psql --password=x"}, {"h": "Cookie: a=b"}, {"q": "api_key=abc"},
