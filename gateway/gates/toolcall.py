@@ -28,7 +28,7 @@ from gateway.auth.tokens import Principal
 from gateway.mcp.context import McpContext
 from gateway.policy.base import PolicyEngine
 from gateway.policy.decision import deny
-from gateway.policy.readset import Shared
+from gateway.policy.cache import Shared
 from gateway.runtime.ids import random_hex
 from gateway.runtime.metrics import Metrics
 from gateway.sessions.registry import SessionRegistry

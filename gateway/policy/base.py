@@ -6,18 +6,15 @@ subclass CachingEngine and implement `_evaluate`, `start`, `reload` and `close`.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
-import re
 import time
-from collections import OrderedDict
 from pathlib import Path
 from typing import Any, Protocol
 
 from gateway.runtime.ids import random_hex
 from gateway.policy.decision import Decision, deny, parse_decision
 from gateway.policy.loader import PolicySource, policy_files
-from gateway.policy.readset import LEN, WILD, Shared, Stamped, build_trie, compile_projection, scan_reads
+from gateway.policy.cache import DecisionCache, read_set
 from gateway.policy.rego import ENTRYPOINTS, PolicyError
 
 __all__ = ["CachingEngine", "DecisionCache", "DecisionSink", "EvaluationTimeout", "PolicyEngine", "PolicyError"]
@@ -57,142 +54,6 @@ class PolicyEngine(Protocol):
     async def close(self) -> None: ...
 
 
-# Builtins whose result changes between two evaluations of the same input (the clock, randomness, the network;
-# io.jwt.decode_verify and x509 verification check expiry against the clock): a policy using any of them is
-# never served from the decision cache. Rego allows spaces around the dots of a reference.
-IMPURE = re.compile(r"\b(time\s*\.\s*now_ns|rand\s*\.|uuid\s*\.|http\s*\.\s*send|opa\s*\.\s*runtime"
-                     r"|net\s*\.\s*lookup_ip_addr|io\s*\.\s*jwt\s*\.\s*decode_verify"
-                     r"|crypto\s*\.\s*x509\s*\.\s*parse_and_verify)")
-
-
-_key_json = json.JSONEncoder(sort_keys=True, separators=(",", ":")).encode     # json.dumps(..., sort_keys, compact)
-
-
-class DecisionCache:
-    """Decisions are a pure function of (policy revision, what the policy reads of the input): two inputs that
-    agree on every path the policy can read (readset.py, derived from the source of each revision) share a
-    decision. Fields no module mentions (`step`, `session.age_s`, `session.stats`, the ids and ages of
-    `history` entries when only `input.history[i].decision` and the like are read) stay out of the key; a
-    policy that reads `input` in a way the scan does not follow is keyed on the whole input. A policy that
-    calls an impure builtin is never cached. Cleared on every reload.
-    """
-
-    def __init__(self, size: int = 4096):
-        self.size = size
-        self.enabled = False
-        self.reads: frozenset | None = None          # None: the whole input
-        self._trie: dict = {None: True}
-        self._project = compile_projection(self._trie)
-        self.hits = self.misses = 0
-        self._items: "OrderedDict[str, Decision]" = OrderedDict()
-        self._top: dict | None = None                # top-level key -> its projection (None: no shortcut)
-
-    def configure(self, source: PolicySource) -> None:
-        texts = [t for _, t in source.modules]
-        self.enabled = IMPURE.search("\n".join(texts)) is None
-        self.set_reads(scan_reads(texts, ENTRYPOINTS.values()))
-
-    def set_reads(self, reads: frozenset | None) -> None:
-        """Key on these paths of the input (None: the whole input); forget every cached decision."""
-        self.reads = reads
-        self._trie = build_trie(self.reads) if self.reads is not None else {None: True}
-        self._project = compile_projection(self._trie)
-        trie = self._trie
-        self._top = (None if trie.get(None) or WILD in trie else
-                     {k: compile_projection(v) for k, v in trie.items() if isinstance(k, str) and k != LEN})
-        # Per top-level key read as a list of like elements (`input.k[_]...` only): the keys read of an element
-        # and the element's projection.
-        self._elements = {k: (keys, compile_projection(v[WILD])) for k, v in trie.items()
-                          if isinstance(k, str) and k != LEN and isinstance(v, dict)
-                          and (keys := _element_keys(v)) is not None}
-        self._items.clear()
-
-    def key(self, kind: str, doc: dict) -> str | None:
-        if not self.enabled:
-            return None
-        try:
-            shared = ([k for k, v in doc.items() if v.__class__ is Shared or self._stamped_list(k, v)]
-                      if self._top is not None and isinstance(doc, dict) else None)
-            if not shared:
-                return kind + _key_json(self._project(doc))
-            # Top-level values marked Shared: each one's projection is serialised once per object (it never
-            # changes), the rest of the input as usual; the key names which keys were shared (for `#len`).
-            rest = {k: v for k, v in doc.items() if k not in shared}
-            parts = [kind, _key_json(self._project(rest))]
-            for k in shared:
-                parts.append(k)
-                proj = self._top.get(k)
-                if proj is not None:
-                    parts.append(self._fragment(k, doc[k], proj))
-            return "\x00".join(parts)
-        except (TypeError, ValueError):
-            return None
-
-    def _stamped_list(self, key: str, value: Any) -> bool:
-        """A list of Stamped entries (history) whose stamped field no rule reads of its elements: it projects as
-        the list of their shared bases."""
-        if value.__class__ is not list or not value or value[0].__class__ is not Stamped:
-            return False
-        elements = self._elements.get(key)
-        if elements is None:
-            return False
-        read = elements[0]
-        return all(e.__class__ is Stamped and e.field not in read for e in value)
-
-    def _fragment(self, key: str, value: Any, proj: Any) -> str:
-        if value.__class__ is list:      # Stamped entries (_stamped_list): each projected as its base, once
-            element = self._elements[key][1]
-            texts = []
-            for entry in value:
-                texts.append(_key_text(entry.base, element))
-            return "[" + ",".join(texts) + "]"         # a JSON array of the elements' projections, in order
-        return _key_text(value, proj)
-
-    def get(self, key: str | None) -> "Decision | None":
-        if key is None:
-            return None
-        hit = self._items.get(key)
-        if hit is not None:
-            self._items.move_to_end(key)
-            self.hits += 1
-        else:
-            self.misses += 1
-        return hit
-
-    def put(self, key: str | None, decision: "Decision") -> None:
-        if key is None:
-            return
-        self._items[key] = decision
-        if len(self._items) > self.size:
-            self._items.popitem(last=False)
-
-
-def _key_text(value: Any, proj: Any) -> str:
-    """The JSON of `proj(value)`, kept on a Shared value (it never changes; a new revision's projection
-    replaces it)."""
-    if value.__class__ is Shared:
-        hit = getattr(value, "key_memo", None)
-        if hit is not None and hit[0] is proj:
-            return hit[1]
-        text = _key_json(proj(value))
-        value.key_memo = (proj, text)
-        return text
-    return _key_json(proj(value))
-
-
-def _element_keys(node: dict) -> frozenset | None:
-    """The keys read of a list's elements under this trie node when every element is read alike (`k[_].a`,
-    `count(k)`); None when some element is read whole, by index, or in every key."""
-    if node.get(None) or WILD not in node:
-        return None
-    if any(k != WILD and k != LEN for k in node):
-        return None
-    sub = node[WILD]
-    if not isinstance(sub, dict) or sub.get(None) or WILD in sub:
-        return None
-    return frozenset(x for x in sub if isinstance(x, str))
-
-
 class EvaluationTimeout(Exception):
     """An evaluation did not finish within the engine's timeout."""
 
@@ -217,9 +78,15 @@ class CachingEngine:
         self._stamp: tuple = ()
         self._watch_task: asyncio.Task | None = None
 
+    @staticmethod
+    def _read_set(source: PolicySource) -> None:
+        """What the revision reads of the input (a parse: milliseconds), made off the event loop by the thread
+        that loads it; `_configure` then finds it made (cache.read_set keeps the last few)."""
+        read_set(source.modules, tuple(ENTRYPOINTS.values()))
+
     def _configure(self, source: PolicySource) -> None:
         """A new revision is active: key the cache on what its modules read, and keep its data."""
-        self.cache.configure(source)
+        self.cache.configure(source.modules, tuple(ENTRYPOINTS.values()))
         self.data = source.data
 
     def _stamp_now(self) -> tuple:

@@ -17,7 +17,7 @@ import re
 import time
 from typing import Any
 
-from gateway.policy.readset import Shared, Stamped
+from gateway.policy.cache import Shared, Stamped
 from gateway.runtime.batches import BatchWriter
 from gateway.store import Store
 from gateway.store.decisions import DecisionStore, RawJSON

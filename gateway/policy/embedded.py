@@ -95,6 +95,7 @@ class EmbeddedEngine(CachingEngine):
         except ValueError as exc:
             raise PolicyError(str(exc)) from None
         compile_source(source)          # parse, then evaluate each entry point once: errors surface now
+        self._read_set(source)
         return source, stamp
 
     async def start(self) -> None:

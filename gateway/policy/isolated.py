@@ -39,6 +39,7 @@ class IsolatedEngine(CachingEngine):
             source = await asyncio.to_thread(load_policy_dir, self.policy_dir)
         except ValueError as exc:
             raise PolicyError(str(exc)) from None
+        await asyncio.to_thread(self._read_set, source)
         pool = WorkerPool(str(self.policy_dir), self.workers)
         try:
             await pool.start()

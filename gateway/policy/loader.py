@@ -76,7 +76,7 @@ def load_policy_dir(root: str | Path, require_modules: bool = True) -> PolicySou
     modules, tests, data, docs = [], [], {}, []
     for path in policy_files(root):
         rel = path.relative_to(root).as_posix()
-        text = path.read_text(encoding="utf-8")
+        text = path.read_text(encoding="utf-8-sig")     # a leading BOM is not part of the module
         digest.update(rel.encode() + b"\0" + text.encode() + b"\0")
         if path.suffix == ".rego":
             (tests if path.name.endswith("_test.rego") else modules).append((rel, text))

@@ -106,6 +106,7 @@ class OpaEngine(CachingEngine):
         except ValueError as exc:
             raise PolicyError(str(exc)) from None
         compile_source(source)       # reject what does not compile before the server sees it
+        self._read_set(source)
         return source
 
     async def _push(self, source: PolicySource) -> None:

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 from gateway.policy.inputs import build_session_input
-from gateway.policy.readset import Stamped
+from gateway.policy.cache import Stamped
 from gateway.toolcalls.describe import Effects, Files, describe_line, describe_shell
 from gateway.toolcalls.options import parse_options
 from gateway.toolcalls.paths import clean_dir, describe_path

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Mapping
 
-from gateway.policy.readset import Shared, stamp
+from gateway.policy.cache import Shared, stamp
 from gateway.toolcalls.describe import Effects, Files
 
 HISTORY_SIZE = 20

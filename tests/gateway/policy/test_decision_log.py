@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gateway.policy.decisionlog import REDACTED, DecisionLog, redact_input, redacted_json
-from gateway.policy.readset import Shared, Stamped
+from gateway.policy.cache import Shared, Stamped
 from gateway.policy.logcommands import parse_since, summarise_change
 from gateway.store import Store
 from gateway.store.decisions import DecisionStore

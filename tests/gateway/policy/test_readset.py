@@ -13,10 +13,12 @@ from gateway.policy.embedded import EmbeddedEngine
 from gateway.policy.evaluator import Evaluator
 from gateway.policy.loader import default_policy_dir, load_policy_dir
 from gateway.policy.base import DecisionCache
-from gateway.policy.readset import LEN, WILD, Shared, Stamped, build_trie, compile_projection, project, scan_reads
+from gateway.policy.cache import Shared, Stamped, build_trie, compile_projection, project
+from gateway.policy.readset import LEN, WILD, scan_reads
 from gateway.toolcalls.enrich import build_toolcall_input
 
 HEAD = "package sandgate.egress\nimport rego.v1\n"
+QUERIED = "data.sandgate.egress.a"          # the rule the engine evaluates in these modules
 
 
 @pytest.mark.parametrize("text, reads", [
@@ -34,7 +36,7 @@ HEAD = "package sandgate.egress\nimport rego.v1\n"
     ("a if input.a.b[concat(\"\", [x])]", {("a", "b")}),
 ])
 def test_scan_follows_literal_references(text, reads):
-    assert scan_reads([HEAD + text]) == frozenset(reads)
+    assert scan_reads([HEAD + text], [QUERIED]) == frozenset(reads)
 
 
 @pytest.mark.parametrize("text", [
@@ -42,7 +44,7 @@ def test_scan_follows_literal_references(text, reads):
     "a if f with input as {}", "import input\na if input.x", "import input.tool as t\na if t.x", "a if json.marshal(input)", "x := input\na if x",
 ])
 def test_anything_else_reads_the_whole_input(text):
-    assert scan_reads([HEAD + text]) is None
+    assert scan_reads([HEAD + text], [QUERIED]) is None
 
 
 def key(reads, doc):
@@ -188,13 +190,14 @@ async def test_cache_hits_on_unread_field_misses_on_read_field_and_a_new_revisio
     ('allow if count(data.sandgate["egress"][k]) > 0', True),
 ])
 def test_an_unreferenced_rule_reads_nothing(extra, whole_read):
-    reads = scan_reads([HEAD + "h := object.get(input, \"history\", [])\nallow if input.a\n" + extra])
+    reads = scan_reads([HEAD + "h := object.get(input, \"history\", [])\nallow if input.a\n" + extra],
+                       ["data.sandgate.egress.allow"])
     assert (("history",) in reads) is whole_read and ("a",) in reads
 
 
 def test_a_piece_holding_two_rules_is_never_dropped():
     text = HEAD + "h := input.x\n  g := input.y\nallow if g\n"
-    assert ("y",) in scan_reads([text])
+    assert ("y",) in scan_reads([text], ["data.sandgate.egress.allow"])
 
 
 @pytest.mark.parametrize("site", [
@@ -275,7 +278,7 @@ _stamped_docs = st.lists(st.tuples(st.dictionaries(st.sampled_from(["a", "b", "c
 def test_projection_of_stamped_entries_is_the_projection_of_plain_ones(paths, entries):
     """History entries are Stamped (a shared base, one field set per call): projecting them (once per base when
     the field is not read) gives what projecting the plain dicts gives, call after call."""
-    from gateway.policy.readset import Stamped
+    from gateway.policy.cache import Stamped
     trie = build_trie([("h",) + p for p in paths])
     proj = compile_projection(trie)
     bases = [Shared({**d, f: 0}) for d, f, _ in entries]
@@ -296,7 +299,7 @@ _list_paths = st.tuples(st.lists(st.sampled_from([(WILD, "a"), (WILD, "b"), (WIL
 def test_stamped_lists_key_like_their_projection(paths, entries, other_values, counted):
     """A top-level list of Stamped entries is keyed once per run of shared bases when no rule reads the stamped
     field of its elements: keys still tell apart exactly what the projection tells apart."""
-    from gateway.policy.readset import Stamped
+    from gateway.policy.cache import Stamped
     paths = [("h",) + p for p in paths] + ([(LEN,)] if counted else [])
     cache = DecisionCache()
     cache.enabled = True
@@ -316,7 +319,7 @@ def test_stamped_lists_key_like_their_projection(paths, entries, other_values, c
        st.text(max_size=5), st.floats(allow_nan=False))
 def test_stamp_is_stamped(base, field, value):
     """The hot path's constructor gives what the class gives: the same dict, base and field."""
-    from gateway.policy.readset import stamp
+    from gateway.policy.cache import stamp
     shared = Shared(base)
     fast, slow = stamp(shared, field, value), Stamped(shared, field, value)
     assert type(fast) is type(slow) is Stamped
@@ -366,8 +369,10 @@ def test_interpolated_strings_read_the_whole_input(text):
     "a if rand.intn(\"x\", 2) == 1", "a if uuid.rfc4122(\"x\")", "a if http.send({})", "a if opa.runtime()",
 ])
 def test_impure_or_clock_dependent_builtins_turn_the_cache_off(text):
-    from gateway.policy.base import IMPURE
+    from gateway.policy.cache import IMPURE, read_set
     assert IMPURE.search(HEAD + text) is not None
+    assert read_set([("m.rego", HEAD + text)], (QUERIED,)) == (False, read_set([("m.rego", HEAD + text)],
+                                                                            (QUERIED,))[1])
 
 
 async def test_an_entry_rule_that_reads_input_directly_is_never_served_another_inputs_decision(tmp_path):
