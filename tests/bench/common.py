@@ -88,6 +88,22 @@ def proc_cpu_s(pid: int) -> float:
     return total
 
 
+def tree_cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a process and every live descendant (`serve --workers N`: the supervisor, its
+    workers and their policy workers)."""
+    total, todo = 0.0, [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            text = Path(f"/proc/{p}/stat").read_text()
+        except OSError:
+            continue
+        fields = text[text.rindex(")") + 2:].split()
+        total += (int(fields[11]) + int(fields[12])) / _TICK
+        todo += _children(p)
+    return total
+
+
 class RssSampler:
     """Samples VmRSS of a process in the background (asyncio) and keeps the peak."""
 

@@ -35,7 +35,9 @@ Figures (ratio = sandgate / baseline; throughput: higher is better, latency and 
 - `--workers 2`: small GET throughput at c=16 of `sandgate serve --workers 2` against one worker, both on
   the PostgreSQL store (tests/support/pg.py: 127.0.0.1:5432, `SANDGATE_TEST_PG_DB`); the baseline column of
   that row is the one-worker figure (goal: 2 workers >= 1.7x). Skipped ("n/a") without PostgreSQL;
-  `--workers-only` runs just this row.
+  `--workers-only` runs just this row; `--workers-only --workers 1,2,4` one row per count against the first,
+  with how many CPUs sandgate's processes used; `--pin` puts sandgate on CPU 0 and this load generator and the
+  upstream on the other CPUs (taskset; PostgreSQL stays where it is).
 
 - HTTPS rows (`--https-only` runs just these, `--no-https` leaves them out): real curl through each proxy to an
   HTTPS upstream that speaks HTTP/1.1 only and to one that speaks h2 only (both tests/bench/common.py, no logging
@@ -76,7 +78,7 @@ if str(ROOT) not in sys.path:
 
 from tests.bench.common import (  # noqa: E402
     MIB, Conn, RssSampler, build_request, free_port, percentile, proc_cpu_s, proc_status_kb, stop_process,
-    wait_port,
+    tree_cpu_s, wait_port,
 )
 from tests.support.upstream import make_cert  # noqa: E402
 
@@ -369,8 +371,9 @@ class Procs:
             f.close()
 
 
-def start_pg_sandgate(tmp: Path, workers: int, logs: list) -> tuple[subprocess.Popen, int, int, Path]:
-    """`sandgate serve --workers N` on the PostgreSQL store; (process, proxy port, API port, data dir)."""
+def start_pg_sandgate(tmp: Path, workers: int, logs: list, cpus: str = "") -> tuple[subprocess.Popen, int, int, Path]:
+    """`sandgate serve --workers N` on the PostgreSQL store; (process, proxy port, API port, data dir). `cpus`: run
+    it (and every process it starts) on these CPUs only (`taskset -c`)."""
     from tests.support.pg import PG_URL
 
     proxy, api = free_port(), free_port()
@@ -383,8 +386,9 @@ def start_pg_sandgate(tmp: Path, workers: int, logs: list) -> tuple[subprocess.P
     log = open(tmp / f"sandgate-w{workers}.log", "wb")
     logs.append(log)
     (data / "listen.json").unlink(missing_ok=True)           # the previous run's (every run starts one)
-    proc = subprocess.Popen([sys.executable, "-m", "gateway", "serve", "--config", str(cfg), "--data-dir", str(data),
-                             "--workers", str(workers)], stdout=log, stderr=subprocess.STDOUT, cwd=str(ROOT),
+    pinned = ["taskset", "-c", cpus] if cpus else []
+    proc = subprocess.Popen(pinned + [sys.executable, "-m", "gateway", "serve", "--config", str(cfg), "--data-dir",
+                                      str(data), "--workers", str(workers)], stdout=log, stderr=subprocess.STDOUT, cwd=str(ROOT),
                             env={**os.environ, "PYTHONUNBUFFERED": "1"})
     deadline = time.monotonic() + 90
     while not (data / "listen.json").exists():
@@ -397,18 +401,22 @@ def start_pg_sandgate(tmp: Path, workers: int, logs: list) -> tuple[subprocess.P
     return proc, proxy, api, data
 
 
-async def workers_row(mode: Mode, tmp: Path, up_port: int) -> tuple:
-    """Small GETs at c=16 through --workers 2 and through one worker (both on PostgreSQL)."""
+async def workers_row(mode: Mode, tmp: Path, up_port: int, counts: tuple[int, ...] = (1, 2),
+                      cpus: str = "") -> list[tuple]:
+    """Small GETs at c=16 through `serve --workers N` for each N in `counts` (PostgreSQL store); the first count is
+    the baseline of the others. `cpus`: sandgate pinned to these CPUs (the caller pins the load generator)."""
     from tests.support.pg import pg_available
 
-    name = "small GET c=16, PostgreSQL store: --workers 2 (baseline column: 1 worker) (req/s)"
+    names = {n: f"small GET c=16, PostgreSQL store: --workers {n} (baseline column: {counts[0]} worker"
+                f"{'s' if counts[0] > 1 else ''}{', sandgate on CPUs ' + cpus if cpus else ''}) (req/s)"
+             for n in counts[1:]}
     if not pg_available():
         print("  --workers: no PostgreSQL at 127.0.0.1:5432, row skipped", flush=True)
-        return (name, "n/a", "n/a", 0)
+        return [(name, "n/a", "n/a", 0) for name in names.values()]
     rps = {}
     logs: list = []
-    for workers in (1, 2):
-        proc, proxy, api, data = start_pg_sandgate(tmp, workers, logs)
+    for workers in counts:
+        proc, proxy, api, data = start_pg_sandgate(tmp, workers, logs, cpus)
         try:
             harness = (data / "harness.token").read_text().strip()
             req = urllib.request.Request(
@@ -421,16 +429,19 @@ async def workers_row(mode: Mode, tmp: Path, up_port: int) -> tuple:
                             {"Proxy-Authorization": auth})
             await small_load(target, 16, 0.0, mode.prime_s)
             total = LoadResult()
+            cpu0, t0 = tree_cpu_s(proc.pid), time.perf_counter()
             for _ in range(mode.rounds):
                 total.merge(await small_load(target, 16, mode.warmup_s, mode.window_s))
+            cores = (tree_cpu_s(proc.pid) - cpu0) / (time.perf_counter() - t0)
             rps[workers] = total.rps
             print(f"  --workers {workers} c=16: {total.rps:8,.0f} req/s  p50 {total.p(50):6.2f} ms  "
-                  f"p99 {total.p(99):6.2f} ms", flush=True)
+                  f"p99 {total.p(99):6.2f} ms  sandgate used {cores:.2f} CPUs (all its processes, warm-ups "
+                  f"included)", flush=True)
         finally:
             stop_process(proc)
     for f in logs:
         f.close()
-    return (name, rps[2], rps[1], 0)
+    return [(names[n], rps[n], rps[counts[0]], 0) for n in counts[1:]]
 
 
 # -- report --------------------------------------------------------------------------------------
@@ -517,7 +528,7 @@ async def run(mode: Mode, procs: Procs, label: str) -> dict:
                   f"(before {d.rss_before_kb / 1024:.1f}, VmHWM {d.hwm_kb / 1024:.1f})", flush=True)
 
     creates = await session_creates(procs.sg_api, procs.harness, mode.sessions)
-    workers = await workers_row(mode, procs.tmp, procs.up_port)
+    workers = (await workers_row(mode, procs.tmp, procs.up_port))[0]
     elapsed = time.perf_counter() - started
 
     def best(name: str) -> Download:
@@ -718,23 +729,33 @@ def _stop_spy(spy: subprocess.Popen) -> None:
             spy.kill()
 
 
-def workers_only(mode: Mode) -> int:
+def workers_only(mode: Mode, counts: tuple[int, ...], pin: bool) -> int:
+    """The --workers rows alone. `pin`: sandgate on CPU 0, this load generator and the upstream on the others
+    (with two CPUs: one core for sandgate whatever N is, so the rows show what N workers cost on one core)."""
+    cpus = sorted(os.sched_getaffinity(0))
+    sg_cpus, load_cpus = (str(cpus[0]), cpus[1:]) if pin and len(cpus) > 1 else ("", cpus)
+    if sg_cpus:
+        os.sched_setaffinity(0, load_cpus)
     with tempfile.TemporaryDirectory(prefix="sandgate-bench-") as tmp:
         up_port = free_port()
-        upstream = subprocess.Popen([sys.executable, str(HERE / "common.py"), "upstream", "--port", str(up_port)],
-                                    stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+        pinned = ["taskset", "-c", ",".join(map(str, load_cpus))] if sg_cpus else []
+        upstream = subprocess.Popen(pinned + [sys.executable, str(HERE / "common.py"), "upstream", "--port",
+                                              str(up_port)], stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
         try:
             wait_port("127.0.0.1", up_port, upstream)
-            print(f"egress bench (--workers only): {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}",
-                  flush=True)
-            row = asyncio.run(workers_row(mode, Path(tmp), up_port))
+            where = (f"sandgate on CPU {sg_cpus}, load generator and upstream on CPU "
+                     f"{','.join(map(str, load_cpus))}" if sg_cpus else "nothing pinned")
+            print(f"egress bench (--workers only, {' / '.join(map(str, counts))} workers; {where}): "
+                  f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}", flush=True)
+            rows = asyncio.run(workers_row(mode, Path(tmp), up_port, counts, sg_cpus))
         except (BenchError, RuntimeError, OSError, asyncio.TimeoutError) as exc:
             print(f"egress bench failed: {type(exc).__name__}: {exc}", file=sys.stderr)
             return 1
         finally:
             stop_process(upstream)
     print()
-    print(table([row], baseline="baseline (1 worker)"))
+    print(table(rows, baseline=f"baseline ({counts[0]} worker{'s' if counts[0] > 1 else ''})"))
+    print(f"\n- load average at the end {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs (PostgreSQL is not pinned).")
     return 0
 
 
@@ -745,6 +766,10 @@ def main(argv: list[str] | None = None) -> int:
                         "run, collapsed stacks to this file")
     parser.add_argument("--runs", type=int, help="runs for the summary's spread (default 3, --quick 1)")
     parser.add_argument("--workers-only", action="store_true", help="only the --workers 2 row (needs PostgreSQL)")
+    parser.add_argument("--workers", default="1,2", help="with --workers-only: the worker counts, the first the "
+                        "baseline (e.g. 1,2,4)")
+    parser.add_argument("--pin", action="store_true", help="with --workers-only: sandgate on CPU 0, the load "
+                        "generator and the upstream on the other CPUs (taskset)")
     parser.add_argument("--https-only", action="store_true", help="only the HTTPS rows (curl through each proxy)")
     parser.add_argument("--no-https", action="store_true", help="leave the HTTPS rows out")
     args = parser.parse_args(argv)
@@ -755,7 +780,7 @@ def main(argv: list[str] | None = None) -> int:
     results: list[dict] = []
     t0 = time.perf_counter()
     if args.workers_only:
-        return workers_only(mode)
+        return workers_only(mode, tuple(int(n) for n in args.workers.split(",")), args.pin)
     spy = None
     with tempfile.TemporaryDirectory(prefix="sandgate-bench-") as tmp:
         procs = Procs(Path(tmp))
