@@ -24,8 +24,10 @@ from urllib.parse import quote, urlencode
 
 from gateway.config import Config
 
-MAX_ROWS = 1_000_000
+MAX_ROWS = 1_000_000        # denials kept (read page by page; rows an allow could not cure are dropped at once)
 MAX_ACCESS = 100_000
+PAGE = 5000
+MAX_REPLAY = 5000           # a host's latest denials re-decided under the policy in force (and the proposed one)
 
 
 def register(policy_parser: argparse.ArgumentParser, common: Callable[[argparse.ArgumentParser], None]) -> None:
@@ -86,8 +88,18 @@ def suggest(directory: Path, decisions: list[dict], access: list[dict], sessions
     from gateway.policy.testing import run_tests
 
     current = Evaluator(load_policy_dir(directory))
-    # only what the policy in force still denies (a host allowed since then needs nothing)
-    still = [r for r in decisions if advisor.is_curable(r) and _denied(current, r["input"])]
+    # only what the policy in force still denies (a host allowed since then needs nothing), re-decided for the
+    # hosts that could reach --min-count, each host's latest MAX_REPLAY denials
+    selected = advisor.select(decisions, filters)
+    seen = advisor.gather(selected, access, sessions, filters)
+    hosts = {h for h, ev in seen.items() if ev.count >= filters.min_count}
+    latest: dict[str, list[dict]] = {h: [] for h in hosts}
+    for r in reversed(selected):
+        rows = latest.get(r["input"]["request"]["host"])
+        if rows is not None and len(rows) < MAX_REPLAY:
+            rows.append(r)
+    still = sorted((r for rows in latest.values() for r in rows if _denied(current, r["input"])),
+                   key=lambda r: r.get("ts", 0))
     found = advisor.suggestions(advisor.gather(still, access, sessions, filters), filters)
     when = datetime.now(timezone.utc).strftime("%Y-%m-%d")
     if not found:
@@ -187,6 +199,7 @@ def _diff(rel: str, old: str | None, new: str) -> str:
 # -- reading ----------------------------------------------------------------------------------------------------
 
 async def _read_store(cfg: Config, since: float) -> tuple[list[dict], list[dict], dict[str, dict]]:
+    from gateway.policy import advisor
     from gateway.store import Store
     from gateway.store.decisions import DecisionStore
 
@@ -195,7 +208,14 @@ async def _read_store(cfg: Config, since: float) -> tuple[list[dict], list[dict]
     store = Store(cfg.store_url)
     try:
         await store.open()
-        decisions = await DecisionStore(store).list_decisions(since, None, "egress", limit=MAX_ROWS)
+        decisions: list[dict] = []
+        after = None
+        while len(decisions) < MAX_ROWS:
+            page = await DecisionStore(store).list_decisions(since, None, "egress", limit=PAGE, after_seq=after)
+            decisions += [r for r in page if advisor.is_curable(r)]
+            if len(page) < PAGE:
+                break
+            after = page[-1]["seq"]
         access = [r for r in await store.list_approvals(kind="access", limit=MAX_ACCESS)
                   if float(r.get("created_at") or 0) >= since]
         sessions = {}
@@ -209,6 +229,7 @@ async def _read_store(cfg: Config, since: float) -> tuple[list[dict], list[dict]
 
 
 def _read_api(cfg: Config, args: argparse.Namespace, since: float) -> tuple[list[dict], list[dict], dict[str, dict]]:
+    from gateway.policy import advisor
     from sandgate.transport import SandgateError, command_endpoint, request_once
 
     url, token = command_endpoint(args.api_url, args.token, cfg.api_url)
@@ -221,9 +242,11 @@ def _read_api(cfg: Config, args: argparse.Namespace, since: float) -> tuple[list
             query = {"kind": "egress", "since": repr(since), **({"after": after} if after is not None else {})}
             page = request_once(url, token, "GET", "/v1/decisions?" + urlencode(query))
             for entry in page["decisions"]:
-                decisions.append({"kind": "egress", "ts": _parse_ts(entry["timestamp"]), "input": entry["input"],
-                                  "result": entry["result"], "request_id": entry.get("request_id"),
-                                  "session": (entry["input"].get("session") or {}).get("id")})
+                row = {"kind": "egress", "ts": _parse_ts(entry["timestamp"]), "input": entry["input"],
+                       "result": entry["result"], "request_id": entry.get("request_id"),
+                       "session": (entry["input"].get("session") or {}).get("id")}
+                if advisor.is_curable(row):
+                    decisions.append(row)
             after = page.get("next")
             if after is None or len(decisions) >= MAX_ROWS:
                 break

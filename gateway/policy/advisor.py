@@ -115,20 +115,28 @@ def is_name(host: str) -> bool:
     return all(re.fullmatch(r"[a-z0-9_](?:[a-z0-9_-]{0,61}[a-z0-9_])?", label) for label in labels)
 
 
+def select(decisions: Iterable[Mapping[str, Any]], filters: Filters) -> list[Mapping[str, Any]]:
+    """The denials that count: curable, in the time window, of a session the filters keep."""
+    out = []
+    for row in decisions:
+        if row.get("ts", 0) < filters.since or not is_curable(row):
+            continue
+        session = row["input"].get("session") or {}
+        if filters.session_matches(session.get("workload"), session.get("labels") or {}):
+            out.append(row)
+    return out
+
+
 def gather(decisions: Iterable[Mapping[str, Any]], access: Iterable[Mapping[str, Any]],
            sessions: Mapping[str, Mapping[str, Any]], filters: Filters) -> dict[str, Evidence]:
     """Evidence per host from decision-log rows (`kind`, `ts`, `session`, `input`, `result`, `request_id`) and
     access-request approvals (`kind` access, `status`, `created_at`, `session`, `action.grant`). `sessions` gives
     an access request's session (`workload`, `labels`); one it does not know is left out."""
     found: dict[str, Evidence] = {}
-    for row in decisions:
-        if row.get("ts", 0) < filters.since or not is_curable(row):
-            continue
+    for row in select(decisions, filters):
         doc = row["input"]
         session = doc.get("session") or {}
         workload, labels = session.get("workload"), session.get("labels") or {}
-        if not filters.session_matches(workload, labels):
-            continue
         request = doc["request"]
         ev = found.setdefault(request["host"], Evidence(request["host"]))
         ev.denials += 1

@@ -93,7 +93,9 @@ def test_repeated_denials_become_a_reviewed_patch_whose_test_passes_and_which_al
     # the patch: applied to a copy of the policy directory, `sandgate policy test` passes there
     patch = suggest(gw, "--min-count", "5")
     assert patch.returncode == 0, patch.stderr
-    assert patch.stdout == doc["patch"] or doc["patch"] in patch.stdout
+    assert doc["patch"] in patch.stdout and patch.stdout.index(doc["patch"]) > 0       # after the why-lines
+    assert "allow api.partner.test" in patch.stdout.split("---", 1)[0]
+    assert "partner API" not in patch.stdout                # the agent's reason is untrusted: never in the patch
     copy = gw.tmp / "applied"
     shutil.copytree(gw.pristine, copy)
     applied = subprocess.run(["patch", "-p1", "-d", str(copy)], input=patch.stdout, capture_output=True, text=True)
