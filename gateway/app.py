@@ -217,14 +217,14 @@ def _operator_secrets(sources: list[str], cfg: Config) -> CachedResolver:
     return CachedResolver(backends, ttl_s=cfg.broker.cache_ttl_s)
 
 
-def _notifier(cfg: Config, store: Store, audit: AuditLog) -> Notifier:
+def _notifier(cfg: Config, store: Store, audit: AuditLog, metrics: Metrics) -> Notifier:
     """The deliverer of approval events to notify.webhook_url (its signing key read from its secret source)."""
     source = cfg.notify.secret
     key = None
     if source:
         reader = _operator_secrets([source], cfg)
         key = functools.partial(reader.get, source)
-    return Notifier(cfg.notify, Outbox(store), audit, key, _upstream_tls(cfg))
+    return Notifier(cfg.notify, Outbox(store), audit, key, _upstream_tls(cfg), metrics)
 
 
 def _proxied(proxy: UpstreamProxy | None) -> Callable[[str, int], bool]:
@@ -434,7 +434,7 @@ async def open_gateway(cfg: Config, stack: AsyncExitStack, worker: bool = False,
     _background(stack, packages.poll(), "sandgate-packages")
     _background(stack, checkpoints.run(), "sandgate-audit-checkpoints")
     if cfg.notify.webhook_url:
-        _background(stack, _notifier(cfg, store, audit).run(approvals.subscribe()), "sandgate-notify")
+        _background(stack, _notifier(cfg, store, audit, metrics).run(approvals.subscribe()), "sandgate-notify")
     log.info("sandgate ready: proxy %s:%d, api %s:%d, policy rev %s", *proxy_addr, *api_addr, engine.rev)
     return Listening(proxy_addr, api_addr, transparent_addr, dns_addr, postgres_addr, drain, close_listeners)
 

@@ -22,6 +22,7 @@ from broker.sources import SecretUnavailable
 from gateway.audit.log import AuditLog
 from gateway.config import NotifySettings
 from gateway.notify.messages import DELIVERY_HEADER, EVENT_HEADER, SIGNATURE_HEADER, render, sign
+from gateway.runtime.metrics import Metrics
 from gateway.store import StoreError
 from gateway.store.outbox import Claimed, Outbox
 
@@ -45,12 +46,14 @@ class DeliveryFailed(Exception):
 
 class Notifier:
     def __init__(self, settings: NotifySettings, outbox: Outbox, audit: AuditLog,
-                 key: Callable[[], Awaitable[str]] | None, tls: ssl.SSLContext | None = None):
+                 key: Callable[[], Awaitable[str]] | None, tls: ssl.SSLContext | None = None,
+                 metrics: Metrics | None = None):
         self.settings = settings
         self.outbox = outbox
         self._audit = audit
         self._key = key                   # reads notify.secret (a secret source) at each delivery
         self._tls = tls
+        self._metrics = metrics
 
     async def run(self, wakeups: asyncio.Queue | None = None) -> None:
         """Deliver until cancelled. `wakeups`: anything put there starts a round at once."""
@@ -93,6 +96,7 @@ class Notifier:
                     return "failed"
                 held.remove(row.id)               # delivered: never given back (a stop now would send it twice)
                 await asyncio.shield(self.outbox.delivered(row.id))
+                self._count("delivered")
             return "sent"
         finally:
             if held:                          # failed, or cancelled (a stop): the others are retried at once
@@ -119,6 +123,7 @@ class Notifier:
 
     async def _failed(self, row: Claimed, error: str) -> None:
         attempt = row.attempts + 1
+        self._count("failed")
         await asyncio.shield(self.outbox.failed(row.id, time.time() + backoff(attempt), error))
         self._audit.record("notify.failed", session=row.payload.get("session"), action="retry", reasons=[error],
                            detail={"delivery": row.delivery, "event": row.event,
@@ -131,12 +136,18 @@ class Notifier:
             dropped = await self.outbox.trim(self.settings.max_outbox, self.settings.max_age_s)
         except StoreError:
             return
+        if dropped:
+            self._count("dropped", len(dropped))
         for why in sorted({w for _, _, w in dropped}):
             some = [(d, e) for d, e, w in dropped if w == why]
             self._audit.record("notify.dropped", action="drop", reasons=[f"{len(some)} undelivered events: {why}"],
                                detail={"count": len(some), "why": why,
                                        "deliveries": [d for d, _ in some[:20]]})
             log.warning("notifications: %d undelivered events dropped (%s)", len(some), why)
+
+    def _count(self, result: str, n: int = 1) -> None:
+        if self._metrics is not None:
+            self._metrics.notify.labels(result).inc(n)
 
 
 def _drain(q: asyncio.Queue | None) -> None:

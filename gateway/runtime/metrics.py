@@ -34,6 +34,9 @@ class Metrics:
                                      "(503 audit.unavailable)", ["kind"], registry=self.registry)
         self.audit_pending = Gauge("sandgate_audit_pending", "Audit rows waiting to be written",
                                    registry=self.registry, multiprocess_mode="livesum")
+        self.notify = Counter("sandgate_notify_deliveries", "Approval events sent to notify.webhook_url, by result "
+                              "(delivered, failed: an attempt, dropped: never sent)", ["result"],
+                              registry=self.registry)
 
     def decision(self, kind: str, action: str) -> None:
         """Count a decision (labelled children cached: this runs on every request)."""

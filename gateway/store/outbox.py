@@ -88,9 +88,17 @@ class Outbox:
         claimed = [Claimed(int(r[0]), r[1], r[2], json.loads(r[3]), float(r[4]), int(r[5])) for r in rows]
         return sorted(claimed, key=lambda c: c.id)
 
+    def _due_sync(self, now: float) -> bool:
+        m = self._mark
+        return bool(self.store._driver_rows(f"SELECT id FROM notify_outbox WHERE next_at <= {m} AND lease_until < {m} "
+                                            f"LIMIT 1", (now, now)))
+
     async def claim(self, limit: int = 20, now: float | None = None) -> list[Claimed]:
-        """Lease the oldest due rows nobody holds (oldest first)."""
-        return await self.store.run(self._claim_sync, limit, time.time() if now is None else now)
+        """Lease the oldest due rows nobody holds (oldest first). A read first: an idle outbox costs no write."""
+        now = time.time() if now is None else now
+        if not await self.store.read(self._due_sync, now):
+            return []
+        return await self.store.run(self._claim_sync, limit, now)
 
     def _exec(self, sql: str, params: tuple) -> int:
         def work(cur: Any) -> int:
