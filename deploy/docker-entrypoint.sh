@@ -3,7 +3,8 @@
 # `sandgate ARGS` (default `serve`).
 #
 # SANDGATE_KEYS_DIR (a read-only Secret or volume) must hold `signing.key` (token signing key) and
-# `mitmproxy-ca.pem` (the egress CA: private key and certificate), as `sandgate-keys` writes them. Every replica
+# `mitmproxy-ca.pem` (the egress CA: private key and certificate), as `sandgate-keys` writes them, and may hold
+# `audit.key` (the audit checkpoints' key). Every replica
 # copies the same files, so a token minted by one is valid on all and sandboxes trust one CA whichever replica
 # they reach. Unset, sandgate makes its own key and CA in the data dir on first start (one replica only).
 set -eu
@@ -33,6 +34,12 @@ if [ -n "$keys" ]; then
   for f in signing.key mitmproxy-ca.pem mitmproxy-ca-cert.pem; do
     mv -f "$data/$f.new" "$data/$f"
   done
+  # The audit checkpoints' key (sandgate-keys makes it): every replica signs with the same one. Without it each
+  # replica makes its own at start, and loses it with its data dir.
+  if [ -s "$keys/audit.key" ]; then
+    cp "$keys/audit.key" "$data/audit.key.new"
+    mv -f "$data/audit.key.new" "$data/audit.key"
+  fi
 fi
 
 exec sandgate "$@"

@@ -139,8 +139,8 @@ def test_the_key_script_makes_private_shared_material_once(tmp_path):
     keys, bundle = tmp_path / "keys", tmp_path / "ca.pem"
     assert keys_script(str(keys), "--ca-bundle", str(bundle)).returncode == 0
     made = {p.name: p.read_bytes() for p in keys.iterdir()}
-    assert set(made) == {"signing.key", "mitmproxy-ca.pem", "mitmproxy-ca-cert.pem"}
-    for name in ("signing.key", "mitmproxy-ca.pem"):
+    assert set(made) == {"signing.key", "audit.key", "mitmproxy-ca.pem", "mitmproxy-ca-cert.pem"}
+    for name in ("signing.key", "audit.key", "mitmproxy-ca.pem"):
         assert stat.S_IMODE((keys / name).stat().st_mode) == 0o600, name
     assert stat.S_IMODE(keys.stat().st_mode) == 0o700
     assert stat.S_IMODE(bundle.stat().st_mode) == 0o644
@@ -176,7 +176,7 @@ def test_the_entrypoint_refuses_the_k8s_secret_template(tmp_path):
 def test_replicas_run_on_the_shared_key_material(deployment):
     keys = deployment["keys"]
     for r in (deployment["r1"], deployment["r2"]):
-        for name in ("signing.key", "mitmproxy-ca.pem", "mitmproxy-ca-cert.pem"):
+        for name in ("signing.key", "audit.key", "mitmproxy-ca.pem", "mitmproxy-ca-cert.pem"):
             assert (r.data_dir / name).read_bytes() == (keys / name).read_bytes(), name
             assert stat.S_IMODE((r.data_dir / name).stat().st_mode) == 0o600, name
 
