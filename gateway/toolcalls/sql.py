@@ -11,7 +11,11 @@ from __future__ import annotations
 
 import logging
 import re
+import threading
+from collections import OrderedDict
 from typing import Any
+
+from pglast import parser as pg_parser
 
 import sqlglot
 from sqlglot import exp
@@ -56,7 +60,12 @@ def describe_sql(query: str, dialect: str | None = None) -> dict:
         return dict(_UNPARSED)
     name = dialect.strip().lower() if isinstance(dialect, str) and dialect.strip() else None
     if name is None or name in POSTGRES_DIALECTS:
+        shape = SHAPES.key(query)
+        hit = SHAPES.get(shape)
+        if hit is not None:
+            return hit
         facts = classify_pg(query)
+        SHAPES.put(shape, facts)
         if facts is not None and name is None and _OTHER_LEXING.search(query):
             # Not said to be PostgreSQL: text another server lexes otherwise (a backslash escaping a quote, MySQL's
             # executable comments) is also read as MySQL would, and the less safe reading counts.
@@ -69,6 +78,71 @@ def describe_sql(query: str, dialect: str | None = None) -> dict:
 
 
 _OTHER_LEXING = re.compile(r"\\|/\*M?!")
+
+
+class ShapeMemo:
+    """The facts of read-only statements by their shape: the token stream with every constant's value left out
+    (`WHERE aid = 1` and `WHERE aid = 2` are one shape). Sound only where no fact depends on a constant's value:
+    the classifier reads constants only for a trivially true WHERE (of a write) and for set_config's name. So a
+    shape is kept only when its facts say every statement is a plain SELECT that calls no function, changes no
+    setting and is not unsafe or unbounded, and its text never names set_config (nor spells a name with `U&`,
+    which could hide it). A text with a backslash or a `/*` comment is never kept (another server lexes those
+    otherwise: describe_sql reads them twice). Bounded (least recently used out); thread-safe (describe_sql also runs on worker threads)."""
+
+    MAX_TEXT = 4096
+
+    def __init__(self, size: int = 2048):
+        self.size = size
+        self.hits = self.misses = 0
+        self._items: "OrderedDict[str, dict]" = OrderedDict()
+        self._lock = threading.Lock()
+
+    def key(self, query: str) -> str | None:
+        if len(query) > self.MAX_TEXT or "\\" in query or "/*" in query:
+            return None
+        lowered = query.lower()
+        if "set_config" in lowered or "u&" in lowered:      # the one function whose constant is read (its facts
+            return None                                     # may not show it: an empty name is dropped)
+        try:
+            tokens = pg_parser.scan(query)
+        except Exception:  # noqa: BLE001 - does not scan: no shape (classify_pg says what it is)
+            return None
+        return "\x00".join(t.name if t.name in _CONSTANTS else query[t.start:t.end + 1] for t in tokens)
+
+    def get(self, key: str | None) -> dict | None:
+        if key is None:
+            return None
+        with self._lock:
+            hit = self._items.get(key)
+            if hit is None:
+                self.misses += 1
+                return None
+            self._items.move_to_end(key)
+            self.hits += 1
+        return {k: list(v) if isinstance(v, list) else v for k, v in hit.items()}
+
+    def put(self, key: str | None, facts: dict | None) -> None:
+        if key is None or facts is None or not _constant_free(facts):
+            return
+        kept = {k: list(v) if isinstance(v, list) else v for k, v in facts.items()}
+        with self._lock:
+            self._items[key] = kept
+            self._items.move_to_end(key)
+            while len(self._items) > self.size:
+                self._items.popitem(last=False)
+
+
+_CONSTANTS = frozenset(("SCONST", "ICONST", "FCONST", "BCONST", "XCONST", "USCONST"))
+
+
+def _constant_free(facts: dict) -> bool:
+    """Facts no constant's value can change (see ShapeMemo)."""
+    return (facts.get("parsed") is True and facts.get("kind") == "read" and bool(facts.get("kinds"))
+            and all(k == "SELECT" for k in facts["kinds"]) and not facts.get("functions")
+            and not facts.get("settings") and not facts.get("unsafe") and not facts.get("unbounded"))
+
+
+SHAPES = ShapeMemo()
 
 
 def _known_dialect(name: str) -> bool:

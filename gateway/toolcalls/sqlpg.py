@@ -26,7 +26,7 @@ from typing import Any
 from pglast import ast, parser
 from pglast.enums import A_Expr_Kind, BoolExprType, BoolTestType, NullTestType, TransactionStmtKind
 from pglast.enums import VariableSetKind
-from pglast.visitors import Visitor
+from pglast.visitors import Continue, Visitor
 
 CLASSES = ("read", "session", "write", "delete", "other")
 _RANK = {c: i for i, c in enumerate(CLASSES)}
@@ -231,7 +231,38 @@ class _Facts:
         return scan
 
 
-class _Scan(Visitor):
+class _Visitor(Visitor):
+    """pglast's Visitor without its per-call `inspect.getmembers` (a third of a short statement's facts): the
+    `visit_XYZ` methods of each class are found once. Same traversal (pglast's `iterate`), same calls."""
+
+    _methods: dict[type, tuple[tuple[type, str], ...]] = {}
+
+    def __call__(self, node):  # noqa: ANN001, ANN204
+        cls = type(self)
+        names = _Visitor._methods.get(cls)
+        if names is None:
+            names = tuple((getattr(ast, n[6:]), n) for n in dir(cls)
+                          if n.startswith("visit_") and isinstance(getattr(ast, n[6:], None), type))
+            _Visitor._methods[cls] = names
+        by_class = {k: getattr(self, n) for k, n in names}
+        self.root = node
+        default = self.visit
+        generator = self.iterate(node)
+        try:
+            ancestors, node = generator.send(None)
+        except StopIteration:
+            return None
+        while True:
+            method = by_class.get(node.__class__, default)
+            result = method(ancestors, node) if method is not None else None
+            try:
+                ancestors, node = generator.send(Continue if result is None else result)
+            except StopIteration:
+                break
+        return self.root
+
+
+class _Scan(_Visitor):
     """Functions called anywhere; data-changing or locking statements nested anywhere (CTEs, subqueries)."""
 
     def __init__(self) -> None:
@@ -323,18 +354,22 @@ def unbounded_where(where: Any, targets: tuple[str, ...] = ()) -> bool:
     return _Trivial(targets).true(where)
 
 
+class _Cols(_Visitor):
+    def __init__(self) -> None:
+        super().__init__()
+        self.found = False
+
+    def visit_ColumnRef(self, ancestors, n) -> None:  # noqa: ANN001
+        self.found = True
+
+    def visit_CurrentOfExpr(self, ancestors, n) -> None:  # noqa: ANN001
+        self.found = True
+
+
 def _has_column(node: Any) -> bool:
-    found = []
-
-    class _Cols(Visitor):
-        def visit_ColumnRef(self, ancestors, n) -> None:  # noqa: ANN001
-            found.append(n)
-
-        def visit_CurrentOfExpr(self, ancestors, n) -> None:  # noqa: ANN001
-            found.append(n)
-
-    _Cols()(node)
-    return bool(found)
+    cols = _Cols()
+    cols(node)
+    return cols.found
 
 
 class _Trivial:
