@@ -17,7 +17,7 @@ import socket
 import ssl
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable, Coroutine
+from typing import Any, Awaitable, Callable, Coroutine, Mapping
 
 from aiohttp import web
 
@@ -67,6 +67,7 @@ from gateway.runtime.metrics import Metrics
 from gateway.net.synthetic import SyntheticNames
 from gateway.policy.decisionlog import DecisionLog
 from gateway.policy.announce import PolicyRevisions
+from gateway.policy.base import PolicyEngine
 from gateway.policy.factory import make_engine
 from gateway.auth.revocations import RevocationService
 from gateway.sessions.spec import proxy_authority
@@ -278,22 +279,49 @@ def _resolver(cfg: Config, given: Resolver | None = None) -> Resolver:
     return StaticResolver(cfg.egress.resolve, system) if cfg.egress.resolve else system
 
 
-async def open_gateway(cfg: Config, stack: AsyncExitStack, worker: bool = False,
-                       resolver: Resolver | None = None) -> Listening:
-    """Build and start everything; `stack` stops it. Raises when something cannot start. A `worker` (of `serve
-    --workers N`) leaves the harness token and listen.json to its supervisor."""
+@dataclass
+class Services:
+    """The services of one sandgate process, built and started by `open_services` (for `serve`, and for the tests
+    that drive them in process: tests/support/services.py), before any listener or background task exists."""
+    cfg: Config
+    store: Store
+    feed: ChangeFeed
+    metrics: Metrics
+    checkpoints: CheckpointWriter
+    audit: AuditLog
+    signer: TokenSigner
+    tokens: TokenVerifier
+    revocations: RevocationService
+    decision_log: DecisionLog | None
+    engine: PolicyEngine
+    dial_resolver: Resolver
+    own_listeners: list[tuple[str, int]]     # filled once the listeners are bound
+    proxy_secrets: CachedResolver | None     # egress.upstream_proxy's credentials
+    broker: Broker
+    placeholders: PlaceholderRegistry
+    approvals: ApprovalQueue
+    sessions: SessionRegistry
+    policy_revisions: PolicyRevisions
+    toolcalls: ToolCallGate
+
+
+async def open_services(cfg: Config, stack: AsyncExitStack, *, resolver: Resolver | None = None,
+                        store: Store | None = None, environ: Mapping[str, str] | None = None) -> Services:
+    """Build and start the services; `stack` closes them. A test may give its own upstream `resolver`, a `store`
+    already open (replicas sharing one), and the `environ` the broker's env: secrets are read from."""
     if not cfg.data_dir.exists():
         cfg.data_dir.mkdir(parents=True, mode=0o700)
     signer = TokenSigner(load_or_create_key(cfg.data_dir))
     revocation_set = Revocations()
     tokens = TokenVerifier(signer, revocation_set)
 
-    store = Store(cfg.store_url)
-    stack.callback(store.close)
-    await store.open()
-    if store.join_writers():        # before anything is written: another process on the same SQLite file sees it
-        # and stops keeping tool-call memory at its next poll: let that poll happen before this one writes.
-        await asyncio.sleep(3 * PRESENCE_POLL_S)
+    if store is None:
+        store = Store(cfg.store_url)
+        stack.callback(store.close)
+        await store.open()
+        if store.join_writers():    # before anything is written: another process on the same SQLite file sees it
+            # and stops keeping tool-call memory at its next poll: let that poll happen before this one writes.
+            await asyncio.sleep(3 * PRESENCE_POLL_S)
     # Replicas (and --workers processes) on PostgreSQL hear each other's changes by LISTEN/NOTIFY.
     feed: ChangeFeed = PgChangeFeed(store.libpq_url()) if store.is_postgres else LocalChangeFeed()
     metrics = Metrics()
@@ -312,13 +340,12 @@ async def open_gateway(cfg: Config, stack: AsyncExitStack, worker: bool = False,
     engine = make_engine(cfg.policy, decision_log)
     stack.push_async_callback(engine.close)
     await engine.start()
-    engine.watch()
     dial_resolver = _resolver(cfg, resolver)
-    own_listeners: list[tuple[str, int]] = []        # filled below, once both listeners are bound
+    own_listeners: list[tuple[str, int]] = []        # filled by open_gateway, once the listeners are bound
     up = cfg.egress.upstream_proxy
     proxy_secrets = _operator_secrets([up.user, up.password], cfg) if up is not None else None
     broker = Broker.from_specs(cfg.broker.secrets, cfg.broker.vault.as_mapping(), cfg.data_dir,
-                               normalise_host=normalise_host, cache_ttl_s=cfg.broker.cache_ttl_s,
+                               normalise_host=normalise_host, cache_ttl_s=cfg.broker.cache_ttl_s, environ=environ,
                                oauth2_transport=_token_transport(cfg, dial_resolver, own_listeners,
                                                                  _proxy_auth(cfg, proxy_secrets)),
                                token_state=_token_state(cfg, store))
@@ -341,35 +368,86 @@ async def open_gateway(cfg: Config, stack: AsyncExitStack, worker: bool = False,
     feed.subscribe("policy", policy_revisions)
     await feed.start()
     stack.push_async_callback(feed.close)
+    return Services(cfg=cfg, store=store, feed=feed, metrics=metrics, checkpoints=checkpoints, audit=audit,
+                    signer=signer, tokens=tokens, revocations=revocations, decision_log=decision_log, engine=engine,
+                    dial_resolver=dial_resolver, own_listeners=own_listeners, proxy_secrets=proxy_secrets,
+                    broker=broker,
+                    placeholders=placeholders, approvals=approvals, sessions=sessions,
+                    policy_revisions=policy_revisions, toolcalls=toolcalls)
 
-    packages = PackageFirewall(PackageStore(store), registries_for(
+
+@dataclass
+class Egress:
+    """The egress proxy's addons on the services (`chain()`: in the order mitmproxy runs them), and the pieces they
+    share."""
+    recorder: FlowRecorder
+    screen: SecretScreen
+    held: HeldLimits
+    packages: PackageFirewall
+    gate: LayerGate
+    egress: EgressAddon
+    hold: HoldAddon
+    package_index: PackageIndexAddon
+    injection: InjectionAddon
+    drain: Drain                             # SIGTERM: what is held may still be decided, nothing new is
+    extra: list[object]                      # by configuration: the OAuth2 retry, the upstream proxy
+
+    def chain(self) -> list[object]:
+        addons: list[object] = [self.gate, self.egress, self.hold, self.package_index, self.injection]
+        for addon in self.extra:
+            if isinstance(addon, OAuth2RetryAddon):
+                addons.insert(-1, addon)     # before the credential addon: the answer the sandbox gets (the
+            else:                            # retry's or the 401) is scrubbed like any
+                addons.append(addon)         # last: the upstream proxy is handed requests already decided,
+        return addons                        # vetted and injected
+
+
+async def open_egress(cfg: Config, svc: Services, resolver: Resolver) -> Egress:
+    """The egress addons on `svc`, dialling upstreams with `resolver` (the package firewall's index read)."""
+    packages = PackageFirewall(PackageStore(svc.store), registries_for(
         {"host": h, "ecosystem": e} for h, e in cfg.egress.package_registries), cfg.egress.package_max_bytes)
     await packages.refresh()
-    recorder = FlowRecorder(audit, metrics, sessions, engine)
+    recorder = FlowRecorder(svc.audit, svc.metrics, svc.sessions, svc.engine)
     held = HeldLimits(cfg.sessions.max_held, cfg.egress.max_held_bytes)
-    screen = SecretScreen(placeholders, broker, sessions, recorder, metrics)
-    egress = EgressAddon(EgressDeps(settings=cfg.egress, tokens=tokens, sessions=sessions, engine=engine,
-                                    audit=audit, metrics=metrics, resolver=dial_resolver, recorder=recorder,
-                                    screen=screen, packages=packages, own_listeners=own_listeners,
+    screen = SecretScreen(svc.placeholders, svc.broker, svc.sessions, recorder, svc.metrics)
+    egress = EgressAddon(EgressDeps(settings=cfg.egress, tokens=svc.tokens, sessions=svc.sessions, engine=svc.engine,
+                                    audit=svc.audit, metrics=svc.metrics, resolver=resolver, recorder=recorder,
+                                    screen=screen, packages=packages, own_listeners=svc.own_listeners,
                                     held=held, connections=ConnectionLimits(cfg.sessions.max_connections),
-                                    aws_models=ServiceModels(),
-                                    grants=approvals.grants_for, inside=functools.partial(inside.answer, approvals)))
-    gate = LayerGate(raw_tcp=cfg.egress.raw_tcp, passthrough=cfg.egress.passthrough, audit=audit,
+                                    aws_models=ServiceModels(), grants=svc.approvals.grants_for,
+                                    inside=functools.partial(inside.answer, svc.approvals)))
+    gate = LayerGate(raw_tcp=cfg.egress.raw_tcp, passthrough=cfg.egress.passthrough, audit=svc.audit,
                      session_of=egress.session_of, connection_valid=egress.connection_valid,
-                     on_refused=lambda code: metrics.decision("egress", "deny"), tunnel_of=egress.tunnel_of,
+                     on_refused=lambda code: svc.metrics.decision("egress", "deny"), tunnel_of=egress.tunnel_of,
                      proxied=_proxied(cfg.egress.upstream_proxy), vetted=egress.vetted_now)
+    extra: list[object] = []
+    up, proxy_secrets = cfg.egress.upstream_proxy, svc.proxy_secrets
+    if svc.broker.oauth2 is not None:
+        extra.append(OAuth2RetryAddon(svc.broker.oauth2, resolver, egress.vet, _upstream_tls(cfg), recorder,
+                                      cfg.egress.inspect_max_bytes, cfg.egress.upstream_proxy,
+                                      _proxy_auth(cfg, proxy_secrets)))
+    if up is not None:
+        extra.append(UpstreamProxyAddon(up, proxy_secrets, egress.check_address, recorder))
     drain = Drain()
-    addons: list[object] = [gate, egress, HoldAddon(approvals, sessions, placeholders, recorder, cfg.egress, held, drain),
-                            PackageIndexAddon(packages, held), InjectionAddon(broker, placeholders, screen, recorder, metrics,
-                                                           AwsSigning(broker, cfg.egress.inspect_max_bytes))]
-    if broker.oauth2 is not None:
-        # before the credential addon: the answer the sandbox gets (the retry's or the 401) is scrubbed like any
-        addons.insert(-1, OAuth2RetryAddon(broker.oauth2, dial_resolver, egress.vet, _upstream_tls(cfg), recorder,
-                                           cfg.egress.inspect_max_bytes, cfg.egress.upstream_proxy,
-                                           _proxy_auth(cfg, proxy_secrets)))
-    if cfg.egress.upstream_proxy is not None:
-        # last: the proxy is handed requests already decided, vetted and injected
-        addons.append(UpstreamProxyAddon(cfg.egress.upstream_proxy, proxy_secrets, egress.check_address, recorder))
+    return Egress(recorder=recorder, screen=screen, held=held, packages=packages, gate=gate, egress=egress,
+                  hold=HoldAddon(svc.approvals, svc.sessions, svc.placeholders, recorder, cfg.egress, held, drain),
+                  package_index=PackageIndexAddon(packages, held),
+                  injection=InjectionAddon(svc.broker, svc.placeholders, screen, recorder, svc.metrics,
+                                           AwsSigning(svc.broker, cfg.egress.inspect_max_bytes)),
+                  drain=drain, extra=extra)
+
+
+async def open_gateway(cfg: Config, stack: AsyncExitStack, worker: bool = False,
+                       resolver: Resolver | None = None) -> Listening:
+    """Build and start everything; `stack` stops it. Raises when something cannot start. A `worker` (of `serve
+    --workers N`) leaves the harness token and listen.json to its supervisor."""
+    svc = await open_services(cfg, stack, resolver=resolver)
+    svc.engine.watch()
+    store, feed, metrics, audit, engine = svc.store, svc.feed, svc.metrics, svc.audit, svc.engine
+    signer, tokens, sessions, approvals, broker = svc.signer, svc.tokens, svc.sessions, svc.approvals, svc.broker
+    toolcalls, revocations, own_listeners = svc.toolcalls, svc.revocations, svc.own_listeners
+    out = await open_egress(cfg, svc, svc.dial_resolver)
+    egress, packages, drain, addons = out.egress, out.packages, out.drain, out.chain()
     transparent = cfg.proxy.transparent
     dns: DnsServer | None = None
     dns_addr: tuple[str, int] | None = None
@@ -406,7 +484,7 @@ async def open_gateway(cfg: Config, stack: AsyncExitStack, worker: bool = False,
         page=PageSettings(oidc=cfg.oidc, hold_timeout_s=cfg.egress.hold_timeout_s,
                           reuse_window_s=cfg.approvals.reuse_window_s,
                           trusted_proxies=cfg.api.trusted_proxies), toolcalls=toolcalls,
-        decisions=DecisionStore(store) if decision_log is not None else None, drain=drain))
+        decisions=DecisionStore(store) if svc.decision_log is not None else None, drain=drain))
     api_addr = await _start_api(stack, app, cfg.api.listen)
     postgres_addr = None
     if pg_listen is not None and pg_endpoint is not None:
@@ -430,9 +508,9 @@ async def open_gateway(cfg: Config, stack: AsyncExitStack, worker: bool = False,
     _background(stack, _presence(store), "sandgate-presence")
     _background(stack, _housekeeping(sessions, approvals, metrics, dns, 5), "sandgate-housekeeping")
     _background(stack, revocations.poll(2.0 if notified else 0.25), "sandgate-revocations")
-    _background(stack, policy_revisions.announce(), "sandgate-policy-revisions")
+    _background(stack, svc.policy_revisions.announce(), "sandgate-policy-revisions")
     _background(stack, packages.poll(), "sandgate-packages")
-    _background(stack, checkpoints.run(), "sandgate-audit-checkpoints")
+    _background(stack, svc.checkpoints.run(), "sandgate-audit-checkpoints")
     if cfg.notify.webhook_url:
         _background(stack, _notifier(cfg, store, audit, metrics).run(approvals.subscribe()), "sandgate-notify")
     log.info("sandgate ready: proxy %s:%d, api %s:%d, policy rev %s", *proxy_addr, *api_addr, engine.rev)

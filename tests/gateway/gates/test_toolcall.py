@@ -11,11 +11,8 @@ import pytest
 
 from gateway.approvals.rules import binding_hash, canonical_json
 from gateway.auth.tokens import Principal
-from gateway.config import PolicySettings
-from gateway.gates.toolcall import ToolCallGate, ToolCallRefused, ToolCallRequest
-from gateway.policy.factory import make_engine
-from gateway.toolcalls.memo import FactsMemo
-from tests.support.services import Services, open_services
+from gateway.gates.toolcall import ToolCallRefused, ToolCallRequest
+from tests.support.services import open_services
 
 ROOT = Path(__file__).resolve().parents[3]
 HARNESS = Principal("harness", "h")
@@ -30,18 +27,11 @@ deny contains {"code": "site.no_wire_drop", "reason": "no DROP over the wire"} i
 """
 
 
-async def gate_on(stack: AsyncExitStack, svc: Services, policy_dir: str = "") -> ToolCallGate:
-    engine = make_engine(PolicySettings(dir=policy_dir, isolation="thread", workers=1, decision_log=False))
-    stack.push_async_callback(engine.close)
-    await engine.start()
-    return ToolCallGate(svc.sessions, svc.approvals, svc.audit, svc.metrics, engine, FactsMemo())
-
-
 @pytest.fixture
 async def env(tmp_path):
     async with AsyncExitStack() as stack:
         svc = await open_services(stack, tmp_path)
-        yield svc, await gate_on(stack, svc)
+        yield svc, svc.toolcalls
 
 
 def sql(sid: str, via: str = "api", principal: Principal | None = HARNESS, **args) -> ToolCallRequest:
@@ -77,8 +67,8 @@ async def test_the_policy_sees_via_and_the_approval_and_audit_name_it(tmp_path):
     shutil.copytree(ROOT / "policies", policies, ignore=shutil.ignore_patterns("__pycache__", "*.py"))
     (policies / "site_via.rego").write_text(SITE_RULE)
     async with AsyncExitStack() as stack:
-        svc = await open_services(stack, tmp_path / "svc")
-        gate = await gate_on(stack, svc, str(policies))
+        svc = await open_services(stack, tmp_path / "svc", config={"policy": {"dir": str(policies)}})
+        gate = svc.toolcalls
         session, _ = await svc.session(by="harness:h", labels={"strict": "yes"})
         wire = await gate.decide(sql(session["id"], "postgres", principal=None))
         assert (wire.action, wire.codes) == ("deny", ("site.no_wire_drop",))
