@@ -14,7 +14,7 @@ from tests.conftest import LOOPBACK_CONFIG, need
 from tests.gateway.egress.test_robustness_e2e import assert_malformed_chunk_refused
 from tests.support.gateway import ROOT, Sandgate
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1200)]
+pytestmark = pytest.mark.timeout(1200)
 
 SKIP = shutil.ignore_patterns(".git", ".venv", "__pycache__", "*.egg-info", "build", "dist", ".sandgate",
                               "test-artifacts", ".pytest_cache", ".hypothesis", "tests")

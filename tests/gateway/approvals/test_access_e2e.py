@@ -10,7 +10,7 @@ import time
 import pytest
 import requests
 
-from tests.conftest import LOOPBACK_CONFIG
+from tests.conftest import LOOPBACK_CONFIG, need_binary
 from tests.support.gateway import Sandgate
 
 ENDPOINT = "http://sandgate.internal/v1/access-requests"
@@ -84,9 +84,7 @@ def test_denied_sandbox_asks_from_inside_and_a_narrowed_grant_allows_exactly_it(
 
 
 def test_curl_through_the_proxy_files_and_uses_a_grant(gw, upstream):
-    curl = shutil.which("curl")
-    if curl is None:
-        pytest.skip("curl is not installed")
+    curl = need_binary("curl")
     sess = gw.session(allow=[])
     out = subprocess.run([curl, "-sS", "-x", sess["proxy_url"], "-H", "Content-Type: application/json",
                           "--data", json.dumps({"host": "api.partner.test", "reason": "curl asks",

@@ -22,8 +22,6 @@ from tests.support.gateway import Sandgate
 from tests.support.registries import Registry, RegistryServer
 from tests.support.upstream import make_cert
 
-pytestmark = pytest.mark.e2e
-
 NAMES = ["pypi.org", "files.pythonhosted.org", "registry.npmjs.org", "mirror.test"]
 PREFIX = "/artifactory/api/pypi/remote"
 REASON_PIP = "PyPI evilpkg 1.1.0 is a known malicious package (MAL-TEST-1)"

@@ -121,7 +121,7 @@ def test_bound_parameters_are_decided_with_their_values(pg_gateway, cluster):
 
 
 def test_asyncpg_prepared_statements(pg_gateway, cluster):
-    asyncpg = pytest.importorskip("asyncpg")
+    import asyncpg                                       # a test dependency
     _, url = db_session(pg_gateway)
 
     async def go() -> None:

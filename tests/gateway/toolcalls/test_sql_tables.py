@@ -3,10 +3,7 @@ table holds only what a real PostgreSQL marks immutable or stable (and the few h
 from __future__ import annotations
 
 import json
-import os
 import shutil
-
-import pytest
 
 from gateway.policy.evaluator import Evaluator
 from gateway.policy.loader import load_policy_dir
@@ -48,16 +45,13 @@ def test_reasons_name_what_is_not_known():
 
 
 def test_shipped_functions_are_immutable_or_stable_on_a_real_server():
-    psycopg = pytest.importorskip("psycopg")
-    from tests.support.pg import PG_DB
+    import psycopg                                       # a test dependency
 
-    try:
-        conn = psycopg.connect(f"host=127.0.0.1 port=5432 dbname={PG_DB} user=postgres", connect_timeout=3)
-    except psycopg.OperationalError:
-        if os.environ.get("CI") == "true":
-            raise
-        pytest.skip("no PostgreSQL on 127.0.0.1:5432")
-    with conn:
+    from tests.conftest import need
+    from tests.support.pg import PG_DSN, pg_available
+
+    need(pg_available(), "PostgreSQL at 127.0.0.1:5432")
+    with psycopg.connect(PG_DSN, connect_timeout=3) as conn:
         volatile = {row[0] for row in conn.execute(table.VOLATILE).fetchall()}
         stable = {row[0] for row in conn.execute(table.QUERY).fetchall()}
     shipped = set(table.shipped())

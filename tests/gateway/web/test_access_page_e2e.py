@@ -4,13 +4,10 @@ from __future__ import annotations
 
 import time
 
-import pytest
 import requests
 from playwright.sync_api import expect
 
 from tests.gateway.web.conftest import login
-
-pytestmark = pytest.mark.e2e
 
 ENDPOINT = "http://sandgate.internal/v1/access-requests"
 
@@ -22,6 +19,8 @@ def test_approver_narrows_an_access_request_on_the_page(sg, upstream, page):
     reason = "<script>alert(1)</script> need the partner API"
     filed = requests.post(ENDPOINT, json={"host": "allowed.test", "reason": reason, "ttl_s": 600},
                           proxies=sess["proxies"], timeout=10)
+
+
     assert filed.status_code == 202, filed.text
     aid = filed.json()["id"]
     login(page, sg, sg.approver, f"/approvals/{aid}")

@@ -6,12 +6,9 @@ from __future__ import annotations
 
 import re
 
-import pytest
 from playwright.sync_api import expect
 
 from tests.gateway.web.conftest import login
-pytestmark = pytest.mark.e2e
-
 
 def test_the_approver_sees_who_asked_why_what_it_does_and_what_approving_means(sg, page, artifacts):
     """The screenshots land in test-artifacts/; docs/approval-*.png (the README's) are copies of them."""
@@ -21,6 +18,8 @@ def test_the_approver_sees_who_asked_why_what_it_does_and_what_approving_means(s
                                                   "args": {"command": "ls -la"}}).json()["decision"] == "allow"
     resp = sg.call("POST", "/v1/toolcalls", json={"session": sess["id"], "tool": "shell", "step": 2,
                                                   "args": {"command": "rm -rf /workspace/build && make"}})
+
+
     body = resp.json()
     assert body["decision"] == "ask", body
     aid = body["approval_id"]

@@ -7,14 +7,11 @@ import re
 import subprocess
 import time
 
-import pytest
 import requests
 from playwright.sync_api import expect
 
 from tests.gateway.web.conftest import file_toolcall, login, need_curl, parse_html
 from tests.support.threads import background
-
-pytestmark = pytest.mark.e2e
 
 
 

@@ -4,14 +4,11 @@ from __future__ import annotations
 import threading
 import time
 
-import pytest
 import requests
 
 from tests.gateway.web.conftest import (csrf_of, file_toolcall, http_login, label_for, page_config,
                                         parse_html)
 from tests.support.gateway import Sandgate
-
-pytestmark = pytest.mark.e2e
 
 
 def test_login_page_structure_and_security_headers(sg):

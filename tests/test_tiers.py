@@ -1,0 +1,22 @@
+"""The end-to-end tier is decided by where a test file lives (tests/conftest.py), never by a mark a file gives
+itself: a file that declares `pytestmark = ... e2e` would hide from that rule (and from `make test-fast`'s)."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from tests.conftest import is_e2e
+
+TESTS = Path(__file__).resolve().parent
+
+
+def test_no_file_marks_itself_end_to_end():
+    marked = [str(p.relative_to(TESTS)) for p in TESTS.rglob("*.py")
+              if re.search(r"^pytestmark\s*=.*\be2e\b", p.read_text(), re.M)]
+    assert marked == [], "name the file *_e2e.py (or put it in an E2E_FOLDERS folder) instead"
+
+
+def test_the_tier_follows_the_name_and_the_folder():
+    assert is_e2e(TESTS / "gateway" / "test_run_e2e.py") and is_e2e(TESTS / "gateway" / "test_policy_cli.py")
+    assert is_e2e(TESTS / "deploy" / "test_netns_script.py")
+    assert not is_e2e(TESTS / "gateway" / "test_config.py") and not is_e2e(TESTS / "test_tiers.py")
