@@ -177,10 +177,6 @@ class TokenState(Protocol):
     async def save(self, name: str, token: AccessToken, refresh_token: str | None) -> None: ...
 
 
-class Writable(Protocol):
-    async def put(self, ref: Any, value: str) -> None: ...
-
-
 class SecretReader(Protocol):
     backends: Mapping[str, Any]
 

@@ -8,7 +8,6 @@ from typing import Any, Iterable, Mapping
 
 KINDS = ("toolcall", "egress", "access")
 FINAL_STATES = ("approved", "denied", "expired", "cancelled")       # an item in one of these never changes again
-STATES = ("pending",) + FINAL_STATES
 
 
 _CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str).encode

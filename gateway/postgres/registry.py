@@ -45,9 +45,6 @@ class ConnectionRegistry:
             if not conns:
                 del self._by_session[conn.session]
 
-    def worker_of(self, pid: int) -> int:
-        return pid % self._workers
-
     def find(self, pid: int, key: int) -> Cancellable | None:
         return self._by_key.get((pid, key))
 

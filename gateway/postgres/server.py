@@ -10,7 +10,6 @@ import socket
 import ssl
 import time
 from pathlib import Path
-from typing import Awaitable, Callable
 
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
@@ -170,6 +169,3 @@ class PostgresGateway:
         for task in list(self._conns):
             task.cancel()
         await asyncio.gather(*self._conns, return_exceptions=True)
-
-
-PasswordOf = Callable[..., Awaitable[str]]

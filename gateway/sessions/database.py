@@ -32,9 +32,6 @@ class Verifier:
         return cls(base64.b64decode(doc["salt"]), base64.b64decode(doc["stored_key"]),
                    base64.b64decode(doc["server_key"]), int(doc["iterations"]))
 
-    def auth_info(self) -> tuple[bytes, bytes, bytes, int]:
-        return self.salt, self.stored_key, self.server_key, self.iterations
-
 
 def new_password() -> str:
     return "sgpg_" + secrets.token_urlsafe(24)

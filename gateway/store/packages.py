@@ -128,13 +128,6 @@ class PackageStore:
         # A read that must see one revision whole: a transaction (committed only to end it).
         return self.store._driver(work, commit=True)
 
-    def exceptions_sync(self) -> list[dict]:
-        cols = ("ecosystem", "name", "version", "reason", "added_by", "added_at")
-        rows = self.store._driver_rows(f"SELECT {', '.join(cols)} FROM package_exceptions WHERE removed = "
-                                       f"{'0' if self.store.engine.dialect.name == 'sqlite' else 'false'} "
-                                       "ORDER BY ecosystem, name, version", ())
-        return [dict(zip(cols, r)) for r in rows]
-
     async def revision(self) -> int:
         return await self.store.read(self.revision_sync)
 
