@@ -15,6 +15,7 @@ import logging
 import signal
 import socket
 import ssl
+import time
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, Coroutine, Mapping
@@ -456,7 +457,9 @@ async def open_gateway(cfg: Config, stack: AsyncExitStack, worker: bool = False,
         # resolver whose synthetic addresses it reads back.
         names = SyntheticNames()
         addons.insert(0, TransparentAddon(egress, sessions, names))
-        dns = DnsServer(sessions, names, audit, metrics)
+        await approvals.load_index()            # grants' hosts resolve from the first query (never waited for)
+        dns = DnsServer(sessions, names, audit, metrics,
+                        granted=lambda sid: approvals.granted_hosts(sid, time.time()))
         dns_transport, sockname = await open_resolver(dns, transparent.dns_listen)
         stack.callback(dns_transport.close)
         dns_addr = (sockname[0], sockname[1])

@@ -138,6 +138,18 @@ class ApprovalQueue:
                 self._access.pop(session, None)
         return grants
 
+    async def load_index(self) -> None:
+        """Read the live items now rather than at the first ask (the filtering resolver cannot wait for it)."""
+        await self._ensure_index()
+
+    def granted_hosts(self, session: str, now: float) -> frozenset[str]:
+        """The hosts of the session's live grants, from memory, never waiting (the filtering resolver's question:
+        a name a person granted resolves under `run --isolate`); nothing before the index is loaded."""
+        items = self._access.get(session)
+        if not items:
+            return frozenset()
+        return frozenset(g["host"] for g in live_grants(items.values(), now))
+
     async def file_access(self, session: str, req: AccessRequest, requested_by: str) -> tuple[dict, bool]:
         """File an access request (an approval of kind "access"). Returns (item, filed): filed is False when the
         session already has one pending for the host (that one is returned). TooManyPending beyond the cap."""

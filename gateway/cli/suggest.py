@@ -59,6 +59,9 @@ def run(cfg: Config, args: argparse.Namespace) -> int:
         directory = Path(args.policies) if args.policies else policy_dir(cfg.policy)
         if not directory.is_dir():
             raise ValueError(f"policy directory {directory} does not exist")
+        if not args.policies and not cfg.policy.dir:
+            print(f"sandgate policy suggest: against {directory}, the shipped policies (no policy.dir is "
+                  "configured): apply it to your copy (policies/README.md, Site rules)", file=sys.stderr)
         if args.api_url or args.token:
             decisions, access, sessions = _read_api(cfg, args, filters.since)
         else:

@@ -1,8 +1,8 @@
 """The filtering resolver (UDP): answers a sandbox's DNS queries from its session's allow list.
 
 Transparent capture sends every DNS packet a sandbox emits (to any address, port 53) here. The source address
-names the session (`SessionRegistry.by_source`); an allowed name, and `sandgate.internal` (which the proxy answers
-itself), is answered with a synthetic address (the transparent listener reads the name back from it), any other
+names the session (`SessionRegistry.by_source`); an allowed name (the session's allow list or a live grant of it),
+and `sandgate.internal` (which the proxy answers itself), is answered with a synthetic address (the transparent listener reads the name back from it), any other
 name with NXDOMAIN. Nothing is ever forwarded to another DNS server. The decisions are the pure functions in `gateway.net.dns_answers`; this adapter only reads
 datagrams, records denials and writes answers. It never blocks: everything it reads is in memory.
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from functools import lru_cache
-from typing import Sequence
+from typing import Callable, Collection, Sequence
 
 from gateway.approvals.access import INTERNAL_HOST
 from gateway.audit.log import AuditLog
@@ -27,6 +27,7 @@ AUDITED_NAMES_PER_SESSION = 256         # denied names recorded per session (a q
 # sandgate.internal: every bound session may resolve it (a synthetic address like any allowed name); the
 # transparent listener reads the name back and the proxy answers it itself (access requests), never dialling it.
 INTERNAL = NameVerdict(True)
+GRANTED = NameVerdict(True)             # a live grant's host resolves too (the policy then decides each request)
 
 
 @lru_cache(maxsize=1024)
@@ -41,8 +42,10 @@ def allow_entries(allow: tuple[str, ...]) -> tuple[AllowEntry, ...]:
 
 
 class DnsServer(asyncio.DatagramProtocol):
-    def __init__(self, sessions: SessionRegistry, names: SyntheticNames, audit: AuditLog, metrics: Metrics):
+    def __init__(self, sessions: SessionRegistry, names: SyntheticNames, audit: AuditLog, metrics: Metrics,
+                 granted: Callable[[str], Collection[str]] | None = None):
         self.sessions = sessions
+        self.granted = granted          # session id -> hosts of its live grants (approved access requests)
         self.names = names
         self.audit = audit
         self.metrics = metrics
@@ -68,8 +71,7 @@ class DnsServer(asyncio.DatagramProtocol):
             return None
         literal = parse_ip_literal(source)
         bound = self.sessions.by_source(str(literal)) if literal is not None else None
-        verdict = None if bound is None else INTERNAL if query.name == INTERNAL_HOST else \
-            decide_name(allow_entries(tuple(bound[0]["allow"])), query.name)
+        verdict = None if bound is None else self.decide(bound[0], query.name)
         outcome = query_outcome(query, verdict)
         address = ""
         if outcome is Outcome.ANSWER and bound is not None and query.qtype in (1, 255):      # A, ANY
@@ -83,6 +85,15 @@ class DnsServer(asyncio.DatagramProtocol):
         elif outcome is Outcome.REFUSED and bound is None:
             log.info("refused a DNS query from %s: no session is bound to that address", source)
         return render_answer(query, outcome, address)
+
+    def decide(self, session: dict, name: str) -> NameVerdict:
+        """The session's allow list, a live grant of it, or sandgate.internal."""
+        if name == INTERNAL_HOST:
+            return INTERNAL
+        verdict = decide_name(allow_entries(tuple(session["allow"])), name)
+        if not verdict.allowed and self.granted is not None and name and name in self.granted(session["id"]):
+            return GRANTED
+        return verdict
 
     def record_denial(self, sid: str, name: str, code: str, reason: str) -> None:
         seen = self._audited.setdefault(sid, set())

@@ -128,3 +128,11 @@ def test_an_isolated_sandbox_files_an_access_request_from_inside(lab):
     assert '"error": "not_found"' in lab["internal_other"]["out"]
     mine = [a for a in lab["access"] if a["host"] == "api.partner.test"]
     assert len(mine) == 1 and mine[0]["status"] == "cancelled"        # its session ended with the run
+
+
+def test_a_grant_makes_its_host_resolvable_and_allows_only_what_it_covers(lab):
+    # before the decision the name does not resolve (000); approved as GET under /v1/, it resolves and GET
+    # /v1/x reaches the upstream, while POST and /admin are refused
+    assert lab["granted"]["out"] == "000 200 200 403 403", lab["granted"]
+    assert "/v1/x" in lab["plain_paths"] and "/admin" not in lab["plain_paths"]
+

@@ -12,6 +12,8 @@ import json
 import os
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
@@ -71,6 +73,28 @@ INTERNAL_FILE = ("out=$(curl -s -S --max-time 10 -H 'Content-Type: application/j
                  "curl -s -S --max-time 10 @CA@ -o /dev/null -w '%{http_code}' "
                  "\"https://sandgate.internal/v1/access-requests/$id\"")
 
+# File, try the host (not resolvable yet), wait for the decision, then GET under the grant, POST and /admin.
+INTERNAL_GRANTED = ("id=$(curl -s -S --max-time 10 -d '{\"host\": \"api.partner.test\", \"reason\": \"r\"}' "
+                    "http://sandgate.internal/v1/access-requests | sed 's/.*\"id\": *\"\\([^\"]*\\)\".*/\\1/'); "
+                    "curl -s --max-time 10 -o /dev/null -w '%{http_code} ' @BASE@/v1/x; "
+                    "curl -s --max-time 70 -o /dev/null -w '%{http_code} ' "
+                    "\"http://sandgate.internal/v1/access-requests/$id?wait=60\"; "
+                    "curl -s --max-time 10 -o /dev/null -w '%{http_code} ' @BASE@/v1/x; "
+                    "curl -s --max-time 10 -o /dev/null -w '%{http_code} ' -d x @BASE@/v1/x; "
+                    "curl -s --max-time 10 -o /dev/null -w '%{http_code}' @BASE@/admin")
+
+
+def approve_access(sg: Sandgate, token: str, host: str) -> None:
+    """An approver narrowing the first pending access request for `host` to GET under /v1/ (within 60 s)."""
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        for item in sg.call("GET", "/v1/approvals?kind=access&status=pending", token).json():
+            if item["action"]["grant"]["host"] == host:
+                sg.call("POST", f"/v1/approvals/{item['id']}/approve", token,
+                        json={"reason": "ok", "grant": {"methods": ["GET"], "path_prefix": "/v1/"}})
+                return
+        time.sleep(0.2)
+
 
 def sh(*args: str, **kw) -> subprocess.CompletedProcess:
     return subprocess.run(list(args), capture_output=True, text=True, timeout=kw.pop("timeout", 60), **kw)
@@ -94,6 +118,7 @@ def main(tmp: Path) -> int:
             "egress": {"private_allow": ["127.0.0.0/8"], "upstream_ca": cert.cert,
                        "raw_tcp": [f"allowed.test:{echo.port}"],
                        "resolve": {"allowed.test": ["127.0.0.1"], "secure.test": ["127.0.0.1"],
+                                   "api.partner.test": ["127.0.0.1"],
                                    "other.test": ["127.0.0.1"]}},
             "secrets": {"demo": {"source": "env:SANDGATE_TEST_DEMO", "hosts": ["secure.test"], "env": "DEMO_TOKEN"}},
         }
@@ -143,6 +168,12 @@ def main(tmp: Path) -> int:
                                   f"http://sandgate.internal/v1/access-requests/{aid}")
             results["access"] = [{"session": a["session"], "status": a["status"], "host": a["action"]["grant"]["host"]}
                                  for a in sg.call("GET", "/v1/approvals?kind=access").json()]
+            # ... and once a person approves (narrowed to GET under /v1/), the granted name resolves and is decided
+            approver = sg.token("approver", "alice")
+            approving = threading.Thread(target=approve_access, args=(sg, approver, "api.partner.test"), daemon=True)
+            approving.start()
+            run("granted", INTERNAL_GRANTED.replace("@BASE@", f"http://api.partner.test:{plain.port}"))
+            approving.join(timeout=5)
             run("bad_secret", "true", "--secret", "nope")        # refused after the namespace was made: removed
             sessions = sg.call("GET", "/v1/sessions").json()
             results["sessions"] = [{"status": s["status"], "source": s.get("source")} for s in sessions]

@@ -4,6 +4,7 @@ the source address names the session; allowed names get that session's synthetic
 from __future__ import annotations
 
 import asyncio
+import time
 from contextlib import AsyncExitStack
 
 import dns.asyncquery
@@ -27,8 +28,9 @@ async def resolver(tmp_path):
         yield services, server, names, sockname[1]
 
 
-async def ask(port: int, name: str, qtype: str = "A") -> dns.message.Message:
-    return await dns.asyncquery.udp(dns.message.make_query(name, qtype), "127.0.0.1", port=port, timeout=5)
+async def ask(port: int, name: str, qtype: str = "A", source: str | None = None) -> dns.message.Message:
+    return await dns.asyncquery.udp(dns.message.make_query(name, qtype), "127.0.0.1", port=port, timeout=5,
+                                    source=source)
 
 
 async def test_answers_by_the_session_of_the_source_address(resolver):
@@ -71,6 +73,33 @@ async def test_sandgate_internal_resolves_for_every_bound_session(resolver):
     assert names.name_for(row["id"], addr[0]) == "sandgate.internal"
     for name in ("x.sandgate.internal", "sandgate.internal.evil.test", "internal"):
         assert (await ask(port, name)).rcode() == dns.rcode.NXDOMAIN, name
+
+async def test_a_granted_host_resolves_while_its_grant_lives(tmp_path):
+    # an approved access request of an isolated session: its host resolves (the policy then decides each
+    # request); before the decision, after a withdrawal, and for another session, it does not
+    async with AsyncExitStack() as stack:
+        services = await open_services(stack, tmp_path)
+        queue = services.approvals
+        server = DnsServer(services.sessions, SyntheticNames(), services.audit, services.metrics,
+                           granted=lambda sid: queue.granted_hosts(sid, time.time()))
+        transport, sockname = await open_resolver(server, ("127.0.0.1", 0))
+        stack.callback(transport.close)
+        port = sockname[1]
+        row, token = await services.session(allow=[])
+        other, other_token = await services.session(allow=[])
+        services.sessions.bind_source(row["id"], "127.0.0.1", services.tokens.verify(token))
+        filed, _ = await queue.file_access(row["id"], queue.access.parse(
+            {"host": "api.partner.test", "reason": "needed"}), f"session:{row['id']}")
+        assert (await ask(port, "api.partner.test")).rcode() == dns.rcode.NXDOMAIN
+        await queue.decide(filed["id"], "approver:alice", "approve", "ok")
+        ok = await ask(port, "api.partner.test")
+        assert ok.rcode() == dns.rcode.NOERROR and ok.answer
+        assert (await ask(port, "other.partner.test")).rcode() == dns.rcode.NXDOMAIN
+        services.sessions.bind_source(other["id"], "127.0.0.2", services.tokens.verify(other_token))
+        not_its = await ask(port, "api.partner.test", source="127.0.0.2")
+        assert not_its.rcode() == dns.rcode.NXDOMAIN                                      # not its grant
+        assert await queue.withdraw(filed["id"], "approver:alice")
+        assert (await ask(port, "api.partner.test")).rcode() == dns.rcode.NXDOMAIN
 
 async def test_garbage_gets_no_answer_and_the_server_lives_on(resolver):
     _, _, _, port = resolver
