@@ -7,6 +7,7 @@ import asyncio
 import hashlib
 import hmac
 import json
+import ssl
 import threading
 import time
 from dataclasses import dataclass
@@ -30,8 +31,9 @@ class Delivery:
 
 
 class Receiver:
-    def __init__(self, secret: str | None, status: int = 200):
+    def __init__(self, secret: str | None, status: int = 200, tls: tuple[str, str] | None = None):
         self.secret = secret
+        self.tls = tls                    # (certificate, key): serve HTTPS
         self.status = status              # what it answers (a failing receiver: 500)
         self.port = free_port()
         self.deliveries: list[Delivery] = []
@@ -42,7 +44,7 @@ class Receiver:
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/hook"
+        return f"{'https' if self.tls else 'http'}://127.0.0.1:{self.port}/hook"
 
     async def _hook(self, request: web.Request) -> web.Response:
         body = await request.read()
@@ -64,7 +66,11 @@ class Receiver:
             app.router.add_post("/hook", self._hook)
             runner = web.AppRunner(app, access_log=None)
             await runner.setup()
-            site = web.TCPSite(runner, "127.0.0.1", self.port, reuse_address=True)
+            context = None
+            if self.tls:
+                context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+                context.load_cert_chain(*self.tls)
+            site = web.TCPSite(runner, "127.0.0.1", self.port, reuse_address=True, ssl_context=context)
             await site.start()
             self._stop = asyncio.Event()
             ready.set()

@@ -3,7 +3,9 @@ a failure is audited without the URL or the key and retried later; an unreadable
 the outbox past its cap drops the oldest with an audit row."""
 from __future__ import annotations
 
+import asyncio
 import json
+import ssl
 from contextlib import AsyncExitStack
 
 import aiohttp
@@ -17,6 +19,7 @@ from gateway.runtime.metrics import Metrics
 from gateway.store import Store
 from gateway.store.outbox import Outbox
 from tests.notify.receiver import Receiver
+from tests.support.upstream import make_cert
 
 KEY = "in-process-key-91b2"
 ROW = {"id": "a_1", "session": "s_1", "kind": "toolcall", "status": "pending", "binding": "b", "summary": "deploy",
@@ -49,9 +52,9 @@ async def key() -> str:
     return KEY
 
 
-def notifier(store, audit, url, key_reader=key, metrics=None, **settings) -> Notifier:
+def notifier(store, audit, url, key_reader=key, metrics=None, tls=None, **settings) -> Notifier:
     return Notifier(NotifySettings(webhook_url=url, secret="env:K", **settings), Outbox(store), audit, key_reader,
-                    metrics=metrics)
+                    tls=tls, metrics=metrics)
 
 
 async def test_a_failure_is_audited_without_url_or_key_and_retried(world):
@@ -124,3 +127,34 @@ async def test_the_outbox_past_its_cap_drops_the_oldest_with_an_audit_row(world)
 
 def test_backoff_grows_to_its_cap():
     assert 0.4 <= backoff(1) <= 0.6 and 0.8 <= backoff(2) <= 1.2 and backoff(30) <= 36.0
+
+
+async def test_https_receiver_verified_against_the_trusted_roots(world, tmp_path):
+    """run() dials with the TLS context it is given (app.py: the public roots plus egress.upstream_ca)."""
+    store, audit, _ = world
+    cert = make_cert(tmp_path / "certs", ["hooks.test"])
+    receiver = Receiver(KEY, tls=(cert.cert, cert.key)).start()
+    try:
+        await put(store, 1)
+        untrusted = notifier(store, audit, receiver.url, tls=ssl.create_default_context())
+        task = asyncio.create_task(untrusted.run())
+        try:
+            while not await audit.read(kind="notify.failed"):
+                await asyncio.sleep(0.05)
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+        assert receiver.snapshot() == []
+        assert "Certificate" in (await audit.read(kind="notify.failed"))[0]["reasons"][0]
+        await store.run(lambda: store._driver(lambda cur: cur.execute("UPDATE notify_outbox SET next_at = 0"),
+                                              commit=True))            # the failed row: due again at once
+        trusted = notifier(store, audit, receiver.url, tls=ssl.create_default_context(cafile=cert.cert))
+        task = asyncio.create_task(trusted.run())
+        try:
+            assert await asyncio.wait_for(asyncio.to_thread(receiver.wait_for, lambda ds: len(ds) == 1, 10), 15)
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+        assert receiver.snapshot()[0].signed_ok
+    finally:
+        receiver.stop()

@@ -103,6 +103,9 @@ def test_signed_deliveries_for_toolcall_egress_and_access_approvals(tmp_path, re
         granted = docs[(access, "approval.approved")]["approval"]
         assert granted["grant"]["methods"] == ["GET"] and granted["grant"]["path_prefix"] == "/v1/"
         assert docs[(tool, "approval.filed")]["approval"]["status"] == "pending"
+        for aid, event in ((tool, "approval.approved"), (access, "approval.approved"), (egress, "approval.denied")):
+            shown = sg.call("GET", f"/v1/approvals/{aid}", sg.approver).json()        # as the API shows it
+            assert docs[(aid, event)]["approval"] == {**shown, "used_at": None}, aid
         # The key never reaches the log or the audit trail.
         assert SECRET not in sg.log()
         assert all(SECRET not in str(e) for e in sg.events(sid))
