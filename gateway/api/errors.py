@@ -46,7 +46,8 @@ def url_problem(path: str, query: Mapping[str, str]) -> str | None:
 
 @web.middleware
 async def errors_middleware(request: web.Request, handler):
-    problem = url_problem(request.path, request.query)
+    raw = request.raw_path                 # a NUL decodes only from "%00" (or a raw NUL): most requests skip the rest
+    problem = url_problem(request.path, request.query) if "%00" in raw or "\x00" in raw else None
     if problem is not None:
         return error_response(400, "bad_request", problem)
     try:

@@ -29,30 +29,43 @@ TEXT_FIELDS = frozenset({"session", "kind", "action", "request_id", "method", "h
 JSON_FIELDS = frozenset({"reasons", "codes", "detail"})
 
 
+_JSON_TEXT = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode   # built once
+
+
 def json_text(value: Any) -> str:
     """A JSON column's stored text: canonical (sorted keys, compact, ASCII)."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    return _JSON_TEXT(value)
+
+
+_INTS = tuple(f for f in FIELDS if f in INT_FIELDS)
+_TEXTS = tuple(f for f in FIELDS if f in TEXT_FIELDS)
 
 
 def stored_values(row: dict) -> dict:
     """The row's fields as its columns give them back: ts a float, integral floats and booleans in integer
     columns as ints, text columns as text, JSON columns as their canonical text. What no column can hold is left
     for the database to refuse (the audit writer then escapes the batch: audit/rows.py)."""
-    out: dict[str, Any] = {}
-    for field in FIELDS:
-        value = row.get(field)
-        if field == "ts":
-            value = float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else value
-        elif field in INT_FIELDS:
-            if isinstance(value, bool) or (isinstance(value, float) and math.isfinite(value)
-                                           and value.is_integer()):
-                value = int(value)
-        elif field in TEXT_FIELDS:
-            if value is not None and not isinstance(value, str):
-                value = str(value)
-        elif field in JSON_FIELDS:
-            value = json_text(value if value is not None else ([] if field != "detail" else {}))
-        out[field] = value
+    get = row.get
+    out: dict[str, Any] = {field: get(field) for field in FIELDS}     # FIELDS' order, as before
+    value = out["ts"]
+    if value.__class__ is not float and isinstance(value, (int, float)) and not isinstance(value, bool):
+        out["ts"] = float(value)
+    for field in _INTS:
+        value = out[field]
+        if value is None or value.__class__ is int:
+            continue
+        if isinstance(value, bool) or (isinstance(value, float) and math.isfinite(value) and value.is_integer()):
+            out[field] = int(value)
+    for field in _TEXTS:
+        value = out[field]
+        if value is not None and value.__class__ is not str and not isinstance(value, str):
+            out[field] = str(value)
+    value = out["reasons"]
+    out["reasons"] = _JSON_TEXT(value if value is not None else [])
+    value = out["codes"]
+    out["codes"] = _JSON_TEXT(value if value is not None else [])
+    value = out["detail"]
+    out["detail"] = _JSON_TEXT(value if value is not None else {})
     return out
 
 

@@ -63,11 +63,21 @@ def toolcall_base(*, session: Mapping[str, Any], tool: str, args: Mapping[str, A
     name = tool if isinstance(tool, str) else ""
     doc: dict[str, Any] = {"kind": "toolcall", "session": build_session_input(session, now),
                            "tool": {"name": name, "args": args}, "step": step,
-                           "history": [h if h.__class__ is Stamped else dict(h) for h in history]}
+                           "history": _history(history)}
     if mcp is not None:
         doc["mcp"] = dict(mcp)
     return doc
 
+
+def _history(history: Sequence[Mapping[str, Any]]) -> list:
+    """A copy of the entries (Stamped ones are never changed, so kept as they are; any other one copied). The
+    gate's history is all Stamped (twenty per tool call): one copy of the list, in C."""
+    if {*map(type, history)} <= _STAMPED_ONLY:
+        return list(history)
+    return [h if h.__class__ is Stamped else dict(h) for h in history]
+
+
+_STAMPED_ONLY = frozenset({Stamped})
 
 FACT_KEYS = ("shell", "path", "url", "sql")
 
