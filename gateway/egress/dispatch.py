@@ -16,6 +16,9 @@ every `configure` event (an option change: mitmproxy's ScriptLoader reorders its
 anything). A hook attribute that mitmproxy would refuse (neither callable nor a module) leaves that hook on
 mitmproxy's own dispatch, which logs the error as before. One difference: an addon added by a handler while an
 event is being dispatched gets the next event, not the current one (sandgate's addons never add addons).
+
+A master gets its HookTable at construction (`HookTableMaster`, before any addon is added): mitmproxy's
+AddonManager is subclassed, never patched, and no object changes its class.
 """
 from __future__ import annotations
 
@@ -25,6 +28,7 @@ from typing import Any
 
 from mitmproxy import exceptions, hooks
 from mitmproxy.addonmanager import AddonManager, safecall, traverse
+from mitmproxy.master import Master
 
 # per hook name: ((top-level addon, (handler owners...)), ...), or None to use mitmproxy's dispatch
 Entries = tuple[tuple[Any, tuple[Any, ...]], ...] | None
@@ -33,17 +37,9 @@ Entries = tuple[tuple[Any, tuple[Any, ...]], ...] | None
 class HookTable(AddonManager):
     """An AddonManager whose `trigger_event` dispatches from a per-hook table (see the module's docstring)."""
 
-    _hook_table: dict[str, Entries]
-
-    @classmethod
-    def install(cls, manager: AddonManager) -> "HookTable":
-        """Turn a master's existing manager (its addons already added) into a HookTable, in place."""
-        if type(manager) is not AddonManager:
-            raise TypeError(f"expected mitmproxy's AddonManager, got {type(manager).__name__}")
-        manager.__class__ = cls
-        assert isinstance(manager, HookTable)
-        manager._hook_table = {}
-        return manager
+    def __init__(self, master: Master):
+        super().__init__(master)
+        self._hook_table: dict[str, Entries] = {}
 
     # -- the table, dropped whenever the chain may have changed ------------------------------------
     def _entries(self, name: str) -> Entries:
@@ -144,3 +140,17 @@ def _log_addon_error(exc: Exception) -> None:
     something was raised: on the usual path a try block costs nothing)."""
     with safecall():
         raise exc
+
+
+class HookTableMaster(Master):
+    """A mitmproxy Master whose addons are a HookTable from its construction on. Put it after mitmproxy's own
+    master class in the bases (`class M(DumpMaster, HookTableMaster)`): that class's addons are then added to
+    the HookTable. Master's own manager is replaced while it is still empty, and unhooked from option changes."""
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        plain = self.addons
+        if plain.chain:
+            raise TypeError("addons were added before the HookTable (with_termlog?): construct with none")
+        self.options.changed.disconnect(plain._configure_all)
+        self.addons = HookTable(self)

@@ -10,7 +10,7 @@ from mitmproxy.certs import CertStore
 from mitmproxy.options import Options
 from mitmproxy.tools.dump import DumpMaster
 
-from gateway.egress.dispatch import HookTable
+from gateway.egress.dispatch import HookTableMaster
 from gateway.egress.layers import install_websocket_cap
 from gateway.egress.tls import write_upstream_bundle
 
@@ -81,13 +81,17 @@ def ensure_ca(confdir: Path) -> None:
         CertStore.create_store(confdir, "mitmproxy", 2048, organization=CA_ORGANIZATION, cn=CA_COMMON_NAME)
 
 
-def build_master(addons: Sequence[object], settings: MasterSettings) -> tuple[DumpMaster, Ready]:
+class SandgateMaster(DumpMaster, HookTableMaster):
+    """mitmproxy's DumpMaster with a HookTable for its addons from the start: the same hooks in the same order,
+    looked up once (dispatch.py)."""
+
+
+def build_master(addons: Sequence[object], settings: MasterSettings) -> tuple[SandgateMaster, Ready]:
     """A master running `addons` (in order, after mitmproxy's own) with sandgate's options."""
     host, port = settings.listen
     ensure_ca(settings.confdir)
     opts = Options(listen_host=host, listen_port=port, confdir=str(settings.confdir))
-    master = DumpMaster(opts, with_termlog=False, with_dumper=False)
-    HookTable.install(master.addons)        # the same hooks in the same order, looked up once (dispatch.py)
+    master = SandgateMaster(opts, with_termlog=False, with_dumper=False)
     bundle = write_upstream_bundle(settings.confdir, settings.upstream_ca)
     # sandgate decides every layer itself (layers.LayerGate): mitmproxy's heuristics, its raw-TCP fallback and
     # its SNI/Host-matching ignore_hosts are switched off, and its NextLayer addon is replaced.

@@ -21,7 +21,7 @@ from mitmproxy.options import Options
 from mitmproxy.proxy.server_hooks import ServerConnectionHookData
 from mitmproxy.test import tflow
 
-from gateway.egress.dispatch import HookTable
+from gateway.egress.dispatch import HookTable, HookTableMaster
 from gateway.egress.proxy import MasterSettings, build_master
 
 
@@ -82,10 +82,9 @@ async def both(scenario) -> tuple[list, list]:
     """The call log of `scenario(master, log, flow)` on mitmproxy's manager, then on a HookTable."""
     logs = []
     for table in (False, True):
-        master = Master(Options())
+        master = HookTableMaster(Options()) if table else Master(Options())
         try:
-            if table:
-                HookTable.install(master.addons)
+            assert type(master.addons) is (HookTable if table else AddonManager)
             log: list = []
             flow = tflow.tflow(resp=True)
             flow.id = "f1"
@@ -199,14 +198,26 @@ async def test_rebound_and_refused_handlers(caplog):
     assert sum("not callable" in r.getMessage() for r in caplog.records) == 2
 
 
-async def test_install_refuses_anything_but_mitmproxys_manager():
-    master = Master(Options())
+async def test_the_table_is_made_at_construction_and_no_class_is_swapped():
+    master = HookTableMaster(Options())
     try:
-        HookTable.install(master.addons)
-        with pytest.raises(TypeError):
-            HookTable.install(master.addons)
+        assert type(master.addons) is HookTable and AddonManager.trigger_event is not HookTable.trigger_event
+        plain = Master(Options())                  # mitmproxy's own manager stays what it was
+        assert type(plain.addons) is AddonManager
+        plain._legacy_log_events.uninstall()
+        seen: list = []
+
+        class Configured:
+            def configure(self, updated):
+                seen.append(set(updated))
+
+        master.addons.add(Configured())
+        master.options.update(listen_port=1)       # option changes reach the table's addons, once each
+        assert seen.count({"listen_port"}) == 1
     finally:
         master._legacy_log_events.uninstall()
+    with pytest.raises(TypeError):                 # a manager that already holds addons is not replaced
+        HookTableMaster(Options(), with_termlog=True)._legacy_log_events.uninstall()
 
 
 async def test_sandgates_master_finds_the_handlers_mitmproxy_would(tmp_path: Path):
@@ -219,7 +230,7 @@ async def test_sandgates_master_finds_the_handlers_mitmproxy_would(tmp_path: Pat
 
     master, _ready = build_master([Probe()], MasterSettings(listen=("127.0.0.1", 0), confdir=tmp_path))
     try:
-        assert isinstance(master.addons, HookTable)
+        assert type(master.addons) is HookTable
         for name in hooks.all_hooks:
             expected = [(top, a) for top in master.addons.chain for a, _f in AddonManager._iter_hooks(
                 master.addons, top, hooks.all_hooks[name].__new__(hooks.all_hooks[name]))]
