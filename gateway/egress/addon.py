@@ -36,7 +36,6 @@ from gateway.egress.guard import fail_closed
 from gateway.egress.limits import HELD_BYTES_FULL, TOO_MANY_CONNECTIONS, TOO_MANY_HELD, Claim, ConnectionLimits, \
     HeldLimits
 from gateway.net.hosts import normalise_host
-from gateway.net.upstream_proxy import proxy_resolves
 from gateway.egress.recorder import FlowRecorder
 from gateway.egress.resolver import UPSTREAM_DIAL, DialGuard, Resolver, VettedResolver
 from gateway.egress.responses import auth_required, denial
@@ -45,7 +44,7 @@ from gateway.egress.targets import TargetArgs, TargetVerdict, check_target
 from gateway.runtime.metrics import Metrics
 from gateway.packages.firewall import PackageFirewall
 from gateway.policy.base import PolicyEngine
-from gateway.policy.inputs import build_egress_input
+from gateway.gates.egress import EgressGate, EgressRequest, GrantSource
 from gateway.sessions.registry import SessionRegistry
 
 log = logging.getLogger("sandgate.egress")
@@ -54,7 +53,6 @@ STREAM_ABOVE_BYTES = 256 * 1024      # responses larger (or of unknown size) str
 VETTED_FOR_S = 30.0                  # a connection reuses an address verdict this long
 
 
-GrantSource = Callable[[str, float], Awaitable[list[dict]]]
 # (session id, method, path, query, body) -> (status, JSON document)
 InsideAnswer = Callable[[str, str, str, Mapping[str, str], bytes], Awaitable[tuple[int, dict]]]
 
@@ -84,6 +82,8 @@ class EgressDeps:
 class EgressAddon:
     def __init__(self, deps: EgressDeps):
         self.deps = deps
+        self.gate = EgressGate(settings=deps.settings, engine=deps.engine, sessions=deps.sessions,
+                               packages=deps.packages, grants=deps.grants)
         self.conns: "weakref.WeakKeyDictionary[connection.Client, ConnState]" = weakref.WeakKeyDictionary()
 
     # -- helpers ---------------------------------------------------------------------------------
@@ -214,11 +214,11 @@ class EgressAddon:
             return
         st = FlowState(session=session, started=started, path=flow.request.path)
         attach(flow, st)
-        if not deps.connections.open(flow.client_conn.id, session["id"]):
+        if not deps.connections.open(flow.client_conn.id, st.session_id):
             self.conns.pop(flow.client_conn, None)
             self.deny(flow, TOO_MANY_CONNECTIONS, f"this session already has {deps.connections.max_connections} "
                       "connections open to the proxy (sessions.max_connections)", status=429)
-            flow.response.headers["Connection"] = "close"
+            flow.response.headers.set_all("Connection", ["close"])
             return
         req = flow.request
         is_connect = req.method == "CONNECT"
@@ -253,8 +253,7 @@ class EgressAddon:
             ip, ip_class = str(literal), lv.ip_class
         if req.host != host:
             req.host = host             # dial the name the policy judges (no trailing dot, punycode, canonical IP)
-        sid = session["id"]
-        own = session["placeholders"]
+        sid, own = st.session_id, st.placeholders
         aws = None if is_connect else await self.aws_call(flow, sid, own, found)
         if aws is not None and aws.needs_body:
             size = req.headers.get("content-length", "")
@@ -280,40 +279,27 @@ class EgressAddon:
 
     async def judge(self, flow: http.HTTPFlow, st: FlowState, host: str, ip: str, ip_class: str, found: set,
                     aws: AwsCall | None) -> None:
-        """The policy's decision on a request, and what follows from it."""
+        """The egress gate's decision on a request (gateway/gates/egress.py), applied to the flow."""
         deps = self.deps
         req = flow.request
         is_connect = req.method == "CONNECT"
         state = self.conns.get(flow.client_conn)
         tunnel = state.tunnel if state is not None else None
-        session = st.session
-        sid = session["id"]
-        own = session["placeholders"]
-        path = "" if is_connect else req.path.split("?", 1)[0]
-        if aws is not None and aws.ambiguous:
-            return self.deny(flow, "aws.ambiguous_operation", "this AWS call names its operation more than once")
-        st.aws = aws.facts() if aws is not None else None
-        now = time.time()
-        grants = await deps.grants(sid, now) if deps.grants is not None else []
-        doc = build_egress_input(
-            session=deps.sessions.with_stats(session), now=now, method=req.method, grants=grants,
-            scheme=req.scheme if not is_connect else "", host=host, port=req.port,
-            path=path, query="" if is_connect else url_query(req), headers=req.headers.items(multi=True),
-            ip=ip, ip_class=ip_class, secrets=[name for owner, name in found if owner == sid],
-            markers=[own[n] for o, n in found if o == sid and n in own],
-            package=None if is_connect else deps.packages.download(host, req.method, path),
-            tunnel=tunnel is not None and not is_connect, aws=st.aws)
-        decision = await deps.engine.decide("egress", doc, flow.id)
-        st.decision = decision
-        if decision.action == "deny":
-            return self.deny(flow, decision.code, decision.reason)
-        if not proxy_resolves(deps.settings.upstream_proxy, host, req.port):
-            verdict = await self.check_address(flow, host, req.port)
-            if not verdict.allowed:
-                return self.deny(flow, verdict.code, verdict.reason)
-        if decision.action == "ask":
-            if is_connect:
-                return self.deny(flow, decision.code, decision.reason)
+        sid, own = st.session_id, st.placeholders
+        st.aws = aws.facts() if aws is not None and not aws.ambiguous else None
+        request = EgressRequest(
+            session=st.session, session_id=sid, method=req.method, host=host, port=req.port,
+            scheme="" if is_connect else req.scheme, path="" if is_connect else req.path.split("?", 1)[0],
+            query="" if is_connect else url_query(req), headers=tuple(req.headers.items(multi=True)),
+            tunnel=tunnel is not None and not is_connect, ip=ip, ip_class=ip_class,
+            secrets=tuple(name for owner, name in found if owner == sid),
+            markers=tuple(own[n] for o, n in found if o == sid and n in own),
+            aws=st.aws, aws_ambiguous=aws is not None and aws.ambiguous, request_id=flow.id)
+        outcome = await self.gate.decide(request, functools.partial(self.check_address, flow))
+        st.decision = outcome.decision
+        if outcome.action == "deny":
+            return self.deny(flow, outcome.code, outcome.reason)
+        if outcome.action == "ask":
             st.ask = True
             return
         deps.metrics.decision("egress", "allow")
@@ -321,8 +307,8 @@ class EgressAddon:
             if state is not None:
                 state.tunnel = (host, req.port)
             st.audited = True
-            deps.recorder.audit(flow, st, action="allow", codes=list(decision.codes),
-                                reasons=list(decision.reasons), status=200)
+            deps.recorder.audit(flow, st, action="allow", codes=list(outcome.decision.codes),
+                                reasons=list(outcome.decision.reasons), status=200)
             return
         if st.deferred is None:
             self.prepare_request_body(flow, st)
@@ -346,7 +332,7 @@ class EgressAddon:
         if self.deps.inside is None:
             status, doc = 404, {"error": "not_found", "detail": "sandgate.internal serves nothing here"}
         else:
-            status, doc = await self.deps.inside(st.session["id"], req.method, req.path, dict(req.query.items()),
+            status, doc = await self.deps.inside(st.session_id, req.method, req.path, dict(req.query.items()),
                                                  req.raw_content or b"")
         flow.response = http.Response.make(status, json.dumps(doc).encode(), {
             "Content-Type": "application/json", "Cache-Control": "no-store", "X-Sandgate-Request-Id": flow.id})
@@ -386,7 +372,7 @@ class EgressAddon:
         if not st.ask and not nbytes:
             return
         limits = self.deps.held
-        claim = limits.admit(st.session["id"] if st.ask else None, nbytes)
+        claim = limits.admit(st.session_id if st.ask else None, nbytes)
         if claim == TOO_MANY_HELD:
             return self.deny(flow, TOO_MANY_HELD, f"this session already has {limits.max_held} requests waiting "
                              "for approval (sessions.max_held)", status=429)
@@ -429,9 +415,9 @@ class EgressAddon:
         if st is None or flow.response is not None:
             return
         if st.deferred is not None:                 # an AWS call that names its operation in its (held) body
-            facts = aws_facts(flow, st.session["placeholders"].get(
-                next(n for o, n in st.head_secrets if o == st.session["id"] and
-                     f"{n}{AWS_SECRET_PART}" in st.session["placeholders"]), ""))
+            facts = aws_facts(flow, st.placeholders.get(
+                next(n for o, n in st.head_secrets if o == st.session_id and
+                     f"{n}{AWS_SECRET_PART}" in st.placeholders), ""))
             aws = describe_call(self.deps.aws_models.index(facts.service), facts, flow,
                                 body=flow.request.raw_content or b"") if facts is not None else None
             await st.deferred(aws)
@@ -473,7 +459,7 @@ class EgressAddon:
         if flow.response.status_code == 101 and not is_websocket_switch(flow.request, flow.response):
             # After a 101 the connection would carry bytes no rule decides: refuse, and close it.
             self.deny(flow, "egress.upgrade_refused", "switching to a protocol other than WebSocket is not allowed")
-            flow.response.headers["Connection"] = "close"
+            flow.response.headers.set_all("Connection", ["close"])
             return
         st.audited = True
         d = st.decision

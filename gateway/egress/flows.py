@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Awaitable, Callable, Iterable
+from typing import Any, Awaitable, Callable, Iterable, Mapping
 
 from mitmproxy import http
 
@@ -29,7 +29,7 @@ class ConnState:
 class FlowState:
     """One request of an authenticated session, from its decision to its audit row."""
 
-    session: dict
+    session: Mapping[str, Any]                     # the live session (the registry's); read through the two below
     path: str = ""                                 # as the sandbox sent it (audit never sees injected values)
     decision: Decision | None = None
     started: float = 0.0
@@ -54,18 +54,21 @@ class FlowState:
     deferred: Callable[..., Awaitable[None]] | None = None   # decided in `request` (an AWS operation in the body)
     internal: bool = False                         # to sandgate.internal: answered by the proxy (`request`)
 
+    @property
+    def session_id(self) -> str:
+        return self.session.get("id", "")
+
+    @property
+    def placeholders(self) -> Mapping[str, str]:
+        """The session's secret name -> placeholder value (what the sandbox holds instead of each secret)."""
+        return self.session.get("placeholders") or {}
+
     def audit_detail(self) -> dict:
         """What its audit row adds about approvals and secrets."""
-        detail: dict = {}
-        if self.approval_id is not None:
-            detail["approval_id"] = self.approval_id
-        if self.approval_status is not None:
-            detail["approval_status"] = self.approval_status
-        if self.approved_by is not None:
-            detail["approved_by"] = self.approved_by
-        if self.secrets_used is not None:
-            detail["secrets"] = list(self.secrets_used)
-        return detail
+        detail = {"approval_id": self.approval_id, "approval_status": self.approval_status,
+                  "approved_by": self.approved_by,
+                  "secrets": list(self.secrets_used) if self.secrets_used is not None else None}
+        return {k: v for k, v in detail.items() if v is not None}
 
     def count_out(self, chunk: bytes) -> bytes:
         self.bytes_out += len(chunk)

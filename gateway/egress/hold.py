@@ -65,7 +65,7 @@ class HoldAddon:
             return self.deny(flow, "approval.body_too_large", "approval required, but the body is too large to hold")
         if self._drain.draining:
             return self._recorder.deny(flow, "sandgate.stopping", STOPPING_NEW, status=503)
-        sid = st.session["id"]
+        sid = st.session_id
         url = flow.request.pretty_url
         markers = list((st.session.get("placeholders") or {}).values())
         headers = list(flow.request.headers.items(multi=True))     # read three times: not a one-shot iterator

@@ -74,7 +74,7 @@ class InjectionAddon:
             if not seen[0] and any(MASK_PREFIX in piece for piece in out):
                 seen[0] = True
                 self._metrics.exfiltration.inc()
-                self._recorder.record("exfiltration", session=st.session["id"], action="mask",
+                self._recorder.record("exfiltration", session=st.session_id, action="mask",
                                       reasons=["a placeholder in a body too large to inspect was blanked out"],
                                       codes=["secret.exfiltration"], request_id=flow.id,
                                       method=flow.request.method, host=flow.request.host, path=st.path)
@@ -101,7 +101,7 @@ class InjectionAddon:
                 # The body is already on its way and the trailers go after this hook: they never carry a
                 # placeholder (none is put into trailers either).
                 flow.request.trailers = None
-                self._recorder.record("exfiltration", session=st.session["id"], action="mask",
+                self._recorder.record("exfiltration", session=st.session_id, action="mask",
                                       reasons=["a placeholder in the request trailers was dropped"],
                                       codes=["secret.exfiltration"], request_id=flow.id,
                                       method=flow.request.method, host=flow.request.host, path=st.path)
@@ -118,7 +118,7 @@ class InjectionAddon:
         bound host, or from another name it serves under). Scrubbing uses the last value read when the store is
         down; injecting never does (503)."""
         st.injected = True
-        own = st.session["placeholders"]
+        own = st.placeholders
         if not own:
             return
         mine = {name: own[name] for _owner, name in found if name in own}
@@ -151,7 +151,7 @@ class InjectionAddon:
             creds = {name: await self._aws.credentials(name) for name in signed}
         except (SecretUnavailable, asyncio.TimeoutError) as exc:
             code = exc.code if isinstance(exc, SecretUnavailable) else "secret.backend_unavailable"
-            log.warning("secret lookup failed for session %s: %s", st.session["id"], code)
+            log.warning("secret lookup failed for session %s: %s", st.session_id, code)
             if code == REFRESH_FAILED:          # the token endpoint said no: the upstream is never asked
                 return self.deny(flow, code, f"a fresh token could not be obtained for {', '.join(sorted(mine))}",
                                  status=502)
@@ -188,7 +188,7 @@ class InjectionAddon:
             uses.append((name, "sigv4"))
         st.secrets_used = tuple(sorted({f"{n}@{where}" for n, where in uses}))
         for name in sorted({n for n, _ in uses}):
-            self._recorder.record("secret.use", session=st.session["id"], action="inject", request_id=flow.id,
+            self._recorder.record("secret.use", session=st.session_id, action="inject", request_id=flow.id,
                                   method=flow.request.method, host=flow.request.host, path=st.path,
                                   detail={"secret": name, "where": sorted({w for n, w in uses if n == name})})
 
@@ -262,7 +262,7 @@ class InjectionAddon:
             if message.from_client:
                 if self._placeholders.find(message.content):
                     message.drop()
-                    self._recorder.record("exfiltration", session=st.session["id"], action="deny",
+                    self._recorder.record("exfiltration", session=st.session_id, action="deny",
                                           codes=["secret.exfiltration"], request_id=flow.id,
                                           reasons=["a placeholder was sent in a WebSocket message"],
                                           host=flow.request.host, path=st.path)

@@ -285,9 +285,7 @@ class LayerGate:
             return
         address = flow.server_conn.address
         host, port = (str(address[0]), int(address[1])) if address else (None, None)
-        detail: dict = {"port": port, "mode": st.mode}
-        if error:
-            detail["error"] = error[:200]
+        detail: dict = {"port": port, "mode": st.mode, **({"error": error[:200]} if error else {})}
         self.audit.record("tcp", session=st.session, action="allow", codes=[f"egress.{st.mode}"],
                           reasons=[], request_id=flow.id, method="CONNECT", host=host, path="",
                           bytes_in=st.bytes_in, bytes_out=st.bytes_out, detail=detail)

@@ -94,12 +94,12 @@ class OAuth2RetryAddon:
             log.warning("oauth2: no fresh token after a 401 (%s)", exc.code)
             return                                       # the 401 goes back as it came (scrubbed)
         request = flow.request.copy()
-        own = st.session["placeholders"]
+        own = st.placeholders
         for (name, old), new in zip(used, fresh.values()):
             swap(request, old, new)
             # the new token is scrubbed from what comes back, like the one it replaces
             st.scrub = {**(st.scrub or {}), new.encode(): own[name].encode()}
-        self.recorder.record("secret.use", session=st.session["id"], action="refresh", request_id=flow.id,
+        self.recorder.record("secret.use", session=st.session_id, action="refresh", request_id=flow.id,
                              method=flow.request.method, host=flow.request.host, path=st.path,
                              detail={"secret": sorted({n for n, _ in used}), "reason": "upstream 401"})
         answer = await self.send(request)

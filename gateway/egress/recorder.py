@@ -38,7 +38,7 @@ class FlowRecorder:
     def audit(self, flow: http.HTTPFlow, st: FlowState, *, action: str, codes: list, reasons: list,
               status: int | None, kind: str = "egress", detail: dict | None = None) -> None:
         """The flow's audit row (and, for egress rows, the session's counters)."""
-        sid = st.session["id"]
+        sid = st.session_id
         if kind == "egress":
             self._sessions.count(sid, requests=1, denied=int(action == "deny"), asked=int(action == "ask"),
                                  bytes_out=st.bytes_out, bytes_in=st.bytes_in)

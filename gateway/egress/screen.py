@@ -37,7 +37,7 @@ class SecretScreen:
     def refuse(self, flow: http.HTTPFlow, st: FlowState, found: set[Owner]) -> bool:
         """Deny the flow (and record the exfiltration) when `found` may not go where it is headed. True when
         refused."""
-        sid = st.session["id"]
+        sid = st.session_id
         host = normalise_host(flow.request.host)      # the one normaliser: policy, injection and audit agree
         refusal = refuse_placeholders(found, sid, host, flow.request.scheme == "https", flow.request.port,
                                       self._broker.specs)

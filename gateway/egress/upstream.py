@@ -161,6 +161,6 @@ class UpstreamProxyAddon:
             authority, auth = None, None
         flow.request.authority = authority or UNROUTED
         if "host" in flow.request.headers:
-            flow.request.headers["Host"] = authority or UNROUTED
+            flow.request.headers.set_all("Host", [authority or UNROUTED])
         if auth is not None:
             flow.request.headers["Proxy-Authorization"] = auth
