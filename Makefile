@@ -10,7 +10,7 @@ WORKERS ?= 2
 XDIST = $(if $(filter 0,$(WORKERS)),,-n $(WORKERS) --dist loadfile)
 RUNTIME := .venv-runtime
 
-.PHONY: serve test test-fast install install-runtime bench clean
+.PHONY: serve test test-fast install install-runtime constraints bench clean
 
 $(BIN)/sandgate: pyproject.toml
 	@test -n "$(PY)" || { echo "sandgate needs Python 3.12 or newer: none found (python3.12, pyenv 3.12, python3.13, python3); set PY=/path/to/python3.12"; exit 1; }
@@ -34,6 +34,12 @@ $(RUNTIME)/bin/sandgate: pyproject.toml
 	$(RUNTIME)/bin/pip install -q --upgrade pip
 	$(RUNTIME)/bin/pip install -q '.[postgres]'
 	touch $(RUNTIME)/bin/sandgate
+
+# The image's lock: the exact versions `pip install '.[postgres]'` resolves to today (deploy/constraints.py). CI
+# regenerates it before the suite (.ci/run); deploy/Dockerfile installs with it.
+constraints: install
+	$(BIN)/python deploy/constraints.py > deploy/constraints.txt.new
+	mv deploy/constraints.txt.new deploy/constraints.txt
 
 serve: install
 	$(BIN)/sandgate serve

@@ -56,9 +56,28 @@ def configmap_toml() -> dict:
     return tomllib.loads(k8s("ConfigMap", "sandgate-config")["data"]["sandgate.toml"])
 
 
-def compose_env() -> dict[str, str]:
-    """The environment `docker compose` sees: nothing of the caller's that the file interpolates."""
-    return {k: v for k, v in os.environ.items() if not k.startswith(("SANDGATE_", "COMPOSE_", "DOCKER_"))}
+COMPOSE_SECRETS = {"pg-password": "test-pg-password", "bao-token": "test-bao-token",
+                   "store-url": "postgresql+psycopg://sandgate:test-pg-password@postgres:5432/sandgate?sslmode=disable"}
+
+
+@cache
+def compose_secrets_dir() -> Path:
+    """A secrets directory as deploy/README.md has the operator make it (test values)."""
+    import tempfile
+
+    path = Path(tempfile.mkdtemp(prefix="sandgate-compose-secrets-"))
+    for name, value in COMPOSE_SECRETS.items():
+        (path / name).write_text(value)
+    return path
+
+
+def compose_env(secrets: bool = True) -> dict[str, str]:
+    """The environment `docker compose` sees: nothing of the caller's that the file interpolates, and
+    SANDGATE_SECRETS naming a test secrets directory (unless `secrets` is false)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SANDGATE_", "COMPOSE_", "DOCKER_"))}
+    if secrets:
+        env["SANDGATE_SECRETS"] = str(compose_secrets_dir())
+    return env
 
 
 def compose_binary() -> str:

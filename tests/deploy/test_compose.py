@@ -16,7 +16,7 @@ from urllib.parse import urlsplit
 import pytest
 
 from gateway.config import load_config, parse_hostport
-from tests.deploy.recipes import DEPLOY, compose_config, compose_env, compose_model
+from tests.deploy.recipes import COMPOSE_SECRETS, DEPLOY, compose_config, compose_env, compose_model
 
 REPLICAS = ("sandgate-1", "sandgate-2")
 
@@ -33,10 +33,20 @@ def env(service: str) -> dict:
     return services()[service].get("environment") or {}
 
 
+def secret_files(service: str) -> dict[str, str]:
+    """Where a service's Compose secrets appear in its container -> the host file Compose mounts there."""
+    top = compose_model()["secrets"]
+    return {s.get("target") or f"/run/secrets/{s['source']}": top[s["source"]]["file"]
+            for s in services()[service].get("secrets") or []}
+
+
 def replica_config(tmp_path, service: str = "sandgate-1"):
-    """The configuration a replica runs with: its mounted file plus its SANDGATE_* environment."""
+    """The configuration a replica runs with: its mounted file plus its SANDGATE_* environment, the *_FILE
+    variables reading the host files Compose would mount at those paths."""
     mount = next(v for v in services()[service]["volumes"] if v["target"] == env(service)["SANDGATE_CONFIG"])
-    return load_config(mount["source"], tmp_path / "data", environ=env(service))
+    files = secret_files(service)
+    environ = {k: files.get(v, v) if k.endswith("_FILE") else v for k, v in env(service).items()}
+    return load_config(mount["source"], tmp_path / "data", environ=environ)
 
 
 def test_compose_loads_the_file_without_errors_or_warnings():
@@ -122,33 +132,67 @@ def test_replicas_share_store_keys_and_policy_server(tmp_path):
     store = urlsplit(first.store_url)
     assert store.scheme == "postgresql+psycopg" and store.hostname == "postgres"
     pg = env("postgres")
+    pg_password = open(secret_files("postgres")[pg["POSTGRES_PASSWORD_FILE"]]).read()
     assert (store.username, store.password, store.path.lstrip("/")) == (
-        pg["POSTGRES_USER"], pg["POSTGRES_PASSWORD"], pg["POSTGRES_DB"])
+        pg["POSTGRES_USER"], pg_password, pg["POSTGRES_DB"])
     assert first.raw["policy"]["engine"] == "opa"
     opa = urlsplit(first.raw["policy"]["opa_url"])
     assert opa.hostname == "opa"
     assert f"--addr=0.0.0.0:{opa.port}" in services()["opa"]["command"]
     vault = urlsplit(first.raw["vault"]["url"])
-    assert vault.hostname == "openbao" and f"-dev-listen-address=0.0.0.0:{vault.port}" in services()["openbao"]["command"]
-    assert f"-dev-root-token-id={env('sandgate-1')['VAULT_TOKEN']}" in services()["openbao"]["command"]
+    bao = " ".join(services()["openbao"]["entrypoint"]).replace("$$", "$")     # as the container gets it
+    assert vault.hostname == "openbao" and f"-dev-listen-address=0.0.0.0:{vault.port}" in bao
+    # the dev server's root token and the replicas' vault.token are the same secret file
+    assert '-dev-root-token-id="$(cat /run/secrets/bao-token)"' in bao
+    assert secret_files("openbao")["/run/secrets/bao-token"] == secret_files("sandgate-1")["/run/secrets/bao-token"]
+    assert first.raw["vault"]["token"] == COMPOSE_SECRETS["bao-token"]
     for replica in REPLICAS:
         mounts = {v["target"]: v for v in services()[replica]["volumes"]}
         keys = mounts[env(replica)["SANDGATE_KEYS_DIR"]]
         assert keys["source"] == "sandgate-keys" and keys["read_only"] is True
         deps = services()[replica]["depends_on"]
         assert deps["sandgate-keys"]["condition"] == "service_completed_successfully"
-        assert deps["postgres"]["condition"] == "service_healthy"
+        for backend in ("postgres", "openbao", "opa"):
+            assert deps[backend]["condition"] == "service_healthy", backend
 
 
-def test_passwords_are_interpolated_consistently():
-    e = {**compose_env(), "SANDGATE_PG_PASSWORD": "s3cret-pw", "SANDGATE_BAO_TOKEN": "bao-tok"}
-    out = compose_config("--format", "json", env=e)
-    assert out.returncode == 0, out.stderr
-    model = json.loads(out.stdout)["services"]
-    assert "s3cret-pw@" in model["sandgate-1"]["environment"]["SANDGATE_STORE__URL"]
-    assert model["postgres"]["environment"]["POSTGRES_PASSWORD"] == "s3cret-pw"
-    assert model["sandgate-2"]["environment"]["VAULT_TOKEN"] == "bao-tok"
-    assert "-dev-root-token-id=bao-tok" in model["openbao"]["command"]
+def test_secrets_come_from_files_and_without_them_compose_refuses_to_start():
+    out = compose_config("--quiet", env=compose_env(secrets=False))
+    assert out.returncode != 0 and "SANDGATE_SECRETS" in out.stderr and "set it to the directory of" in out.stderr
+    text = (DEPLOY / "compose.yaml").read_text()
+    import re
+
+    # No fallback value for anything secret: the only default left is the demo sandbox's session token.
+    defaults = re.findall(r"\$\{([A-Z_]+):-", text)
+    assert set(defaults) == {"SANDGATE_SESSION_TOKEN"}, defaults
+    for replica in REPLICAS:
+        e = env(replica)
+        assert not {"SANDGATE_STORE__URL", "VAULT_TOKEN", "SANDGATE_VAULT__TOKEN"} & set(e)
+        assert {k for k in e if k.endswith("_FILE")} == {"SANDGATE_STORE__URL_FILE", "SANDGATE_VAULT__TOKEN_FILE"}
+        for var in ("SANDGATE_STORE__URL_FILE", "SANDGATE_VAULT__TOKEN_FILE"):
+            assert e[var] in secret_files(replica), var
+    assert "POSTGRES_PASSWORD" not in env("postgres") and "POSTGRES_PASSWORD_FILE" in env("postgres")
+
+
+def test_every_service_has_resource_limits_and_the_replicas_a_grace_period_for_the_drain(tmp_path):
+    for name, s in services().items():
+        limits = s["deploy"]["resources"]["limits"]
+        assert float(limits["cpus"]) > 0 and int(limits["memory"]) > 0, name
+    cfg = replica_config(tmp_path)
+    for replica in REPLICAS:
+        s = services()[replica]
+        assert not s.get("init")          # the image's own init (tini, deploy/Dockerfile) is PID 1
+        grace = s["stop_grace_period"]
+        seconds = int(grace.rstrip("s")) if isinstance(grace, str) else int(grace) // 10**9
+        assert seconds >= cfg.egress.drain_s + 10
+
+
+def test_the_opa_service_has_a_health_check_on_its_own_health_endpoint():
+    opa = services()["opa"]
+    test = opa["healthcheck"]["test"]
+    assert test[:4] == ["CMD", "/opa", "eval", "--fail"]
+    port = next(a.rsplit(":", 1)[1] for a in opa["command"] if a.startswith("--addr="))
+    assert f"http://127.0.0.1:{port}/health" in test[4] and test[4].endswith("status_code == 200")
 
 
 def test_replicas_are_hardened_and_publish_the_api_on_loopback_only():

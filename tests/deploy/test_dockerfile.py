@@ -31,9 +31,13 @@ def copies() -> dict[str, str]:
     return out
 
 
-def test_one_stage_on_python_312_slim():
+def test_one_stage_on_python_312_slim_pinned_by_digest():
     froms = instructions("FROM")
-    assert [f.value[0] for f in froms] == ["python:3.12-slim"]
+    assert len(froms) == 1
+    image, _, digest = froms[0].value[0].partition("@")
+    assert image == "python:3.12-slim"
+    algo, _, hexdigest = digest.partition(":")
+    assert algo == "sha256" and len(hexdigest) == 64 and int(hexdigest, 16) >= 0
 
 
 def test_no_add_and_nothing_fetched_from_urls():
@@ -58,12 +62,13 @@ def test_runs_as_a_numeric_non_root_user_created_in_the_image():
     assert COMMANDS.index(users[-1]) > last_run            # nothing runs as root after the switch
 
 
-def test_the_install_is_one_plain_pip_install_of_the_project():
+def test_the_install_is_one_plain_pip_install_of_the_project_held_to_the_lock():
     pip_runs = [r for r in instructions("RUN") if "pip install" in r.value[0]]
     assert len(pip_runs) == 1
     words = shlex.split(pip_runs[0].value[0].split("&&")[0])
-    assert words[:2] == ["pip", "install"]
-    targets = words[2:]
+    assert words[:4] == ["pip", "install", "--constraint", "constraints.txt"]
+    assert copies()["deploy/constraints.txt"] == "./"      # beside pyproject.toml in /src
+    targets = words[4:]
     assert targets == [".[postgres]"], targets             # the project itself, PostgreSQL driver included
     for forbidden in ("--index-url", "--extra-index-url", "--trusted-host", "--ignore-requires-python",
                       "--no-deps", "-e"):
@@ -103,13 +108,14 @@ def test_ports_healthcheck_entrypoint_and_config():
     assert copied["deploy/healthcheck.py"] == "/usr/local/bin/sandgate-healthcheck"
     assert copied["deploy/docker-entrypoint.sh"] == "/usr/local/bin/sandgate-entrypoint"
     assert copied["deploy/sandgate-keys.py"] == "/usr/local/bin/sandgate-keys"
-    assert instructions("ENTRYPOINT")[0].value == ("sandgate-entrypoint",)
+    assert instructions("ENTRYPOINT")[0].value == ("tini", "--", "sandgate-entrypoint")   # tini as PID 1
+    runs = " ".join(" ".join(r.value) for r in instructions("RUN"))
+    assert "apt-get install -y --no-install-recommends tini" in runs
     assert instructions("CMD")[0].value == ("serve",)
     env = {}
     for e in instructions("ENV"):
         env.update(dict(zip(e.value[::2], e.value[1::2])))
     assert copied["deploy/sandgate.toml"] == env["SANDGATE_CONFIG"]
-    runs = " ".join(" ".join(r.value) for r in instructions("RUN"))
     uid = instructions("USER")[-1].value[0].split(":")[0]
     assert f"install -d -o {uid} -g {uid} -m 0700 {env['SANDGATE_DATA_DIR']}" in runs
 
@@ -120,3 +126,31 @@ def test_the_images_default_config_listens_on_every_address_on_the_exposed_ports
     cfg = load_config(DEPLOY / "sandgate.toml", tmp_path, environ={})
     assert cfg.proxy_listen == ("0.0.0.0", 8080) and cfg.api_listen == ("0.0.0.0", 8700)
     assert {str(cfg.proxy_listen[1]), str(cfg.api_listen[1])} == set(instructions("EXPOSE")[0].value)
+
+
+def test_the_lock_pins_every_runtime_requirement_within_pyprojects_ranges():
+    """deploy/constraints.txt (deploy/constraints.py writes it; CI runs that): one exact version per package, every
+    dependency of the project and of its postgres extra among them, each inside the range pyproject.toml allows."""
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+    from packaging.version import Version
+
+    lines = [line for line in (DEPLOY / "constraints.txt").read_text().splitlines()
+             if line.strip() and not line.startswith("#")]
+    pins = {}
+    for line in lines:
+        name, sep, version = line.partition("==")
+        assert sep and version and " " not in line, line
+        assert canonicalize_name(name) not in pins, f"{name} pinned twice"
+        pins[canonicalize_name(name)] = Version(version)
+    assert "sandgate" not in pins                          # the project itself is installed from the source
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    for text in project["dependencies"] + project["optional-dependencies"]["postgres"]:
+        req = Requirement(text)
+        if req.marker is not None and not req.marker.evaluate():
+            continue
+        name = canonicalize_name(req.name)
+        assert name in pins, f"{req.name} is not in the lock"
+        assert req.specifier.contains(pins[name], prereleases=True), f"{req.name} {pins[name]} not in {req.specifier}"
+    for test_only in ("pytest", "hypothesis", "playwright", "moto"):
+        assert test_only not in pins, test_only             # the runtime install only

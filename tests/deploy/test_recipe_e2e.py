@@ -1,6 +1,7 @@
 """The recipes' moving parts run for real, as processes on loopback: the key script (sandgate-keys), the image's
 entrypoint and health check, and two sandgate replicas started exactly as compose.yaml starts them — its
-configuration file, SANDGATE_KEYS_DIR, the store URL and VAULT_TOKEN in the environment — on this machine's
+configuration file, SANDGATE_KEYS_DIR, the store URL and the OpenBao token as files named by *_FILE variables (as
+Compose mounts its secrets) — on this machine's
 PostgreSQL and a real OpenBao dev server.
 
 What differs from `docker compose up`, and why: no container engine exists here, so there are no containers,
@@ -42,6 +43,14 @@ def healthcheck(data_dir: Path) -> subprocess.CompletedProcess:
                           timeout=30, env={**os.environ, "SANDGATE_DATA_DIR": str(data_dir)})
 
 
+def write_secret(directory: Path, name: str, value: str) -> Path:
+    """A secret file as Compose mounts one at /run/secrets/NAME (deploy/README.md makes them)."""
+    directory.mkdir(mode=0o700, exist_ok=True)
+    (directory / name).write_text(value)
+    (directory / name).chmod(0o600)
+    return directory / name
+
+
 class Replica:
     """`sandgate-entrypoint serve` as the container runs it, configured as compose.yaml configures a replica."""
 
@@ -56,7 +65,7 @@ class Replica:
                     "SANDGATE_KEYS_DIR": str(keys),
                     "SANDGATE_PROXY__LISTEN": f"127.0.0.1:{self.proxy_port}",
                     "SANDGATE_API__LISTEN": f"127.0.0.1:{self.api_port}",
-                    "SANDGATE_STORE__URL": PG_URL,
+                    "SANDGATE_STORE__URL_FILE": str(write_secret(tmp / "secrets", "store-url", PG_URL)),
                     "SANDGATE_POLICY__ENGINE": "embedded",
                     **extra_env}
         self.log = tmp / "sandgate.log"
@@ -118,7 +127,8 @@ def deployment(tmp_path_factory, bao):
     out = keys_script(str(keys), "--ca-bundle", str(bundle))
     assert out.returncode == 0, out.stderr
     cert = make_cert(tmp / "upstream", ["secure.test"])
-    extra = {"SANDGATE_VAULT__URL": bao.addr, "VAULT_TOKEN": bao.token,      # compose passes VAULT_TOKEN
+    extra = {"SANDGATE_VAULT__URL": bao.addr,       # the token as a file, as compose passes it (a Compose secret)
+             "SANDGATE_VAULT__TOKEN_FILE": str(write_secret(tmp / "secrets", "bao-token", bao.token)),
              "SANDGATE_EGRESS__PRIVATE_ALLOW": '["127.0.0.0/8"]',
              "SANDGATE_EGRESS__UPSTREAM_CA": cert.cert,
              "SANDGATE_EGRESS__RESOLVE": json.dumps({"secure.test": ["127.0.0.1"], "plain.test": ["127.0.0.1"]})}
