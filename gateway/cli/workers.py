@@ -1,7 +1,7 @@
 """`sandgate serve --workers N`: N sandgate processes on one host sharing the proxy and API ports.
 
 The supervisor (this module, in the `serve` process) prepares what the workers share — the data dir's signing
-key and mitmproxy CA, the harness token, the store schema — reserves the two ports, then starts N workers
+key and the egress CA, the harness token, the store schema — reserves the two ports, then starts N workers
 (`sandgate serve ... --worker-index I`). Each worker is a whole sandgate (proxy, API, page, its own loop and
 core) whose listening sockets set SO_REUSEPORT, so the kernel spreads connections over the workers. Workers
 agree with each other exactly as replicas do: through the PostgreSQL store and its change notifications
@@ -63,7 +63,7 @@ def _hostport(host: str, port: int) -> str:
 
 
 def prepare_data_dir(cfg: Config) -> str:
-    """What every worker shares, made once before they start: the signing key, the mitmproxy CA, the schema,
+    """What every worker shares, made once before they start: the signing key, the egress CA, the schema,
     and the harness token (returned)."""
     from mitmproxy.certs import CertStore
 

@@ -31,7 +31,7 @@ STOPPING = ("57P01", "terminating connection: sandgate is stopping; a statement 
 
 
 def server_tls(data_dir: Path, host: str) -> ssl.SSLContext:
-    """A TLS context whose certificate, issued by sandgate's CA (the mitmproxy CA in the data dir), names `host`."""
+    """A TLS context whose certificate, issued by sandgate's CA (the egress CA in the data dir, mitmproxy's file names), names `host`."""
     store = CertStore.from_store(data_dir, "mitmproxy", 2048)
     try:
         san: x509.GeneralName = x509.IPAddress(ipaddress.ip_address(host))
