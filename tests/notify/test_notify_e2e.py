@@ -1,6 +1,6 @@
 """Webhook notifications through a real sandgate and a real aiohttp receiver on loopback: signed deliveries for
 tool-call, egress and access approvals filed and decided; a receiver down for 5 s gets every event once after it
-returns, and filing does not wait for it; a restart in the middle of the retries delivers after the restart."""
+returns, and filing does not wait for it. (Restarts and the Slack format: test_notify_restart_e2e.py.)"""
 from __future__ import annotations
 
 import time
@@ -22,9 +22,12 @@ def notify_config(receiver: Receiver, **extra) -> dict:
 
 
 class Started(Sandgate):
+    approver = ""
+
     def start(self, timeout: float = 120.0) -> "Started":
         super().start(timeout)
-        self.approver = self.token("approver", "alice")
+        if not self.approver:                 # minted once: the signing key outlives a restart
+            self.approver = self.token("approver", "alice")
         return self
 
     def __enter__(self) -> "Started":
@@ -58,9 +61,10 @@ def file_access(sg: Sandgate, sid: str, host: str) -> str:
     return resp.json()["id"]
 
 
-def once_each(receiver: Receiver, expected: set[tuple[str, str]]) -> None:
-    """Every expected (approval, event) arrived exactly once, signed, each with a delivery id of its own."""
-    got = receiver.snapshot()
+def once_each(receiver: Receiver, expected: set[tuple[str, str]], since: int = 0) -> None:
+    """Every expected (approval, event) arrived exactly once (after the first `since` deliveries), signed, each
+    with a delivery id of its own."""
+    got = receiver.snapshot()[since:]
     pairs = [(d.doc["approval"]["id"], d.doc["event"]) for d in got]
     assert sorted(pairs) == sorted(expected), (sorted(pairs), sorted(expected))
     assert len({d.id for d in got}) == len(got) and all(d.id.startswith("d_") for d in got)
@@ -68,125 +72,85 @@ def once_each(receiver: Receiver, expected: set[tuple[str, str]]) -> None:
     assert all(d.event == d.doc["event"] and d.doc["delivery"] == d.id for d in got)
 
 
-@pytest.fixture
-def receiver():
-    r = Receiver(SECRET).start()
-    yield r
-    r.stop()
-
-
-def test_signed_deliveries_for_toolcall_egress_and_access_approvals(tmp_path, receiver, upstream):
-    with start(tmp_path / "sg", receiver) as sg:
-        sess = sg.session(allow=["allowed.test"])
-        sid = sess["id"]
-        tool = file_toolcall(sg, sid, "prod")
-        access = file_access(sg, sid, "api.partner.test")
-        held, out = background(lambda: requests.delete(f"http://allowed.test:{upstream.port}/items/1",
-                                                       proxies=sess["proxies"], timeout=30))
-        egress = pending_egress(sg, sid)
-        assert receiver.wait_for(lambda ds: len(ds) >= 3), receiver.snapshot()
-        assert sg.call("POST", f"/v1/approvals/{tool}/approve", sg.approver, json={"reason": "ok"}).ok
-        assert sg.call("POST", f"/v1/approvals/{egress}/deny", sg.approver, json={"reason": "no deletes"}).ok
-        assert sg.call("POST", f"/v1/approvals/{access}/approve", sg.approver,
-                       json={"grant": {"methods": ["GET"], "path_prefix": "/v1/", "ttl_s": 60}}).ok
-        held.join(10)
-        assert out["value"].status_code == 403
-        expected = {(tool, "approval.filed"), (egress, "approval.filed"), (access, "approval.filed"),
-                    (tool, "approval.approved"), (egress, "approval.denied"), (access, "approval.approved")}
-        assert receiver.wait_for(lambda ds: len(ds) >= 6)
-        time.sleep(1.0)                   # nothing more arrives (no second delivery of any event)
-        once_each(receiver, expected)
-        docs = {(d.doc["approval"]["id"], d.doc["event"]): d.doc for d in receiver.snapshot()}
-        assert {docs[(a, "approval.filed")]["approval"]["kind"] for a in (tool, egress, access)} == {
-            "toolcall", "egress", "access"}
-        assert docs[(egress, "approval.denied")]["approval"]["reason"] == "no deletes"
-        granted = docs[(access, "approval.approved")]["approval"]
-        assert granted["grant"]["methods"] == ["GET"] and granted["grant"]["path_prefix"] == "/v1/"
-        assert docs[(tool, "approval.filed")]["approval"]["status"] == "pending"
-        for aid, event in ((tool, "approval.approved"), (access, "approval.approved"), (egress, "approval.denied")):
-            shown = sg.call("GET", f"/v1/approvals/{aid}", sg.approver).json()        # as the API shows it
-            assert docs[(aid, event)]["approval"] == {**shown, "used_at": None}, aid
-        # The key never reaches the log or the audit trail.
-        assert SECRET not in sg.log()
-        assert all(SECRET not in str(e) for e in sg.events(sid))
-
-
-def test_receiver_down_for_5s_gets_every_event_once_and_filing_does_not_wait(tmp_path, receiver):
-    with start(tmp_path / "sg", receiver) as sg:
-        sid = sg.session(allow=[])["id"]
-        up = []
-        for i in range(5):                # filing latency with the receiver up
-            t0 = time.monotonic()
-            file_toolcall(sg, sid, f"up-{i}")
-            up.append(time.monotonic() - t0)
-        assert receiver.wait_for(lambda ds: len(ds) >= 5)
-        receiver.stop()
-        down_at = time.monotonic()
-        down, filed = [], []
-        for i in range(5):                # ... and with it down
-            t0 = time.monotonic()
-            filed.append(file_toolcall(sg, sid, f"down-{i}"))
-            down.append(time.monotonic() - t0)
-        for aid in filed[:2]:
-            t0 = time.monotonic()
-            assert sg.call("POST", f"/v1/approvals/{aid}/deny", sg.approver, json={"reason": "down"}).ok
-            down.append(time.monotonic() - t0)
-        time.sleep(max(0.0, 5.0 - (time.monotonic() - down_at)))
-        failed = [e for e in sg.events(sid) if e["kind"] == "notify.failed"]
-        assert failed, "a failed delivery is audited"
-        assert all(receiver.url not in str(e) and SECRET not in str(e) for e in failed)
-        receiver.start()                  # back on the same port
-        expected = {(a, "approval.filed") for a in filed} | {(a, "approval.denied") for a in filed[:2]}
-        assert receiver.wait_for(lambda ds: len(ds) >= 5 + len(expected), timeout=60)
-        time.sleep(1.5)
-        late = [d for d in receiver.snapshot()[5:]]
-        assert sorted((d.doc["approval"]["id"], d.doc["event"]) for d in late) == sorted(expected)
-        assert len({d.id for d in receiver.snapshot()}) == len(receiver.snapshot())
-        print(f"filing latency, receiver up: max {max(up) * 1000:.1f} ms; down: max {max(down) * 1000:.1f} ms")
-        # Generous: a decision never waits for the receiver (its timeout is 10 s, its backoff up to 30 s).
-        assert max(down) < 2.0, down
-
-
-def test_restart_in_the_middle_of_retries_delivers_after_the_restart(tmp_path):
-    receiver = Receiver(SECRET)           # not started: every attempt fails
-    sg = start(tmp_path / "sg", receiver)
-    with sg:
-        sid = sg.session(allow=[])["id"]
-        filed = [file_toolcall(sg, sid, f"r-{i}") for i in range(3)]
-        deadline = time.time() + 20
-        while not [e for e in sg.events(sid) if e["kind"] == "notify.failed"] and time.time() < deadline:
-            time.sleep(0.2)
-        assert [e for e in sg.events(sid) if e["kind"] == "notify.failed"], "retrying"
-    receiver.start()
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    """One receiver and one sandgate delivering to it, for the module (a test that stops the receiver starts it
+    again)."""
+    receiver = Receiver(SECRET).start()
     try:
-        with sg:
-            assert receiver.wait_for(lambda ds: len(ds) >= 3, timeout=60)
-            time.sleep(1.5)
-            once_each(receiver, {(a, "approval.filed") for a in filed})
+        with start(tmp_path_factory.mktemp("notify"), receiver) as sg:
+            yield sg, receiver
     finally:
         receiver.stop()
 
 
-def test_slack_format_links_to_the_approval_on_the_page(tmp_path):
-    receiver = Receiver(None).start()     # a Slack incoming webhook checks no signature
-    sg = Started(tmp_path / "sg", {**LOOPBACK_CONFIG, "web": {"public_url": "https://sandgate.example/"},
-                                   "notify": {"webhook_url": receiver.url, "format": "slack"}}).start()
-    try:
-        sid = sg.session(allow=[])["id"]
-        aid = file_access(sg, sid, "api.partner.test")
-        assert sg.call("POST", f"/v1/approvals/{aid}/deny", sg.approver, json={"reason": "not <today>"}).ok
-        assert receiver.wait_for(lambda ds: len(ds) >= 2)
-        filed, denied = (d.doc for d in receiver.snapshot())
-        for doc in (filed, denied):
-            assert set(doc) == {"text", "blocks"}
-            buttons = [e for b in doc["blocks"] if b["type"] == "actions" for e in b["elements"]]
-            assert [b["url"] for b in buttons] == [f"https://sandgate.example/approvals/{aid}"]
-        assert "access approval needs a decision" in filed["text"] and "api.partner.test" in filed["text"]
-        assert "&lt;!channel&gt; pls" in filed["blocks"][0]["text"]["text"]      # the agent's words, escaped
-        assert "<!channel>" not in str(filed)
-        assert "denied by approver:alice" in denied["text"]
-        assert "not &lt;today&gt;" in denied["blocks"][0]["text"]["text"]
-        assert all(d.signature == "" for d in receiver.snapshot())
-    finally:
-        sg.stop()
-        receiver.stop()
+def test_signed_deliveries_for_toolcall_egress_and_access_approvals(world, upstream):
+    sg, receiver = world
+    since = len(receiver.snapshot())
+    sess = sg.session(allow=["allowed.test"])
+    sid = sess["id"]
+    tool = file_toolcall(sg, sid, "prod")
+    access = file_access(sg, sid, "api.partner.test")
+    held, out = background(lambda: requests.delete(f"http://allowed.test:{upstream.port}/items/1",
+                                                   proxies=sess["proxies"], timeout=30))
+    egress = pending_egress(sg, sid)
+    assert receiver.wait_for(lambda ds: len(ds) >= since + 3), receiver.snapshot()
+    assert sg.call("POST", f"/v1/approvals/{tool}/approve", sg.approver, json={"reason": "ok"}).ok
+    assert sg.call("POST", f"/v1/approvals/{egress}/deny", sg.approver, json={"reason": "no deletes"}).ok
+    assert sg.call("POST", f"/v1/approvals/{access}/approve", sg.approver,
+                   json={"grant": {"methods": ["GET"], "path_prefix": "/v1/", "ttl_s": 60}}).ok
+    held.join(10)
+    assert out["value"].status_code == 403
+    expected = {(tool, "approval.filed"), (egress, "approval.filed"), (access, "approval.filed"),
+                (tool, "approval.approved"), (egress, "approval.denied"), (access, "approval.approved")}
+    assert receiver.wait_for(lambda ds: len(ds) >= since + 6)
+    time.sleep(1.0)                   # nothing more arrives (no second delivery of any event)
+    once_each(receiver, expected, since)
+    docs = {(d.doc["approval"]["id"], d.doc["event"]): d.doc for d in receiver.snapshot()[since:]}
+    assert {docs[(a, "approval.filed")]["approval"]["kind"] for a in (tool, egress, access)} == {
+        "toolcall", "egress", "access"}
+    assert docs[(egress, "approval.denied")]["approval"]["reason"] == "no deletes"
+    granted = docs[(access, "approval.approved")]["approval"]
+    assert granted["grant"]["methods"] == ["GET"] and granted["grant"]["path_prefix"] == "/v1/"
+    assert docs[(tool, "approval.filed")]["approval"]["status"] == "pending"
+    for aid, event in ((tool, "approval.approved"), (access, "approval.approved"), (egress, "approval.denied")):
+        shown = sg.call("GET", f"/v1/approvals/{aid}", sg.approver).json()        # as the API shows it
+        assert docs[(aid, event)]["approval"] == {**shown, "used_at": None}, aid
+    # The key never reaches the log or the audit trail.
+    assert SECRET not in sg.log()
+    assert all(SECRET not in str(e) for e in sg.events(sid))
+
+
+def test_receiver_down_for_5s_gets_every_event_once_and_filing_does_not_wait(world):
+    sg, receiver = world
+    since = len(receiver.snapshot())
+    sid = sg.session(allow=[])["id"]
+    up = []
+    for i in range(5):                # filing latency with the receiver up
+        t0 = time.monotonic()
+        file_toolcall(sg, sid, f"up-{i}")
+        up.append(time.monotonic() - t0)
+    assert receiver.wait_for(lambda ds: len(ds) >= since + 5)
+    receiver.stop()
+    down_at = time.monotonic()
+    down, filed = [], []
+    for i in range(5):                # ... and with it down
+        t0 = time.monotonic()
+        filed.append(file_toolcall(sg, sid, f"down-{i}"))
+        down.append(time.monotonic() - t0)
+    for aid in filed[:2]:
+        t0 = time.monotonic()
+        assert sg.call("POST", f"/v1/approvals/{aid}/deny", sg.approver, json={"reason": "down"}).ok
+        down.append(time.monotonic() - t0)
+    time.sleep(max(0.0, 5.0 - (time.monotonic() - down_at)))
+    failed = [e for e in sg.events(sid) if e["kind"] == "notify.failed"]
+    assert failed, "a failed delivery is audited"
+    assert all(receiver.url not in str(e) and SECRET not in str(e) for e in failed)
+    receiver.start()                  # back on the same port
+    expected = {(a, "approval.filed") for a in filed} | {(a, "approval.denied") for a in filed[:2]}
+    assert receiver.wait_for(lambda ds: len(ds) >= since + 5 + len(expected), timeout=60)
+    time.sleep(1.5)
+    once_each(receiver, expected, since + 5)
+    print(f"filing latency, receiver up: max {max(up) * 1000:.1f} ms; down: max {max(down) * 1000:.1f} ms")
+    # Generous: a decision never waits for the receiver (its timeout is 10 s, its backoff up to 30 s).
+    assert max(down) < 2.0, down
