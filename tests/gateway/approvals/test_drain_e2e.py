@@ -115,3 +115,32 @@ def test_a_second_signal_ends_the_drain_and_a_new_ask_is_refused_meanwhile(tmp_p
         assert "/held" not in paths and "/new" not in paths and "/read" in paths
     finally:
         sg.stop()
+
+
+def test_serve_workers_drain_each_worker_on_sigterm(tmp_path, upstream):
+    """`serve --workers 2` (PostgreSQL): the supervisor's SIGTERM reaches every worker, each drains what it holds;
+    an approval given during the drain (on whichever worker the API call lands) releases the held request."""
+    from tests.conftest import need
+    from tests.support.pg import PG_URL, pg_available
+
+    need(pg_available(), "PostgreSQL at 127.0.0.1:5432")
+    cfg = {**LOOPBACK_CONFIG, "store": {"url": PG_URL},
+           "egress": {**LOOPBACK_CONFIG["egress"], "hold_timeout_s": 120, "drain_s": 60}}
+    sg = Sandgate(tmp_path, cfg, serve_args=("--workers", "2")).start()
+    try:
+        sg.approver = sg.token("approver", "alice")
+        sess = sg.session(allow=["allowed.test"])
+        url = f"http://allowed.test:{upstream.port}/workers-drain"
+        t, out = background(lambda: requests.delete(url, proxies=sess["proxies"], timeout=90))
+        item = pending_for(sg, sess["id"])[0]
+        sg.proc.send_signal(signal.SIGTERM)
+        wait_until(lambda: readyz(sg) == 503, what="the workers draining")
+        assert sg.proc.poll() is None
+        r = sg.call("POST", f"/v1/approvals/{item['id']}/approve", sg.approver, json={})
+        assert r.status_code == 200, r.text
+        t.join(60)
+        assert out["value"].status_code == 200
+        assert sg.proc.wait(60) == 0                      # nothing held any more: the workers stop, then it does
+    finally:
+        sg.stop()
+    assert [r.path for r in upstream.recorder.requests if r.method == "DELETE"] == ["/workers-drain"]
