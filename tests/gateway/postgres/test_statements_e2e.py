@@ -47,6 +47,27 @@ def test_delete_without_where_asks_and_runs_once_approved(pg_gateway, cluster):
     assert cluster.count() == 0
 
 
+def test_a_cancel_request_withdraws_a_held_statement(pg_gateway, cluster):
+    """A statement held for approval and cancelled by its client (CancelRequest) gets 57014, its approval is
+    withdrawn (approving it later runs nothing), and the connection goes on."""
+    sess, url = db_session(pg_gateway)
+    conn = psycopg.connect(url, autocommit=True)
+    th, out = in_thread(conn.execute, "DELETE FROM t")
+    items = pending(pg_gateway, sess["id"])
+    assert len(items) == 1 and cluster.count() == 10
+    conn.cancel()
+    th.join(30)
+    assert isinstance(out.get("error"), psycopg.errors.QueryCanceled), out
+    assert out["error"].sqlstate == "57014"
+    row = pg_gateway.call("GET", f"/v1/approvals/{items[0]['id']}").json()
+    assert row["status"] == "cancelled", row
+    assert pg_gateway.call("POST", f"/v1/approvals/{items[0]['id']}/approve", token=pg_gateway.approver,
+                           json={"reason": "too late"}).status_code != 200
+    assert cluster.count() == 10                          # nothing ran
+    assert conn.execute("SELECT count(*) FROM t").fetchone() == (10,)
+    conn.close()
+
+
 def test_drop_table_asks_and_a_denial_is_42501(pg_gateway, cluster):
     sess, url = db_session(pg_gateway)
     th, out = in_thread(psql, url, "DROP TABLE t")
