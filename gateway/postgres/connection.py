@@ -134,6 +134,8 @@ class Connection:
         self._settings: dict[str, str] = {}      # what the server reports of the settings its lexer reads
         self._held: asyncio.Event | None = None      # set by a CancelRequest while a statement waits for approval
         self._tasks: list[asyncio.Task] = []
+        self._out: list[bytes] = []                  # messages for the upstream not yet written (see _flush)
+        self._out_bytes = 0
         self._ending: tuple[str, str] | None = None
 
     # -- the start-up phase ------------------------------------------------------------------------
@@ -270,8 +272,8 @@ class Connection:
         while True:
             kind, body = await wire.read_message(self.reader)
             if kind == b"X":
-                self.up.writer.write(wire.message(b"X"))
-                await self.up.writer.drain()
+                self._queue(wire.message(b"X"))
+                await self._flush()
                 raise Closed
             handler = handlers.get(kind)
             if handler is None:
@@ -283,15 +285,33 @@ class Connection:
                                          "for their results")
                 raise Closed
             if (self._skipping or self._failed) and kind in SKIPPED:
+                await self._flush_after(kind)
                 continue            # the server ignores these until Sync after an error: never decided, never sent
             if kind == b"S":
                 self._skipping = False
             await handler(kind, body)
-            await self.up.writer.drain()
+            await self._flush_after(kind)
+
+    async def _flush_after(self, kind: bytes) -> None:
+        if kind in ANSWERED or self._out_bytes >= FLUSH_BYTES or not _buffered(self.reader):
+            await self._flush()
+
+    def _queue(self, data: bytes) -> None:
+        self._out.append(data)
+        self._out_bytes += len(data)
+
+    async def _flush(self) -> None:
+        """Send what the client's messages queued for the upstream, in one write: the messages of one round trip
+        (Bind, Execute, Sync) become one TLS record instead of three."""
+        assert self.up is not None
+        if self._out:
+            self.up.writer.write(b"".join(self._out) if len(self._out) > 1 else self._out[0])
+            self._out.clear()
+            self._out_bytes = 0
+        await self.up.writer.drain()
 
     async def _forward(self, kind: bytes, body: bytes) -> None:
-        assert self.up is not None
-        self.up.writer.write(wire.message(kind, body))
+        self._queue(wire.message(kind, body))
 
     async def _on_sync(self, kind: bytes, body: bytes) -> None:
         self._pending_ready += 1
@@ -347,6 +367,7 @@ class Connection:
 
     async def _hold(self, approval_id: str) -> str:
         assert self.db is not None
+        await self._flush()                 # what came before the held statement is not held with it
         self._held = asyncio.Event()
         wait = asyncio.create_task(self.deps.judge.wait(approval_id, self.db.hold_timeout_s))
         cancel = asyncio.create_task(self._held.wait())
@@ -443,8 +464,7 @@ class Connection:
             self._prepared_bytes -= len(gone.query)
 
     async def _forward_raw(self, data: bytes) -> None:
-        assert self.up is not None
-        self.up.writer.write(data)
+        self._queue(data)
 
     async def _on_bind(self, kind: bytes, body: bytes) -> None:
         bind = wire.parse_bind(body)
@@ -674,6 +694,16 @@ class Connection:
 
 
 SKIPPED = frozenset((b"P", b"B", b"E", b"D", b"C", b"H"))
+# Messages the server answers (or that end a COPY): what was queued goes out with them. Anything else goes out
+# when the client has sent nothing more yet, or past FLUSH_BYTES (COPY data).
+ANSWERED = frozenset((b"S", b"H", b"Q", b"F", b"c", b"f"))
+FLUSH_BYTES = 1 << 16
+
+
+def _buffered(reader: asyncio.StreamReader) -> bool:
+    """Whether the client's next bytes are already read (asyncio's StreamReader keeps them in `_buffer`; a
+    reader without one counts as empty, so everything is flushed at once)."""
+    return bool(getattr(reader, "_buffer", None))
 DECIDED = frozenset((b"Q", b"P", b"B", b"F"))
 
 

@@ -17,6 +17,9 @@ with `pgbench -i -s 10`, and runs `pgbench -S -c 8 -j 2 -n` (select-only, 8 clie
   gateway to the cluster: two TLS legs; every statement decided by the tool-call policy).
 Figures: transactions/s and p50 latency (pgbench `-l` per-transaction log); the gateway's RSS before and after
 (the statements it served divided into the growth: bytes kept per statement). Ratios are gateway / relay.
+`--memory N` (default 100,000; 0 skips it) then sends N more select-only statements through the gateway
+(`pgbench -S -M simple -c 8 -t N/8`: a new text each time) and samples the gateway's RSS every second: flat
+means the RSS after the first tenth of them stays where it is to the end.
 Goals (issue N): >= 0.7x the relay's throughput; <= 0.2 ms p50 added over the relay for a cached decision.
 Nothing is asserted.
 """
@@ -69,10 +72,35 @@ def pgbench(conninfo: dict, mode: str, seconds: int, env: dict, logdir: Path) ->
     return {"tps": tps, "txns": txns, "p50_ms": statistics.median(latencies) / 1000 if latencies else float("nan")}
 
 
+def memory(sg: Sandgate, path: tuple[dict, dict], statements: int, logdir: Path) -> None:
+    """N statements through the gateway, its RSS sampled every second (printed as a row of the table)."""
+    conninfo, env = path
+    cmd = ["pgbench", "-n", "-S", "-c", "8", "-j", "2", "-t", str(max(1, statements // 8)), "-M", "simple",
+           "-h", conninfo["host"], "-p", str(conninfo["port"]), "-U", conninfo["user"], conninfo["dbname"]]
+    samples = [(0.0, sg.rss_kb())]
+    started = time.monotonic()
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, **env}, cwd=logdir)
+    while proc.poll() is None:
+        time.sleep(1.0)
+        samples.append((time.monotonic() - started, sg.rss_kb()))
+    out, err = proc.communicate()
+    if proc.returncode != 0:
+        raise RuntimeError(f"pgbench failed: {err[-2000:]}")
+    elapsed = samples[-1][0] or 1.0
+    settled = next((kb for t, kb in samples if t >= elapsed / 10), samples[-1][1])
+    last, peak = samples[-1][1], max(kb for _, kb in samples)
+    growth = (last - settled) * 1024 / (statements * 0.9)
+    print(f"| gateway RSS over {statements:,} more statements ({elapsed:.0f} s, sampled every second) | "
+          f"{samples[0][1] // 1024} -> {settled // 1024} (after a tenth) -> {last // 1024} MiB, peak {peak // 1024} "
+          f"| | | | {growth:.1f} B/statement after the first tenth | |")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--seconds", type=int, default=0)
+    ap.add_argument("--memory", type=int, default=100_000)
     args = ap.parse_args()
     seconds = args.seconds or (5 if args.quick else 20)
     tmp = Path(tempfile.mkdtemp(prefix="sandgate-pgbench-"))
@@ -142,6 +170,8 @@ def main() -> int:
         a_growth = (rss["adapter_after"] - rss["adapter_before"]) * 1024
         print(f"| adapter RSS over {adapted:,} statements | | {rss['adapter_before'] // 1024} -> "
               f"{rss['adapter_after'] // 1024} MiB | | | | {a_growth / max(adapted, 1):.1f} B/statement |")
+        if args.memory:
+            memory(sg, paths["gateway"], args.memory, tmp)
         return 0
     finally:
         if sg is not None:
