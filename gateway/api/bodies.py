@@ -92,6 +92,31 @@ def check_body(body: Any, schema: Body) -> dict[str, Any]:
     return body
 
 
+class Checked:
+    """A checked body: each field of its schema is an attribute (None when absent); `doc` is the JSON object
+    itself, for the parsers that take one (gateway/sessions/spec.py, ...)."""
+
+    __slots__ = ("doc", "_fields")
+
+    def __init__(self, doc: dict[str, Any], schema: Body):
+        self.doc = doc
+        self._fields = schema.fields
+
+    def __getattr__(self, name: str) -> Any:
+        if name in self._fields:
+            return self.doc.get(name)
+        raise AttributeError(f"no field {name!r} in this body")
+
+    def given(self) -> dict[str, Any]:
+        """The fields the body sets (not None)."""
+        return {k: v for k, v in self.doc.items() if v is not None}
+
+
+def read_body(body: Any, schema: Body) -> Checked:
+    """`check_body`, its fields as attributes."""
+    return Checked(check_body(body, schema), schema)
+
+
 CREATE_SESSION = Body("POST", "/v1/sessions", "harness", "create a session: its token, proxy URL, CA and env", {
     "workload": Field("string", "`ephemeral` (default ttl 1 h) or `persistent` (7 days)",
                       problem="workload must be 'ephemeral' or 'persistent'"),

@@ -9,7 +9,7 @@ from __future__ import annotations
 from aiohttp import web
 
 from gateway.api.auth import require
-from gateway.api.bodies import MCP_TOOLS, check_body
+from gateway.api.bodies import MCP_TOOLS, read_body
 from gateway.api.errors import ApiError
 from gateway.api.state import TOOLCALLS, read_json
 from gateway.gates.toolcall import ToolCallRefused
@@ -20,21 +20,20 @@ routes = web.RouteTableDef()
 @routes.post("/v1/mcp/tools")
 async def probe_tools(request: web.Request) -> web.Response:
     principal = require(request, "harness")
-    body = check_body(await read_json(request), MCP_TOOLS)
-    tools = body["tools"]
+    body = read_body(await read_json(request), MCP_TOOLS)
     probes = []
-    for item in tools:
+    for item in body.tools:
         name = item.get("name") if isinstance(item, dict) else None
         if not isinstance(name, str) or not name:
             raise ApiError(400, "bad_request", "every tool needs a name")
         try:
-            ctx = parse_mcp_context({"server": body.get("server"), "annotations": item.get("annotations") or {}},
+            ctx = parse_mcp_context({"server": body.server, "annotations": item.get("annotations") or {}},
                                     listing=True)
         except ValueError as exc:
             raise ApiError(400, "bad_request", str(exc)) from None
         probes.append((name, ctx))
     try:
-        out = await request.app[TOOLCALLS].probe(body.get("session"), probes, principal)
+        out = await request.app[TOOLCALLS].probe(body.session, probes, principal)
     except ToolCallRefused as exc:
         raise ApiError.of(exc.code, exc.detail) from None
     return web.json_response({"tools": [{"name": p.name, "decision": p.action, "hidden": p.hidden,

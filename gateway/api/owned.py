@@ -7,9 +7,10 @@ from gateway.api.errors import ApiError
 from gateway.api.state import SESSIONS
 from gateway.auth.tokens import Principal
 from gateway.sessions.spec import owns
+from gateway.store.records import Session
 
 
-async def owned_session(request: web.Request, principal: Principal, sid: object) -> dict:
+async def owned_session(request: web.Request, principal: Principal, sid: object) -> Session:
     if not isinstance(sid, str) or not sid:
         raise ApiError(400, "bad_request", "session is required")
     row = await request.app[SESSIONS].get(sid)
@@ -20,4 +21,4 @@ async def owned_session(request: web.Request, principal: Principal, sid: object)
 
 async def owned_session_ids(request: web.Request, principal: Principal) -> set[str]:
     """The ids of the sessions this principal may see."""
-    return {s["id"] for s in await request.app[SESSIONS].list() if owns(principal.role, principal.ident, s)}
+    return {s.id for s in await request.app[SESSIONS].list() if owns(principal.role, principal.ident, s)}

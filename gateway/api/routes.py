@@ -11,6 +11,7 @@ from gateway.api.errors import ApiError
 from gateway.api.owned import owned_session, owned_session_ids
 from gateway.api.state import AUDIT, DRAIN, ENGINE, METRICS, PROXY
 from gateway.api.timefmt import rfc3339
+from gateway.store.records import AuditEvent
 
 routes = web.RouteTableDef()
 
@@ -18,9 +19,9 @@ EVENT_FIELDS = ("id", "seq", "session", "step", "kind", "action", "reasons", "co
                 "host", "path", "http_status", "bytes_in", "bytes_out", "policy_rev", "detail")
 
 
-def event_view(row: dict) -> dict:
-    out = {k: row.get(k) for k in EVENT_FIELDS}
-    out["ts"] = rfc3339(row["ts"])
+def event_view(row: AuditEvent) -> dict:
+    out = {k: getattr(row, k) for k in EVENT_FIELDS}
+    out.update(ts=rfc3339(row.ts))
     return out
 
 
@@ -63,9 +64,9 @@ async def list_events(request: web.Request) -> web.Response:
         mine = await owned_session_ids(request, principal)
     deadline = asyncio.get_running_loop().time() + wait
     while True:
-        rows = await audit.read(session=session, kind=kind, limit=limit, after_seq=after)
+        rows = await audit.events(session=session, kind=kind, limit=limit, after_seq=after)
         if mine is not None:
-            rows = [r for r in rows if r.get("session") in mine]
+            rows = [r for r in rows if r.session in mine]
         if rows or asyncio.get_running_loop().time() >= deadline:
             return web.json_response([event_view(r) for r in rows])
         await asyncio.sleep(min(EVENTS_POLL_S, max(0.0, deadline - asyncio.get_running_loop().time())))

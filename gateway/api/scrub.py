@@ -14,10 +14,10 @@ from aiohttp import web
 from broker.backends import SecretUnavailable
 from broker.scrub import Scrubber, replacements_for, scrubber_for
 from gateway.api.auth import require
-from gateway.api.bodies import SCRUB, check_body
+from gateway.api.bodies import SCRUB, read_body
 from gateway.api.errors import ApiError
 from gateway.api.owned import owned_session
-from gateway.api.state import AUDIT, BROKER, read_json
+from gateway.api.state import AUDIT, BROKER, path_param, read_json
 
 routes = web.RouteTableDef()
 
@@ -36,9 +36,9 @@ def scrub_texts(scrubber: Scrubber, texts: list[str]) -> tuple[list[str], int]:
 @routes.post("/v1/sessions/{sid}/scrub")
 async def scrub(request: web.Request) -> web.Response:
     principal = require(request, "harness")
-    row = await owned_session(request, principal, request.match_info["sid"])
-    texts = check_body(await read_json(request), SCRUB)["texts"]
-    placeholders = dict(row.get("placeholders") or {})
+    row = await owned_session(request, principal, path_param(request, "sid"))
+    texts = read_body(await read_json(request), SCRUB).texts
+    placeholders = dict(row.placeholders or {})
     if not placeholders or not texts:
         return web.json_response({"texts": texts, "scrubbed": 0})
     try:
@@ -56,6 +56,6 @@ async def scrub(request: web.Request) -> web.Response:
     else:
         clean, changed = scrub_texts(scrubber, texts)
     if changed:
-        request.app[AUDIT].record("secret.scrub", session=row["id"], action="scrub",
+        request.app[AUDIT].record("secret.scrub", session=row.id, action="scrub",
                         detail={"texts": changed, "by": principal.ident})
     return web.json_response({"texts": clean, "scrubbed": changed})

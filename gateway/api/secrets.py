@@ -6,9 +6,9 @@ from aiohttp import web
 from broker.backends import parse_source
 from broker.broker import BrokerError
 from gateway.api.auth import require
-from gateway.api.bodies import PUT_SECRET, check_body
+from gateway.api.bodies import PUT_SECRET, read_body
 from gateway.api.errors import ApiError
-from gateway.api.state import AUDIT, BROKER, read_json
+from gateway.api.state import AUDIT, BROKER, path_param, read_json
 
 routes = web.RouteTableDef()
 
@@ -25,11 +25,10 @@ async def list_secrets(request: web.Request) -> web.Response:
 @routes.put("/v1/secrets/{name}")
 async def put_secret(request: web.Request) -> web.Response:
     principal = require(request, "admin")
-    name = request.match_info["name"]
-    body = check_body(await read_json(request), PUT_SECRET)
-    hosts = body["hosts"]
+    name = path_param(request, "name")
+    body = read_body(await read_json(request), PUT_SECRET)
     try:
-        spec = await request.app[BROKER].put_local(name, body["value"], hosts)
+        spec = await request.app[BROKER].put_local(name, body.value, body.hosts)
     except BrokerError as exc:
         raise ApiError.of(exc.code, exc.detail) from None
     request.app[AUDIT].record("secret.put", action="put", detail={"secret": name, "hosts": list(spec.hosts),
@@ -40,7 +39,7 @@ async def put_secret(request: web.Request) -> web.Response:
 @routes.delete("/v1/secrets/{name}")
 async def delete_secret(request: web.Request) -> web.Response:
     principal = require(request, "admin")
-    name = request.match_info["name"]
+    name = path_param(request, "name")
     try:
         await request.app[BROKER].remove_local(name)
     except BrokerError as exc:

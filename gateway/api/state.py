@@ -111,6 +111,11 @@ def install(app: web.Application, services: ApiServices) -> None:
     app[DRAIN] = services.drain or Drain()
 
 
+def path_param(request: web.Request, name: str) -> str:
+    """A parameter of the route's path (`{sid}`, `{aid}`, `{name}`): a string, never empty."""
+    return request.match_info[name]
+
+
 async def read_json(request: web.Request) -> Any:
     """The request's JSON body ({} when there is none); 400 `bad_json` when it is not strict JSON (jsonbody)."""
     if not request.can_read_body:

@@ -6,24 +6,25 @@ import re
 from aiohttp import web
 
 from gateway.api.auth import require
-from gateway.api.bodies import REVOKE, check_body
+from gateway.api.bodies import REVOKE, read_body
 from gateway.api.errors import ApiError
 from gateway.api.state import REVOCATIONS, read_json
 from gateway.api.timefmt import rfc3339
+from gateway.store.records import Revocation
 
 routes = web.RouteTableDef()
 
 _JTI = re.compile(r"[A-Za-z0-9_.:-]{1,128}\Z")
 
 
-def revocation_view(row: dict) -> dict:
-    return {"jti": row["jti"], "revoked_at": rfc3339(row["revoked_at"]), "revoked_by": row["revoked_by"]}
+def revocation_view(row: Revocation) -> dict:
+    return {"jti": row.jti, "revoked_at": rfc3339(row.revoked_at), "revoked_by": row.revoked_by}
 
 
 @routes.post("/v1/revocations")
 async def revoke(request: web.Request) -> web.Response:
     principal = require(request, "admin")
-    jti = check_body(await read_json(request), REVOKE)["jti"]
+    jti = read_body(await read_json(request), REVOKE).jti
     if not _JTI.match(jti):
         raise ApiError(400, "bad_request", "jti (a token id) is required")
     row = await request.app[REVOCATIONS].revoke(jti, principal.ident)

@@ -8,7 +8,7 @@ from __future__ import annotations
 from aiohttp import web
 
 from gateway.api.auth import require
-from gateway.api.bodies import TOOLCALL, check_body
+from gateway.api.bodies import TOOLCALL, read_body
 from gateway.api.errors import ApiError
 from gateway.api.state import TOOLCALLS, read_json
 from gateway.gates.toolcall import ToolCallRefused, ToolCallRequest
@@ -19,21 +19,21 @@ routes = web.RouteTableDef()
 @routes.post("/v1/toolcalls")
 async def post_toolcall(request: web.Request) -> web.Response:
     principal = require(request, "harness")
-    body = check_body(await read_json(request), TOOLCALL)
-    sid, tool, args, step = body["session"], body["tool"], body.get("args", {}), body.get("step")
+    body = read_body(await read_json(request), TOOLCALL)
+    args = body.doc.get("args", {})                 # absent: no arguments; null: refused
     if args is None:
         raise ApiError(400, "bad_request", "args must be an object")
     try:
-        mcp = parse_mcp_context(body["mcp"]) if body.get("mcp") is not None else None
+        mcp = parse_mcp_context(body.mcp) if body.mcp is not None else None
     except ValueError as exc:
         raise ApiError(400, "bad_request", str(exc)) from None
     try:
         outcome = await request.app[TOOLCALLS].decide(ToolCallRequest(
-            session=sid, tool=tool, args=args, step=step, mcp=mcp, principal=principal))
+            session=body.session, tool=body.tool, args=args, step=body.step, mcp=mcp, principal=principal))
     except ToolCallRefused as exc:
         raise ApiError.of(exc.code, exc.detail) from None
     out = {"id": outcome.id, "decision": outcome.action, "reasons": list(outcome.reasons),
            "codes": list(outcome.codes)}
     if outcome.approval_id is not None:
-        out["approval_id"] = outcome.approval_id
+        out.update(approval_id=outcome.approval_id)
     return web.json_response(out)

@@ -27,6 +27,7 @@ from gateway.config import ApprovalSettings
 from gateway.runtime.metrics import Metrics
 from gateway.store import Store
 from gateway.store.models import ApprovalRow, row_dict
+from gateway.store.records import Approval, Session
 
 log = logging.getLogger("sandgate.approvals")
 
@@ -56,7 +57,7 @@ class TooManyPending(Exception):
 class ApprovalRequest:
     """An action that needs a person's approval."""
 
-    session: Mapping[str, Any] | None      # the session as it is now (None once it ended): reuse needs it live
+    session: Session | Mapping[str, Any] | None      # the session as it is now (None once it ended): reuse needs it live
     session_id: str
     kind: str                              # "toolcall" | "egress"
     binding: str                           # approval_rules.binding_hash of the exact action
@@ -70,7 +71,7 @@ class ApprovalRequest:
 
 @dataclass(frozen=True)
 class ApprovalTicket:
-    row: dict
+    row: Approval
     reused: bool                           # True: an approved item was used (go ahead); False: `row` is pending
 
 
@@ -89,7 +90,7 @@ class ApprovalQueue:
         self._waiting: dict[str, int] = {}
         self._subscribers: set[asyncio.Queue] = set()
         self._index = BindingIndex()                 # bindings with a live item (approval_index.py)
-        self._access: dict[str, dict[str, dict]] = {}   # session -> {id: approved, unwithdrawn access item}
+        self._access: dict[str, dict[str, Approval]] = {}   # session -> {id: approved, unwithdrawn access item}
         self._loaded = False
         # (event, item) -> a statement written with each filing and decision (gateway/store/outbox.py: the
         # notification outbox, set when [notify] is on)
@@ -110,18 +111,18 @@ class ApprovalQueue:
                 self._note(row)
             self._loaded = True
 
-    def _note(self, row: dict) -> None:
+    def _note(self, row: Approval) -> None:
         """Take an item as it is now: the binding index, and the session's granted access items."""
         self._index.put(row)
-        if row.get("kind") != "access":
+        if row.kind != "access":
             return
-        items = self._access.get(row["session"])
-        if row.get("status") == "approved" and row.get("used_at") is None and "action" in row:
-            self._access.setdefault(row["session"], {})[row["id"]] = row
+        items = self._access.get(row.session)
+        if row.status == "approved" and row.used_at is None:
+            self._access.setdefault(row.session, {})[row.id] = row
         elif items is not None:
-            items.pop(row["id"], None)
+            items.pop(row.id, None)
             if not items:
-                self._access.pop(row["session"], None)
+                self._access.pop(row.session, None)
 
     async def grants_for(self, session: str, now: float) -> list[dict]:
         """The session's live grants (access/grant_in_force), from memory; expired ones are forgotten."""
@@ -150,13 +151,13 @@ class ApprovalQueue:
             return frozenset()
         return frozenset(g["host"] for g in live_grants(items.values(), now))
 
-    async def file_access(self, session: str, req: AccessRequest, requested_by: str) -> tuple[dict, bool]:
+    async def file_access(self, session: str, req: AccessRequest, requested_by: str) -> tuple[Approval, bool]:
         """File an access request (an approval of kind "access"). Returns (item, filed): filed is False when the
         session already has one pending for the host (that one is returned). TooManyPending beyond the cap."""
         await self._ensure_index()
         binding = binding_hash(session, "access", req.host, "")
         for row in await self._store.list_approvals(status="pending", binding=binding):
-            if row["expires_at"] > time.time():
+            if row.expires_at > time.time():
                 return row, False
         port = f":{req.port}" if req.port is not None else ""
         summary = f"access to {req.host}{port}{req.path_prefix} ({', '.join(req.methods)}) for {req.ttl_s:g} s"
@@ -168,12 +169,12 @@ class ApprovalQueue:
     async def withdraw(self, aid: str, by: str) -> bool:
         """End an approved access item's grant (at once on every replica). False when there is none live."""
         row = await self._store.get_approval(aid)
-        if row is None or row["kind"] != "access" or row["status"] != "approved" or row["used_at"] is not None:
+        if row is None or row.kind != "access" or row.status != "approved" or row.used_at is not None:
             return False
         if not await self._store.mark_used(aid):
             return False
-        self._note({**row, "used_at": time.time()})
-        self._audit.record("grant.withdrawn", session=row["session"], action="withdrawn",
+        self._note(row.replace(used_at=time.time()))
+        self._audit.record("grant.withdrawn", session=row.session, action="withdrawn",
                            detail={"approval_id": aid, "by": by})
         self._changed_here(aid, "withdrawn")
         return True
@@ -229,7 +230,7 @@ class ApprovalQueue:
         self._subscribers.discard(q)
 
     # -- reading ---------------------------------------------------------------------------------
-    async def get(self, aid: str) -> dict | None:
+    async def get(self, aid: str) -> Approval | None:
         row = await self._store.get_approval(aid)
         if row is not None and overdue(row, time.time()):
             await self._finish(row, "expired", None, EXPIRED_REASON)
@@ -237,7 +238,7 @@ class ApprovalQueue:
         return row
 
     async def list(self, *, status: str | None = None, session: str | None = None, kind: str | None = None,
-                   limit: int = 1000) -> list[dict]:
+                   limit: int = 1000) -> list[Approval]:
         """Items oldest first; pending items past their TTL are expired first (never listed as pending)."""
         rows = await self._store.list_approvals(status=status, session=session, kind=kind, limit=limit)
         now = time.time()
@@ -248,23 +249,23 @@ class ApprovalQueue:
             rows = await self._store.list_approvals(status=status, session=session, kind=kind, limit=limit)
         return rows
 
-    async def wait(self, aid: str, timeout_s: float) -> dict | None:
+    async def wait(self, aid: str, timeout_s: float) -> Approval | None:
         """Return the item as soon as it leaves `pending` (or when the wait runs out)."""
         row = await self.get(aid)
-        if row is None or row["status"] != "pending":
+        if row is None or row.status != "pending":
             return row
         ev = self._event(aid)
         self._waiting[aid] = self._waiting.get(aid, 0) + 1
         try:
             deadline = time.monotonic() + timeout_s
             while True:
-                remaining = min(deadline, time.monotonic() + max(0.0, row["expires_at"] - time.time()) + 0.05)
+                remaining = min(deadline, time.monotonic() + max(0.0, row.expires_at - time.time()) + 0.05)
                 remaining -= time.monotonic()
                 if remaining <= 0:
                     break
                 ev.clear()
                 row = await self.get(aid)
-                if row is None or row["status"] != "pending":
+                if row is None or row.status != "pending":
                     return row
                 try:
                     await asyncio.wait_for(ev.wait(), remaining)
@@ -289,7 +290,7 @@ class ApprovalQueue:
                                 ttl_s=req.ttl_s)
         return ApprovalTicket(filed, reused=False)
 
-    async def find_unused(self, binding: str, session: Mapping[str, Any] | None) -> dict | None:
+    async def find_unused(self, binding: str, session: Session | Mapping[str, Any] | None) -> Approval | None:
         """An approved, unused item for this exact action that may still be reused (see `reusable`)."""
         if self._loaded and not self._index.has(binding, "approved"):
             return None                          # nothing approved and unused for it: no store read
@@ -297,18 +298,18 @@ class ApprovalQueue:
         now = time.time()
         return next((r for r in rows if reusable(r, session, now, self.settings.reuse_window_s)), None)
 
-    async def consume(self, row: dict, by: str) -> bool:
+    async def consume(self, row: Approval, by: str) -> bool:
         """Mark an approved item used (once). False when someone else used it first."""
-        if not await self._store.mark_used(row["id"]):
+        if not await self._store.mark_used(row.id):
             return False
-        self._note({**row, "used_at": time.time()})
-        self._audit.record("approval.used", session=row["session"], action="used",
-                           detail={"approval_id": row["id"], "by": by})
-        self._changed_here(row["id"], "used")
+        self._note(row.replace(used_at=time.time()))
+        self._audit.record("approval.used", session=row.session, action="used",
+                           detail={"approval_id": row.id, "by": by})
+        self._changed_here(row.id, "used")
         return True
 
     async def file(self, *, session: str, kind: str, binding: str, summary: str, action: dict,
-                   reasons: list[str], requested_by: str, ttl_s: float | None = None) -> dict:
+                   reasons: list[str], requested_by: str, ttl_s: float | None = None) -> Approval:
         """File a pending item, or return the pending one already filed for the same binding. TooManyPending when
         the session already has `max_pending` pending (counted across replicas)."""
         pending = []
@@ -316,7 +317,7 @@ class ApprovalQueue:
             pending = await self._store.list_approvals(status="pending", binding=binding)
         now = time.time()
         for row in pending:
-            if row["expires_at"] > now:
+            if row.expires_at > now:
                 return row
         if not self.max_pending:
             return await self._put_pending(session, kind, binding, summary, action, reasons, requested_by, ttl_s, now)
@@ -334,7 +335,7 @@ class ApprovalQueue:
                 self._filing.pop(session, None)
 
     async def _put_pending(self, session: str, kind: str, binding: str, summary: str, action: dict,
-                           reasons: list[str], requested_by: str, ttl_s: float | None, now: float) -> dict:
+                           reasons: list[str], requested_by: str, ttl_s: float | None, now: float) -> Approval:
         row = ApprovalRow(id=new_approval_id(), session=session, kind=kind, status="pending", binding=binding,
                           summary=summary[:300], action=action, reasons=list(reasons), created_at=now,
                           expires_at=now + float(ttl_s or self.settings.ttl_s), quorum=self.settings.quorum,
@@ -342,12 +343,13 @@ class ApprovalQueue:
         stored = await self._store.put_approval(row, also=self._notes("approval.filed", row_dict(row)))
         self._note(stored)
         self._audit.record("approval.filed", session=session, action="ask", reasons=list(reasons),
-                           detail={"approval_id": stored["id"], "kind": kind, "summary": stored["summary"]})
-        self._changed_here(stored["id"], "filed")
+                           detail={"approval_id": stored.id, "kind": kind, "summary": stored.summary})
+        self._changed_here(stored.id, "filed")
         return stored
 
     # -- deciding --------------------------------------------------------------------------------
-    async def decide(self, aid: str, by: str, verdict: str, reason: str | None, grant: dict | None = None) -> dict:
+    async def decide(self, aid: str, by: str, verdict: str, reason: str | None,
+                     grant: dict | None = None) -> Approval | None:
         """A vote. `grant` (an approve of an access item only) narrows what approving grants."""
         if verdict not in ("approve", "deny"):
             raise ApprovalError("bad_request", "verdict must be approve or deny")
@@ -357,19 +359,19 @@ class ApprovalQueue:
             row = await self.get(aid)
             if row is None:
                 raise ApprovalError("not_found", "no such approval")
-            if row["status"] != "pending":
-                raise ApprovalError("already_decided", f"the approval is already {row['status']}")
-            if row["requested_by"] == by:
+            if row.status != "pending":
+                raise ApprovalError("already_decided", f"the approval is already {row.status}")
+            if row.requested_by == by:
                 raise ApprovalError("forbidden", "nobody decides an approval they filed")
-            votes = list(row["votes"])
-            if any(v["by"] == by for v in votes):
+            votes = list(row.votes)
+            if any(v.by == by for v in row.ballots):
                 raise ApprovalError("already_voted", "you already voted on this approval")
             vote = {"by": by, "verdict": verdict, "at": time.time(), "reason": reason or ""}
             if grant is not None:
-                if row["kind"] != "access" or verdict != "approve":
+                if row.kind != "access" or verdict != "approve":
                     raise ApprovalError("bad_request", "only an approve of an access request takes a grant")
                 try:
-                    narrow(row["action"]["grant"], grant, self.settings.max_grant_ttl_s)
+                    narrow(row.action["grant"], grant, self.settings.max_grant_ttl_s)
                 except BadAccess as exc:
                     raise ApprovalError("bad_request", str(exc)) from None
                 vote["grant"] = grant
@@ -378,20 +380,20 @@ class ApprovalQueue:
             if verdict == "deny":
                 values = {"status": "denied", "votes": votes, "decided_by": by, "reason": reason,
                           "decided_at": now}
-            elif tally(votes, int(row["quorum"])):
+            elif tally(votes, int(row.quorum)):
                 values = {"status": "approved", "votes": votes, "decided_by": by, "reason": reason,
                           "decided_at": now}
             else:
                 values = {"votes": votes}
             done = values.get("status")
-            if await self._store.cas_approval(aid, "pending", values, expect_version=row["version"],
-                                              also=self._notes(f"approval.{done}", {**row, **values}) if done else ()):
+            notes = self._notes(f"approval.{done}", row.to_json() | values) if done else ()
+            if await self._store.cas_approval(aid, "pending", values, expect_version=row.version, also=notes):
                 status = values.get("status", "pending")
                 self._audit.record(f"approval.{status if status != 'pending' else 'vote'}",
-                                   session=row["session"], action=verdict,
+                                   session=row.session, action=verdict,
                                    reasons=[reason] if reason else [],
                                    detail={"approval_id": aid, "by": by, "votes": len(votes),
-                                           "quorum": row["quorum"]})
+                                           "quorum": row.quorum})
                 self._changed_here(aid, "decided" if status != "pending" else "voted")
                 stored = await self._store.get_approval(aid)
                 if stored is not None:
@@ -399,20 +401,20 @@ class ApprovalQueue:
                 return stored
         raise ApprovalError("conflict", "the approval changed while deciding; try again")
 
-    async def _finish(self, row: dict, status: str, by: str | None, reason: str) -> bool:
+    async def _finish(self, row: Approval, status: str, by: str | None, reason: str) -> bool:
         values = {"status": status, "decided_by": by, "reason": reason, "decided_at": time.time()}
-        ok = await self._store.cas_approval(row["id"], "pending", values,
-                                            also=self._notes(f"approval.{status}", {**row, **values}))
+        ok = await self._store.cas_approval(row.id, "pending", values,
+                                            also=self._notes(f"approval.{status}", row.to_json() | values))
         if ok:
-            self._note({**row, "status": status})
-            self._audit.record(f"approval.{status}", session=row["session"], action=status, reasons=[reason],
-                               detail={"approval_id": row["id"], "by": by})
-            self._changed_here(row["id"], "decided")
+            self._note(row.replace(status=status))
+            self._audit.record(f"approval.{status}", session=row.session, action=status, reasons=[reason],
+                               detail={"approval_id": row.id, "by": by})
+            self._changed_here(row.id, "decided")
         return ok
 
     async def cancel(self, aid: str, by: str, reason: str) -> None:
         row = await self._store.get_approval(aid)
-        if row is not None and row["status"] == "pending":
+        if row is not None and row.status == "pending":
             await self._finish(row, "cancelled", by, reason)
 
     async def cancel_session(self, session: str, by: str) -> None:
@@ -430,6 +432,6 @@ class ApprovalQueue:
                 await self._finish(row, "expired", None, EXPIRED_REASON)
         for aid in list(self._waiting):
             row = await self._store.get_approval(aid)
-            if row is not None and row["status"] != "pending":
+            if row is not None and row.status != "pending":
                 self.changed(aid, "decided")
         self._metrics.approvals_pending.set(len(await self._store.list_approvals(status="pending")))

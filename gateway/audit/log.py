@@ -13,6 +13,7 @@ from typing import Any
 from gateway.audit.rows import storable
 from gateway.runtime.batches import BatchWriter
 from gateway.store import Store
+from gateway.store.records import AuditEvent
 
 log = logging.getLogger("sandgate.audit")
 
@@ -108,15 +109,21 @@ class AuditLog(BatchWriter[list[dict]]):
         """The last `limit` rows of this kind and session written, then those still queued (oldest first)."""
         queued = self.queued(kind, session)      # first: a flush during the read below moves rows to the store
         stored = await self._store.list_events(session=session, kind=kind, limit=limit, newest=True)
-        return stored + queued
+        return [e.to_json() for e in stored] + queued
 
-    async def read(self, *, session: str | None = None, kind: str | None = None, limit: int = 10000,
-                   newest: bool = False, after_seq: int | None = None) -> list[dict]:
+    async def events(self, *, session: str | None = None, kind: str | None = None, limit: int = 10000,
+                     newest: bool = False, after_seq: int | None = None) -> list[AuditEvent]:
         """The events of a session (or all), in order, with what is pending written first (the reader sees
         every decision taken so far). `newest` keeps the last `limit`; `after_seq` those past a sequence."""
         await self.flush()
         return await self._store.list_events(session=session, kind=kind, limit=limit, newest=newest,
                                              after_seq=after_seq)
+
+    async def read(self, *, session: str | None = None, kind: str | None = None, limit: int = 10000,
+                   newest: bool = False, after_seq: int | None = None) -> list[dict]:
+        """`events`, each as a JSON object."""
+        return [e.to_json() for e in await self.events(session=session, kind=kind, limit=limit, newest=newest,
+                                                        after_seq=after_seq)]
 
     async def close(self) -> bool:
         if not await super().close():

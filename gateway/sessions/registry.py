@@ -27,6 +27,7 @@ from gateway.sessions.memory import SessionMemory
 from gateway.sessions.spec import STAT_KEYS, SessionSpec, lifetime_ceiling, new_session_id, session_status, sum_stats
 from gateway.store import Store
 from gateway.store.models import SessionRow
+from gateway.store.records import Record, Session
 from gateway.toolcalls.history import HISTORY_SIZE, MAX_SESSION_PATHS
 
 
@@ -36,7 +37,7 @@ class SessionCache:
     process counted since: `inflight` (being added to the store) and `pending` (not yet)."""
 
     def __init__(self) -> None:
-        self._rows: dict[str, dict] = {}
+        self._rows: dict[str, Session] = {}
         self.steps: dict[str, int] = {}
         self._base: dict[str, dict] = {}
         self._inflight: dict[str, dict] = {}
@@ -52,8 +53,11 @@ class SessionCache:
     def stats_of(self, sid: str) -> dict:
         return sum_stats(self._base.get(sid), self._inflight.get(sid), self._pending.get(sid))
 
-    def with_stats(self, row: Mapping[str, Any]) -> dict:
-        return {**row, "stats": self.stats_of(row["id"])}
+    def with_stats(self, row: Session | Mapping[str, Any]) -> dict:
+        """The session as a JSON object (the policy input's `session`) with its counters."""
+        out = row.to_json() if isinstance(row, Record) else dict(row)
+        out["stats"] = self.stats_of(out["id"])
+        return out
 
     def take_counts(self) -> dict[str, dict]:
         """Hand what was counted since the last sync to the store (kept visible as `inflight` until `settle`)."""
@@ -70,13 +74,13 @@ class SessionCache:
                 self._pending[sid] = sum_stats(st, self._pending.get(sid))
         self._inflight = {}
 
-    def put(self, row: Mapping[str, Any]) -> None:
-        self._rows[row["id"]] = dict(row)
+    def put(self, row: Session) -> None:
+        self._rows[row.id] = row
 
-    def get(self, sid: str) -> dict | None:
+    def get(self, sid: str) -> Session | None:
         return self._rows.get(sid)
 
-    def live(self, sid: str, now: float | None = None) -> dict | None:
+    def live(self, sid: str, now: float | None = None) -> Session | None:
         row = self._rows.get(sid)
         if row is None or session_status(row, time.time() if now is None else now) != "active":
             return None
@@ -86,7 +90,7 @@ class SessionCache:
         now = time.time() if now is None else now
         return sum(1 for r in self._rows.values() if session_status(r, now) == "active")
 
-    def all(self) -> list[dict]:
+    def all(self) -> list[Session]:
         return list(self._rows.values())
 
 
@@ -144,27 +148,27 @@ class SessionRegistry:
             lambda sid: audit.queued("toolcall", sid), authoritative=store.sole_writer, events=HISTORY_SIZE)
 
     # -- the one write sequence --------------------------------------------------------------------
-    def _remember(self, row: Mapping[str, Any]) -> None:
+    def _remember(self, row: Session) -> None:
         """Cache a row as stored, and keep the placeholder registry in step with it."""
         self._cache.put(row)
-        placeholders = row.get("placeholders") or {}
-        if row.get("deleted_at"):
+        placeholders = row.placeholders or {}
+        if row.deleted_at:
             for watcher in self._end_watchers:
-                watcher(row["id"])
-            self._memory.forget(row["id"])
+                watcher(row.id)
+            self._memory.forget(row.id)
             self._placeholders.remove(placeholders)
-            self._sources.unbind(row["id"])
+            self._sources.unbind(row.id)
         else:
-            self._placeholders.add(row["id"], placeholders)
+            self._placeholders.add(row.id, placeholders)
 
     def watch_ends(self, watcher: Callable[[str], None]) -> None:
         """Call `watcher(session_id)` the moment a session is deleted (here or, by its change, on another replica)."""
         self._end_watchers.append(watcher)
 
-    def apply(self, row: Mapping[str, Any]) -> None:
+    def apply(self, row: Session) -> None:
         """Take a row changed elsewhere (another replica) unless the cache already has it, or a newer one."""
-        known = self._cache.get(row["id"])
-        if known is not None and (known == row or known.get("updated_at", 0) >= row.get("updated_at", 0)):
+        known = self._cache.get(row.id)
+        if known is not None and (known == row or (known.updated_at or 0) >= (row.updated_at or 0)):
             return
         self._remember(row)
 
@@ -191,7 +195,7 @@ class SessionRegistry:
         await self.refresh()
 
     # -- reading -----------------------------------------------------------------------------------
-    async def live(self, sid: str | None) -> dict | None:
+    async def live(self, sid: str | None) -> Session | None:
         """The session if it is live. A session this process has not seen (created by another replica) is
         read from the store once; `refresh` brings changes made elsewhere within seconds."""
         if not sid:
@@ -203,7 +207,7 @@ class SessionRegistry:
             self._remember(row)
         return self._cache.live(sid)
 
-    async def known(self, sid: str) -> dict | None:
+    async def known(self, sid: str) -> Session | None:
         """The cached row, live or not (read from the store, and cached, the first time)."""
         row = self._cache.get(sid)
         if row is None:
@@ -212,15 +216,15 @@ class SessionRegistry:
                 self._remember(row)
         return row
 
-    def live_now(self, sid: str) -> dict | None:
+    def live_now(self, sid: str) -> Session | None:
         """The cached session if it is live (no store read: for checks on every packet)."""
         return self._cache.live(sid)
 
-    async def get(self, sid: str) -> dict | None:
+    async def get(self, sid: str) -> Session | None:
         """The stored row, live or not."""
         return await self._store.get_session(sid)
 
-    async def list(self) -> list[dict]:
+    async def list(self) -> list[Session]:
         return await self._store.list_sessions()
 
     def count_live(self) -> int:
@@ -228,7 +232,7 @@ class SessionRegistry:
 
     def live_ids(self) -> set[str]:
         now = time.time()
-        return {row["id"] for row in self._cache.all() if session_status(row, now) == "active"}
+        return {row.id for row in self._cache.all() if session_status(row, now) == "active"}
 
     async def paths(self, sid: str) -> list[dict]:
         """The links and scripts the session's earlier tool calls left (tool-call history)."""
@@ -267,7 +271,7 @@ class SessionRegistry:
         self._sources.bind(sid, addr, principal)
         self._audit.record("session.updated", session=sid, action="bind", detail={"source": addr})
 
-    def by_source(self, addr: str) -> tuple[dict, Principal] | None:
+    def by_source(self, addr: str) -> tuple[Session, Principal] | None:
         """The live session a connection from `addr` belongs to, with its token's principal (no store read)."""
         sid = self.source_holder(addr)
         hit = self._sources.lookup(addr) if sid is not None else None
@@ -291,11 +295,11 @@ class SessionRegistry:
         """How long a session of `workload` may live from its creation (spec.lifetime_ceiling)."""
         return lifetime_ceiling(workload, *self.lifetimes)
 
-    def budgets_of(self, row: Mapping[str, Any]) -> dict[str, int]:
+    def budgets_of(self, row: Session | Mapping[str, Any]) -> dict[str, int]:
         """The session's budgets: its own where set, else its workload's (0 = none)."""
         return budget_rules.effective(self._budgets.get(row.get("workload", "")), row.get("budgets"))
 
-    def with_stats(self, row: Mapping[str, Any], counted: str | None = None) -> dict:
+    def with_stats(self, row: Session | Mapping[str, Any], counted: str | None = None) -> dict:
         """The row with its counters (`stats`), its budgets (`budgets`, replacing the row's own) and the counted
         budgets it has spent (`budgets_spent`). `counted`: a counter that already includes the action being
         decided."""
@@ -315,16 +319,16 @@ class SessionRegistry:
             limit = self.budgets_of(row)["denials_per_10m"]
             if not limit:
                 continue
-            watched.add(row["id"])
-            total = self._cache.stats_of(row["id"])["denied"]
-            n = self._denials.observe(row["id"], now, total, float(row["created_at"]))
-            if budget_rules.burst(limit, n) and not row.get("frozen"):
-                await self.patch(row["id"], {"frozen": True}, "sandgate")
-                self._denials.restart(row["id"], now, total)      # a lifted freeze counts new denials only
-                self._audit.record("session.alert", session=row["id"], action="freeze", codes=["budget.denials"],
+            watched.add(row.id)
+            total = self._cache.stats_of(row.id)["denied"]
+            n = self._denials.observe(row.id, now, total, float(row.created_at))
+            if budget_rules.burst(limit, n) and not row.frozen:
+                await self.patch(row.id, {"frozen": True}, "sandgate")
+                self._denials.restart(row.id, now, total)      # a lifted freeze counts new denials only
+                self._audit.record("session.alert", session=row.id, action="freeze", codes=["budget.denials"],
                                    reasons=[f"{n} denials within 10 minutes (more than denials_per_10m = {limit}): "
                                             "the session is frozen"], detail={"denials": n, "limit": limit})
-                frozen.append(row["id"])
+                frozen.append(row.id)
         self._denials.retain(watched)
         return frozen
 
@@ -343,7 +347,7 @@ class SessionRegistry:
 
     # -- changes -----------------------------------------------------------------------------------
     async def create(self, spec: SessionSpec, placeholders: Mapping[str, str], by: str,
-                     now: float | None = None, db_login: Mapping[str, Any] | None = None) -> dict:
+                     now: float | None = None, db_login: Mapping[str, Any] | None = None) -> Session:
         now = time.time() if now is None else now
         row = SessionRow(id=new_session_id(), workload=spec.workload, labels=spec.labels, allow=spec.allow,
                          budgets=dict(spec.budgets),
@@ -352,13 +356,13 @@ class SessionRegistry:
                          created_by=by, updated_at=now, databases=list(spec.databases), db_login=dict(db_login or {}))
         stored = await self._store.put_session(row)
         self._remember(stored)
-        self._feed.publish(Change("session", stored["id"], "created"))
-        self._audit.record("session.created", session=stored["id"], action="create",
+        self._feed.publish(Change("session", stored.id, "created"))
+        self._audit.record("session.created", session=stored.id, action="create",
                            detail={"workload": spec.workload, "by": by, "allow": spec.allow,
                                    "secrets": spec.secrets, "labels": spec.labels, "databases": spec.databases})
         return stored
 
-    async def patch(self, sid: str, values: Mapping[str, Any], by: str) -> dict:
+    async def patch(self, sid: str, values: Mapping[str, Any], by: str) -> Session:
         updated = await self._store.update_session(sid, **values)
         if updated is None:
             raise KeyError(sid)
@@ -367,14 +371,14 @@ class SessionRegistry:
         self._audit.record("session.updated", session=sid, action="patch", detail={**values, "by": by})
         return updated
 
-    async def delete(self, row: Mapping[str, Any], by: str) -> None:
+    async def delete(self, row: Session, by: str) -> None:
         """End a session now: its token, placeholders and pending approvals die at once. Idempotent."""
-        if row.get("deleted_at"):
+        if row.deleted_at:
             return
-        updated = await self._store.update_session(row["id"], deleted_at=time.time())
+        updated = await self._store.update_session(row.id, deleted_at=time.time())
         if updated is not None:
             self._remember(updated)
-        self._feed.publish(Change("session", row["id"], "deleted"))
-        self._sources.unbind(row["id"])
-        await self._approvals.cancel_session(row["id"], by=by)
-        self._audit.record("session.deleted", session=row["id"], action="delete", detail={"by": by})
+        self._feed.publish(Change("session", row.id, "deleted"))
+        self._sources.unbind(row.id)
+        await self._approvals.cancel_session(row.id, by=by)
+        self._audit.record("session.deleted", session=row.id, action="delete", detail={"by": by})

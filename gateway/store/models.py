@@ -54,7 +54,7 @@ class ApprovalRow(SQLModel, table=True):
     version: int = 0
 
 
-class EventRow(SQLModel, table=True):
+class AuditEventRow(SQLModel, table=True):
     __tablename__ = "events"
     __table_args__ = (Index("ix_events_session_seq", "session", "seq"),)
     id: Optional[int] = Field(default=None, primary_key=True)

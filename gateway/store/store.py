@@ -24,12 +24,15 @@ from gateway.store.groupcommit import GroupCommit
 from gateway.store.presence import Presence
 from gateway.store.writer import PriorityWriter
 
-from gateway.store.models import (ApprovalRow, EventRow, RevocationRow, SessionPathRow, SessionRow, SessionStatsRow,
-                                  row_dict)
+from gateway.store import records
+from gateway.store.models import (ApprovalRow, AuditEventRow, RevocationRow, SessionPathRow, SessionRow,
+                                  SessionStatsRow, row_dict)
+from gateway.store.records import Approval, AuditEvent, Revocation
 
 T = TypeVar("T")
 
-_SESSIONS, _APPROVALS, _EVENTS, _PATHS = (m.__table__ for m in (SessionRow, ApprovalRow, EventRow, SessionPathRow))
+_SESSIONS, _APPROVALS, _EVENTS, _PATHS = (m.__table__ for m in (SessionRow, ApprovalRow, AuditEventRow,
+                                                                  SessionPathRow))
 _PATH_COLS = ("session", "path", "kind", "target", "content", "ts")
 # A session's counters: the session_stats table's columns (gateway/sessions/spec.py names the same, STAT_KEYS).
 STAT_KEYS = tuple(c.name for c in SessionStatsRow.__table__.columns if c.name != "session")
@@ -163,38 +166,39 @@ class Store:
         self.engine.dispose()
 
     # -- sessions -------------------------------------------------------------------------------
-    def _put_session(self, row: SessionRow) -> dict:
+    def _put_session(self, row: SessionRow) -> records.Session:
         with Session(self.engine) as db:
             db.add(row)
             db.commit()
             db.refresh(row)
-            return row_dict(row)
+            return records.Session.from_row(row_dict(row))
 
-    async def put_session(self, row: SessionRow) -> dict:
+    async def put_session(self, row: SessionRow) -> records.Session:
         return await self.run(self._put_session, row)
 
-    def _get_session(self, sid: str) -> Optional[dict]:
-        return self._core_one(select(_SESSIONS).where(_SESSIONS.c.id == sid))
+    def _get_session(self, sid: str) -> Optional[records.Session]:
+        row = self._core_one(select(_SESSIONS).where(_SESSIONS.c.id == sid))
+        return None if row is None else records.Session.from_row(row)
 
-    async def get_session(self, sid: str) -> Optional[dict]:
+    async def get_session(self, sid: str) -> Optional[records.Session]:
         return await self.run(self._get_session, sid)
 
-    def _list_sessions(self) -> list[dict]:
+    def _list_sessions(self) -> list[records.Session]:
         with Session(self.engine) as db:
             rows = db.execute(select(SessionRow).order_by(SessionRow.created_at)).scalars().all()
-            return [row_dict(r) for r in rows]
+            return [records.Session.from_row(row_dict(r)) for r in rows]
 
-    async def list_sessions(self) -> list[dict]:
+    async def list_sessions(self) -> list[records.Session]:
         return await self.run(self._list_sessions)
 
-    def _update_session(self, sid: str, values: dict) -> Optional[dict]:
+    def _update_session(self, sid: str, values: dict) -> Optional[records.Session]:
         with Session(self.engine) as db:
             db.execute(update(SessionRow).where(SessionRow.id == sid).values(**values))
             db.commit()
             row = db.get(SessionRow, sid)
-            return row_dict(row) if row else None
+            return records.Session.from_row(row_dict(row)) if row else None
 
-    async def update_session(self, sid: str, **values: Any) -> Optional[dict]:
+    async def update_session(self, sid: str, **values: Any) -> Optional[records.Session]:
         return await self.run(self._update_session, sid, {**values, "updated_at": time.time()})
 
     # -- session counters summed over replicas ------------------------------------------------------
@@ -226,32 +230,32 @@ class Store:
         return await self.run(self._sync_stats, deltas, read)
 
     # -- approvals ------------------------------------------------------------------------------
-    def _put_approval(self, row: ApprovalRow, also: Sequence[Any]) -> dict:
+    def _put_approval(self, row: ApprovalRow, also: Sequence[Any]) -> Approval:
         with Session(self.engine) as db:
             db.add(row)
             for statement in also:
                 db.execute(statement)
             db.commit()
             db.refresh(row)
-            return row_dict(row)
+            return Approval.from_row(row_dict(row))
 
-    async def put_approval(self, row: ApprovalRow, also: Sequence[Any] = ()) -> dict:
+    async def put_approval(self, row: ApprovalRow, also: Sequence[Any] = ()) -> Approval:
         """Insert an approval; `also` (statements, e.g. its notification's outbox row) in the same transaction."""
         return await self.run(self._put_approval, row, also)
 
-    def _get_approval(self, aid: str) -> Optional[dict]:
+    def _get_approval(self, aid: str) -> Optional[Approval]:
         with Session(self.engine) as db:
             row = db.get(ApprovalRow, aid)
-            return row_dict(row) if row else None
+            return Approval.from_row(row_dict(row)) if row else None
 
-    async def get_approval(self, aid: str) -> Optional[dict]:
+    async def get_approval(self, aid: str) -> Optional[Approval]:
         return await self.run(self._get_approval, aid)
 
     _APPROVAL_COLS = tuple(c.name for c in _APPROVALS.columns)
     _APPROVAL_JSON = frozenset(c.name for c in _APPROVALS.columns if isinstance(c.type, JSON))
 
     def _list_approvals(self, status: Optional[str], session: Optional[str], kind: Optional[str],
-                        binding: Optional[str], limit: int) -> list[dict]:
+                        binding: Optional[str], limit: int) -> list[Approval]:
         """Driver-level (every "ask" looks its binding up): through SQLAlchemy Core this cost 0.2-0.4 ms of
         CPU per lookup, most of it building and caching the statement."""
         mark = placeholder(self.engine.dialect.paramstyle)
@@ -270,12 +274,12 @@ class Store:
             for col in self._APPROVAL_JSON:          # SQLite gives the JSON text; psycopg decodes json itself
                 if isinstance(row[col], str):
                     row[col] = json.loads(row[col])
-            rows.append(row)
+            rows.append(Approval.from_row(row))
         return rows
 
     async def list_approvals(self, status: Optional[str] = None, session: Optional[str] = None,
                              kind: Optional[str] = None, binding: Optional[str] = None,
-                             limit: int = 1000) -> list[dict]:
+                             limit: int = 1000) -> list[Approval]:
         return await self.read(self._list_approvals, status, session, kind, binding, limit)
 
     def _count_pending(self, session: str) -> int:
@@ -321,11 +325,11 @@ class Store:
         return await self.run(self._mark_used, aid, time.time() if now is None else now)
 
     # -- token revocations ----------------------------------------------------------------------
-    def _revoke(self, jti: str, by: str, now: float) -> dict:
+    def _revoke(self, jti: str, by: str, now: float) -> Revocation:
         with Session(self.engine) as db:
             existing = db.execute(select(RevocationRow).where(RevocationRow.jti == jti)).scalars().first()
             if existing is not None:
-                return row_dict(existing)
+                return Revocation.from_row(row_dict(existing))
             row = RevocationRow(jti=jti, revoked_at=now, revoked_by=by)
             db.add(row)
             try:
@@ -335,20 +339,20 @@ class Store:
                 existing = db.execute(select(RevocationRow).where(RevocationRow.jti == jti)).scalars().first()
                 if existing is None:
                     raise
-                return row_dict(existing)
+                return Revocation.from_row(row_dict(existing))
             db.refresh(row)
-            return row_dict(row)
+            return Revocation.from_row(row_dict(row))
 
-    async def revoke(self, jti: str, by: str, now: Optional[float] = None) -> dict:
+    async def revoke(self, jti: str, by: str, now: Optional[float] = None) -> Revocation:
         """Record a revoked token id (idempotent: revoking twice returns the first record)."""
         return await self.run(self._revoke, jti, by, time.time() if now is None else now)
 
-    def _list_revocations(self, after_id: int) -> list[dict]:
+    def _list_revocations(self, after_id: int) -> list[Revocation]:
         q = select(RevocationRow).where(RevocationRow.id > after_id).order_by(RevocationRow.id)
         with Session(self.engine) as db:
-            return [row_dict(r) for r in db.execute(q).scalars().all()]
+            return [Revocation.from_row(row_dict(r)) for r in db.execute(q).scalars().all()]
 
-    async def list_revocations(self, after_id: int = 0) -> list[dict]:
+    async def list_revocations(self, after_id: int = 0) -> list[Revocation]:
         return await self.run(self._list_revocations, after_id)
 
     # -- audit ----------------------------------------------------------------------------------
@@ -411,7 +415,7 @@ class Store:
     _EVENT_READ_COLS = ("id",) + _EVENT_COLS
 
     def _list_events(self, session: Optional[str], kind: Optional[str], limit: int,
-                     newest: bool, after_seq: Optional[int] = None) -> list[dict]:
+                     newest: bool, after_seq: Optional[int] = None) -> list[AuditEvent]:
         """Driver-level SELECT (this runs for every tool call: the session's recent history)."""
         mark = placeholder(self.engine.dialect.paramstyle)
         where, params = [], []
@@ -437,11 +441,11 @@ class Store:
             for col in self._JSON_COLS:
                 if isinstance(row[col], str):
                     row[col] = json.loads(row[col])
-            rows.append(row)
+            rows.append(AuditEvent.from_row(row))
         return list(reversed(rows)) if newest else rows
 
     async def list_events(self, session: Optional[str] = None, kind: Optional[str] = None,
-                          limit: int = 10000, newest: bool = False, after_seq: Optional[int] = None) -> list[dict]:
+                          limit: int = 10000, newest: bool = False, after_seq: Optional[int] = None) -> list[AuditEvent]:
         """Events in order; `after_seq` (with `session`) keeps only those past that sequence number."""
         return await self.run(self._list_events, session, kind, limit, newest, after_seq)
 

@@ -15,15 +15,17 @@ import jinja2
 from aiohttp import web
 
 from gateway.api.errors import STATUS_OF
-from gateway.api.state import APPROVALS, AUDIT, REVOCATIONS, SESSIONS, SIGNER, TOKENS, PageSettings
+from gateway.api.state import APPROVALS, AUDIT, REVOCATIONS, SESSIONS, SIGNER, TOKENS, PageSettings, path_param
 from gateway.approvals.rules import FINAL_STATES, KINDS
 from gateway.approvals.queue import ApprovalError
 from gateway.sessions.spec import session_status
+from gateway.store.records import Approval
 from gateway.web import views
 from gateway.web.csrf import safe_next
 from gateway.web.login import LoginError, PageSessions, PageUser, clear_cookie, set_cookie
 from gateway.web.oidc import OidcVerifier
-from gateway.web.respond import HOLD_S, REUSE_S, JINJA, PAGE, PageState, error_page, harden, page, redirect, render, web_quote
+from gateway.web.respond import (FORM, HOLD_S, REUSE_S, JINJA, PAGE, PageState, error_page, harden, page, redirect,
+                                 render, web_quote)
 from gateway.web.sse import close_streams, events
 
 HERE = Path(__file__).resolve().parent
@@ -72,8 +74,8 @@ async def logout(request: web.Request, user: PageUser) -> web.StreamResponse:
 # -- queue -----------------------------------------------------------------------------------------
 async def pending(request: web.Request) -> list[dict]:
     rows = await request.app[APPROVALS].list(status="pending")
-    sessions = request.app[SESSIONS]
-    labels = {r["session"]: (sessions.live_now(r["session"]) or {}).get("labels") or {} for r in rows}
+    live = {sid: request.app[SESSIONS].live_now(sid) for sid in {r.session for r in rows}}
+    labels = {sid: (sess.labels if sess is not None else None) or {} for sid, sess in live.items()}
     return views.pending_items(rows, time.time(), labels)
 
 
@@ -89,10 +91,10 @@ async def queue_fragment(request: web.Request) -> web.StreamResponse:
 
 
 # -- detail and decisions --------------------------------------------------------------------------
-async def detail_ctx(request: web.Request, row: dict) -> dict:
+async def detail_ctx(request: web.Request, row: Approval) -> dict:
     now = time.time()
-    sess = await request.app[SESSIONS].get(row["session"])
-    evs = await request.app[AUDIT].read(session=row["session"], limit=20, newest=True)
+    sess = await request.app[SESSIONS].get(row.session)
+    evs = await request.app[AUDIT].events(session=row.session, limit=20, newest=True)
     status = session_status(sess, now) if sess else "unknown"
     view = views.detail_view(row, sess, status, evs, now, hold_s=request.app[HOLD_S], reuse_s=request.app[REUSE_S])
     return {"a": view, "message": "", "error": "", "reason_text": ""}
@@ -100,7 +102,7 @@ async def detail_ctx(request: web.Request, row: dict) -> dict:
 
 @page()
 async def detail_page(request: web.Request, user: PageUser) -> web.StreamResponse:
-    row = await request.app[APPROVALS].get(request.match_info["aid"])
+    row = await request.app[APPROVALS].get(path_param(request, "aid"))
     if row is None:
         return error_page(request, 404, "There is no such approval.", user)
     ctx = await detail_ctx(request, row)
@@ -109,10 +111,10 @@ async def detail_page(request: web.Request, user: PageUser) -> web.StreamRespons
 
 
 async def decide(request: web.Request, user: PageUser, verdict: str) -> web.StreamResponse:
-    aid, queue = request.match_info["aid"], request.app[APPROVALS]
-    reason = request["form"].get("reason")
+    aid, queue, form = path_param(request, "aid"), request.app[APPROVALS], request[FORM]
+    reason = form.get("reason")
     reason = reason.strip()[:MAX_REASON] if isinstance(reason, str) else ""
-    grant = grant_from_form(request["form"]) if verdict == "approve" else None
+    grant = grant_from_form(form) if verdict == "approve" else None
     try:
         row = await queue.decide(aid, user.ident, verdict, reason or None, grant=grant)
     except ApprovalError as exc:
@@ -121,10 +123,10 @@ async def decide(request: web.Request, user: PageUser, verdict: str) -> web.Stre
             return error_page(request, 404, "There is no such approval.", user)
         ctx = await detail_ctx(request, row)
         msg = DECIDE_MESSAGES.get(exc.code) or (f"Not decided: {exc.detail}." if exc.code == "bad_request" else
-                                                f"This approval was already decided: it is {row['status']}.")
+                                                f"This approval was already decided: it is {row.status}.")
         ctx.update(user=user, error=msg, reason_text=reason)
         return render(request, "detail.html", ctx, status=STATUS_OF.get(exc.code, 400))
-    done = row["status"] if row["status"] in ("approved", "denied") else "voted"
+    done = row.status if row.status in ("approved", "denied") else "voted"
     return redirect(f"/approvals/{web_quote(aid)}?done={done}")
 
 
@@ -136,13 +138,13 @@ def grant_from_form(form: Any) -> dict | None:
     grant: dict = {"methods": [m for m in form.getall("grant_method", []) if isinstance(m, str)] or ["-"]}
     prefix = form.get("grant_path_prefix")
     if isinstance(prefix, str) and prefix.strip():
-        grant["path_prefix"] = prefix.strip()
+        grant.update(path_prefix=prefix.strip())
     ttl = form.get("grant_ttl_s")
     if isinstance(ttl, str) and ttl.strip():
         try:
-            grant["ttl_s"] = float(ttl)
+            grant.update(ttl_s=float(ttl))
         except ValueError:
-            grant["ttl_s"] = ttl
+            grant.update(ttl_s=ttl)
     return grant
 
 
@@ -177,7 +179,7 @@ def setup_page(app: web.Application, settings: PageSettings) -> None:
     """The approval page's routes on `app`, whose services (api/state.py) are already installed."""
     env = aiohttp_jinja2.setup(app, app_key=JINJA, loader=jinja2.FileSystemLoader(str(HERE / "templates")),
                                autoescape=True, undefined=jinja2.StrictUndefined)
-    env.filters["reveal"] = views.reveal
+    env.filters.update(reveal=views.reveal)
     oidc = OidcVerifier(settings.oidc) if settings.oidc else None
     app[PAGE] = PageState(PageSessions(app[TOKENS], app[SIGNER], oidc, app[REVOCATIONS]))
     app[HOLD_S] = settings.hold_timeout_s

@@ -15,6 +15,7 @@ from urllib.parse import quote
 import aiohttp_jinja2
 import jinja2
 from aiohttp import web
+from multidict import MultiDictProxy
 
 from gateway.web.csrf import FIELD, check_request_origin, token_matches
 from gateway.web.login import PageSessions, PageUser
@@ -39,6 +40,7 @@ PAGE: web.AppKey = web.AppKey("sandgate_page", PageState)
 JINJA: web.AppKey = web.AppKey("sandgate_jinja", jinja2.Environment)
 HOLD_S: web.AppKey = web.AppKey("sandgate_hold_s", float)      # egress.hold_timeout_s, shown on held requests
 REUSE_S: web.AppKey = web.AppKey("sandgate_reuse_s", float)    # approvals.reuse_window_s, shown on every item
+FORM: web.RequestKey = web.RequestKey("sandgate_form", MultiDictProxy)   # a POST's form, its CSRF token checked
 
 
 def harden(resp: web.StreamResponse) -> web.StreamResponse:
@@ -82,7 +84,7 @@ def page(*, login: bool = True, post: bool = False):
                     if not token_matches(user.csrf, form.get(FIELD)):
                         return error_page(request, 403, "The form's CSRF token is missing or wrong: "
                                                         "reload the page and try again.", user)
-                    request["form"] = form
+                    request[FORM] = form
                 return await handler(request, user)
             except Exception:  # noqa: BLE001 - never a stack trace on the page
                 log.exception("page error on %s %s", request.method, request.path)

@@ -12,6 +12,7 @@ from datetime import datetime, timezone
 from typing import Any, Iterable, Mapping
 
 from gateway.approvals.rules import FINAL_STATES, KINDS
+from gateway.store.records import Approval, AuditEvent, Session
 
 _KEEP = {"\n", "\t"}
 
@@ -56,16 +57,20 @@ def duration(seconds: float | None) -> str:
     return f"{s // 86400}d {s % 86400 // 3600}h"
 
 
-def approvals_so_far(row: Mapping[str, Any]) -> int:
-    return len({v["by"] for v in row.get("votes") or [] if v.get("verdict") == "approve"})
+def approvals_so_far(row: Approval) -> int:
+    return len({v.by for v in row.ballots if v.verdict == "approve"})
 
 
-def reason_items(row: Mapping[str, Any]) -> list[dict]:
-    """The reasons with the codes beside them (the action's `codes`, in the policy's order), a reason repeated
-    word for word shown once. Codes are paired by position when their numbers agree, else listed on the first."""
-    reasons = [str(r) for r in row.get("reasons") or []]
-    action = row.get("action") if isinstance(row.get("action"), Mapping) else {}
-    codes = [str(c) for c in action.get("codes") or [] if not str(c).startswith("approval.")]
+def _action(row: Approval) -> Mapping[str, Any]:
+    return row.action if isinstance(row.action, Mapping) else {}
+
+
+def _reasons(row: Approval) -> list[tuple[str, str]]:
+    """(reason, codes) pairs: the reasons with the codes beside them (the action's `codes`, in the policy's
+    order), a reason repeated word for word shown once. Codes are paired by position when their numbers agree,
+    else listed on the first."""
+    reasons = [str(r) for r in row.reasons or []]
+    codes = [str(c) for c in _action(row).get("codes") or [] if not str(c).startswith("approval.")]
     paired = list(zip(reasons, codes)) if len(codes) == len(reasons) else \
         [(r, ", ".join(codes) if i == 0 else "") for i, r in enumerate(reasons)]
     folded: dict[str, list[str]] = {}
@@ -73,32 +78,36 @@ def reason_items(row: Mapping[str, Any]) -> list[dict]:
         folded.setdefault(reason, [])
         if code and code not in folded[reason]:
             folded[reason].append(code)
-    return [{"reason": r, "code": ", ".join(c)} for r, c in folded.items()]
+    return [(r, ", ".join(c)) for r, c in folded.items()]
+
+
+def reason_items(row: Approval) -> list[dict]:
+    """The reasons with their codes, as the page shows them (`_reasons`)."""
+    return [{"reason": r, "code": c} for r, c in _reasons(row)]
 
 
 def labels_text(labels: Mapping[str, Any] | None) -> str:
     return ", ".join(f"{k}={v}" for k, v in sorted((labels or {}).items()))
 
 
-def queue_item(row: Mapping[str, Any], now: float, labels: Mapping[str, Any] | None = None) -> dict:
-    return {"id": row["id"], "summary": row["summary"] or row["id"], "kind": row["kind"], "session": row["session"],
-            "age": duration(now - row["created_at"]), "left": duration(row["expires_at"] - now),
-            "created": iso(row["created_at"]), "progress": progress(row),
-            "reasons": "; ".join(i["reason"] for i in reason_items(row)), "labels": labels_text(labels),
-            "requested_by": row.get("requested_by") or ""}
+def queue_item(row: Approval, now: float, labels: Mapping[str, Any] | None = None) -> dict:
+    return {"id": row.id, "summary": row.summary or row.id, "kind": row.kind, "session": row.session,
+            "age": duration(now - row.created_at), "left": duration(row.expires_at - now),
+            "created": iso(row.created_at), "progress": progress(row),
+            "reasons": "; ".join(r for r, _ in _reasons(row)), "labels": labels_text(labels),
+            "requested_by": row.requested_by or ""}
 
 
-def progress(row: Mapping[str, Any]) -> str:
-    quorum = int(row.get("quorum") or 1)
+def progress(row: Approval) -> str:
+    quorum = int(row.quorum or 1)
     return f"{approvals_so_far(row)} of {quorum} approvals" if quorum > 1 else ""
 
 
-def pending_items(rows: Iterable[Mapping[str, Any]], now: float,
+def pending_items(rows: Iterable[Approval], now: float,
                   labels: Mapping[str, Mapping[str, Any]] | None = None) -> list[dict]:
     """Pending and not yet past their TTL, oldest first; `labels`: each session's labels (by session id)."""
-    live = [r for r in rows if r["status"] == "pending" and r["expires_at"] > now]
-    return [queue_item(r, now, (labels or {}).get(r["session"]))
-            for r in sorted(live, key=lambda r: (r["created_at"], r["id"]))]
+    live = [r for r in rows if r.status == "pending" and r.expires_at > now]
+    return [queue_item(r, now, (labels or {}).get(r.session)) for r in sorted(live, key=lambda r: (r.created_at, r.id))]
 
 
 def action_view(kind: str, action: Mapping[str, Any]) -> dict:
@@ -117,95 +126,91 @@ def action_view(kind: str, action: Mapping[str, Any]) -> dict:
             "body_bytes": action.get("body_bytes", 0), "body_sha256": action.get("body_sha256", "")}
 
 
-def session_view(row: Mapping[str, Any] | None, now: float, status: str) -> dict | None:
+def session_view(row: Session | None, now: float, status: str) -> dict | None:
     if row is None:
         return None
-    return {"id": row["id"], "workload": row["workload"], "labels": sorted((row.get("labels") or {}).items()),
-            "age": duration(now - row["created_at"]), "frozen": bool(row.get("frozen")), "status": status,
-            "allow": [str(a) for a in row.get("allow") or []], "workspace": row.get("workspace") or "/workspace",
-            "secrets": [str(s) for s in row.get("secrets") or []]}
+    return {"id": row.id, "workload": row.workload, "labels": sorted((row.labels or {}).items()),
+            "age": duration(now - row.created_at), "frozen": bool(row.frozen), "status": status,
+            "allow": [str(a) for a in row.allow or []], "workspace": row.workspace or "/workspace",
+            "secrets": [str(s) for s in row.secrets or []]}
 
 
-def step_view(ev: Mapping[str, Any]) -> dict:
-    detail = ev.get("detail") or {}
-    if ev.get("method") or ev.get("host"):
-        what = f"{ev.get('method') or ''} {ev.get('host') or ''}{ev.get('path') or ''}".strip()
+def step_view(ev: AuditEvent) -> dict:
+    detail = ev.detail or {}
+    if ev.method or ev.host:
+        what = f"{ev.method or ''} {ev.host or ''}{ev.path or ''}".strip()
     else:
         what = str(detail.get("summary") or detail.get("tool") or detail.get("approval_id") or "")
-    return {"when": when(ev["ts"]), "step": "" if ev.get("step") is None else ev["step"], "kind": ev["kind"],
-            "action": ev.get("action") or "", "what": what, "status": ev.get("http_status") or "",
-            "reasons": "; ".join(str(r) for r in ev.get("reasons") or [])}
+    return {"when": when(ev.ts), "step": "" if ev.step is None else ev.step, "kind": ev.kind,
+            "action": ev.action or "", "what": what, "status": ev.http_status or "",
+            "reasons": "; ".join(str(r) for r in ev.reasons or [])}
 
 
-def hold_note(row: Mapping[str, Any], hold_s: float | None, now: float) -> str:
+def hold_note(row: Approval, hold_s: float | None, now: float) -> str:
     """For a pending held egress request: how long its client still waits, or that it stopped waiting."""
-    if row["kind"] != "egress" or row["status"] != "pending" or not hold_s:
+    if row.kind != "egress" or row.status != "pending" or not hold_s:
         return ""
-    left = row["created_at"] + hold_s - now
+    left = row.created_at + hold_s - now
     if left > 0:
         return f"The request is held open for {duration(left)} more."
     return ("The held request already timed out (its client got 403); approving lets an identical retry "
             "through once.")
 
 
-def recent_steps(events: Iterable[Mapping[str, Any]]) -> list[dict]:
+def recent_steps(events: Iterable[AuditEvent]) -> list[dict]:
     """The session's recent events, newest first, each ask once: an `approval.filed` row is left out when the
     tool call or request that asked is listed (its row carries the same approval id)."""
     events = list(events)
-    asked = {(e.get("detail") or {}).get("approval_id") for e in events if e.get("kind") != "approval.filed"}
-    shown = [e for e in events
-             if not (e.get("kind") == "approval.filed" and (e.get("detail") or {}).get("approval_id") in asked)]
-    shown.sort(key=lambda e: (e.get("ts") or 0, e.get("seq") or 0), reverse=True)
+    asked = {(e.detail or {}).get("approval_id") for e in events if e.kind != "approval.filed"}
+    shown = [e for e in events if not (e.kind == "approval.filed" and (e.detail or {}).get("approval_id") in asked)]
+    shown.sort(key=lambda e: (e.ts or 0, e.seq or 0), reverse=True)
     return [step_view(e) for e in shown]
 
 
-def approve_note(row: Mapping[str, Any], reuse_s: float | None) -> str:
+def approve_note(row: Approval, reuse_s: float | None) -> str:
     """What approving does, in one plain line."""
     window = f" An identical retry within {duration(reuse_s)} also passes." if reuse_s else ""
     unit = ""
-    action = row.get("action") if isinstance(row.get("action"), Mapping) else {}
-    if row["kind"] == "toolcall" and isinstance((action.get("args") or {}).get("command"), str):
+    if row.kind == "toolcall" and isinstance((_action(row).get("args") or {}).get("command"), str):
         unit = " A compound command is approved as a unit: all of it, exactly as shown."
-    what = "this exact request" if row["kind"] == "egress" else "this exact call"
+    what = "this exact request" if row.kind == "egress" else "this exact call"
     return f"Approving lets {what} through once.{window}{unit}"
 
 
-def clocks_note(row: Mapping[str, Any], hold_s: float | None) -> str:
+def clocks_note(row: Approval, hold_s: float | None) -> str:
     """The two clocks: the item's expiry, and (egress) how long the held request waits."""
-    text = (f"This item expires {when(row['expires_at'])}: after that it can no longer be approved, and the "
+    text = (f"This item expires {when(row.expires_at)}: after that it can no longer be approved, and the "
             "caller must ask again.")
-    if row["kind"] == "egress" and hold_s:
+    if row.kind == "egress" and hold_s:
         text += (f" The held request waits {duration(hold_s)} at most; if it is decided later, only an identical "
                  "retry benefits.")
     return text
 
 
-def detail_view(row: Mapping[str, Any], session: Mapping[str, Any] | None, session_status: str,
-                events: Iterable[Mapping[str, Any]], now: float, hold_s: float | None = None,
-                reuse_s: float | None = None) -> dict:
-    action = row.get("action") if isinstance(row.get("action"), Mapping) else {}
+def detail_view(row: Approval, session: Session | None, session_status: str, events: Iterable[AuditEvent],
+                now: float, hold_s: float | None = None, reuse_s: float | None = None) -> dict:
+    action = _action(row)
     return {
         "hold_note": hold_note(row, hold_s, now),
-        "requested_by": row.get("requested_by") or "", "reason_items": reason_items(row),
+        "requested_by": row.requested_by or "", "reason_items": reason_items(row),
         "effects": [str(e) for e in action.get("effects") or []][:20],
         "approve_note": approve_note(row, reuse_s), "clocks_note": clocks_note(row, hold_s),
-        "id": row["id"], "status": row["status"], "kind": row["kind"], "summary": row["summary"],
-        "session_id": row["session"], "session": session_view(session, now, session_status),
-        "action": action_view(row["kind"], row.get("action") or {}), "reasons": list(row.get("reasons") or []),
-        "created": when(row["created_at"]), "expires": when(row["expires_at"]),
-        "left": duration(row["expires_at"] - now), "age": duration(now - row["created_at"]),
-        "decided_by": row.get("decided_by"), "decided_at": when(row.get("decided_at")),
-        "reason": row.get("reason") or "", "used_at": when(row["used_at"]) if row.get("used_at") else "",
-        "votes": [{"by": v["by"], "verdict": v["verdict"], "at": when(v.get("at")), "reason": v.get("reason", "")}
-                  for v in row.get("votes") or []],
-        "quorum": int(row.get("quorum") or 1), "progress": progress(row),
+        "id": row.id, "status": row.status, "kind": row.kind, "summary": row.summary,
+        "session_id": row.session, "session": session_view(session, now, session_status),
+        "action": action_view(row.kind, row.action or {}), "reasons": list(row.reasons or []),
+        "created": when(row.created_at), "expires": when(row.expires_at),
+        "left": duration(row.expires_at - now), "age": duration(now - row.created_at),
+        "decided_by": row.decided_by, "decided_at": when(row.decided_at),
+        "reason": row.reason or "", "used_at": when(row.used_at) if row.used_at else "",
+        "votes": [{"by": v.by, "verdict": v.verdict, "at": when(v.at), "reason": v.reason} for v in row.ballots],
+        "quorum": int(row.quorum or 1), "progress": progress(row),
         "steps": recent_steps(events),
     }
 
 
-def history_items(rows: Iterable[Mapping[str, Any]], limit: int = 200) -> list[dict]:
-    decided = [r for r in rows if r["status"] in FINAL_STATES]
-    decided.sort(key=lambda r: (r.get("decided_at") or r["created_at"], r["id"]), reverse=True)
-    return [{"id": r["id"], "summary": r["summary"] or r["id"], "status": r["status"], "kind": r["kind"],
-             "session": r["session"], "decided_by": r.get("decided_by") or "", "decided_at": when(r.get("decided_at")),
-             "reason": r.get("reason") or ""} for r in decided[:limit]]
+def history_items(rows: Iterable[Approval], limit: int = 200) -> list[dict]:
+    decided = [r for r in rows if r.status in FINAL_STATES]
+    decided.sort(key=lambda r: (r.decided_at or r.created_at, r.id), reverse=True)
+    return [{"id": r.id, "summary": r.summary or r.id, "status": r.status, "kind": r.kind,
+             "session": r.session, "decided_by": r.decided_by or "", "decided_at": when(r.decided_at),
+             "reason": r.reason or ""} for r in decided[:limit]]

@@ -85,9 +85,9 @@ async def test_apply_keeps_the_newer_row(pair):
     one, _ = pair
     row, _ = await one.session()
     newer = await one.sessions.patch(row["id"], {"labels": {"v": "2"}}, "harness:test")
-    one.sessions.apply({**row, "labels": {"v": "old"}, "updated_at": row["updated_at"] - 1})   # a stale notice
+    one.sessions.apply(row.replace(labels={"v": "old"}, updated_at=row["updated_at"] - 1))   # a stale notice
     assert one.sessions.live_now(row["id"])["labels"] == {"v": "2"}
-    one.sessions.apply({**newer, "labels": {"v": "3"}, "updated_at": newer["updated_at"] + 1})
+    one.sessions.apply(newer.replace(labels={"v": "3"}, updated_at=newer["updated_at"] + 1))
     assert one.sessions.live_now(row["id"])["labels"] == {"v": "3"}
 
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import pytest
 
+from gateway.store.records import Approval, AuditEvent, Session
 from gateway.web import views
 from gateway.web.login import MAX_SESSION_S, session_ttl
 
@@ -31,21 +32,22 @@ def test_duration(seconds, want):
 
 
 def test_pending_items_oldest_first_without_overdue():
-    base = {"status": "pending", "kind": "toolcall", "session": "s", "quorum": 1, "votes": []}
-    rows = [{**base, "id": "b", "summary": "second", "created_at": 20.0, "expires_at": 200.0},
-            {**base, "id": "a", "summary": "first", "created_at": 10.0, "expires_at": 200.0},
-            {**base, "id": "c", "summary": "overdue", "created_at": 5.0, "expires_at": 50.0},
-            {**base, "id": "d", "summary": "done", "status": "approved", "created_at": 1.0, "expires_at": 200.0}]
+    base = {"status": "pending", "kind": "toolcall", "session": "s", "quorum": 1, "votes": [], "binding": "x"}
+    rows = [Approval(**{**base, "id": "b", "summary": "second", "created_at": 20.0, "expires_at": 200.0}),
+            Approval(**{**base, "id": "a", "summary": "first", "created_at": 10.0, "expires_at": 200.0}),
+            Approval(**{**base, "id": "c", "summary": "overdue", "created_at": 5.0, "expires_at": 50.0}),
+            Approval(**{**base, "id": "d", "summary": "done", "status": "approved", "created_at": 1.0,
+                        "expires_at": 200.0})]
     items = views.pending_items(rows, now=100.0)
     assert [i["summary"] for i in items] == ["first", "second"]
     assert items[0]["age"] == "1m 30s" and items[0]["left"] == "1m 40s"
 
 
 def test_progress_counts_distinct_approvers():
-    row = {"quorum": 3, "votes": [{"by": "a", "verdict": "approve"}, {"by": "a", "verdict": "approve"},
-                                  {"by": "b", "verdict": "deny"}]}
+    row = _approval(quorum=3, votes=[{"by": "a", "verdict": "approve"}, {"by": "a", "verdict": "approve"},
+                                     {"by": "b", "verdict": "deny"}])
     assert views.progress(row) == "1 of 3 approvals"
-    assert views.progress({"quorum": 1, "votes": []}) == ""
+    assert views.progress(_approval(quorum=1, votes=[])) == ""
 
 
 def test_pretty_json_is_sorted_indented_and_revealed():
@@ -53,11 +55,11 @@ def test_pretty_json_is_sorted_indented_and_revealed():
 
 
 def test_hold_note_for_held_egress_requests():
-    row = {"kind": "egress", "status": "pending", "created_at": 100.0}
+    row = _approval(kind="egress", status="pending", created_at=100.0)
     assert views.hold_note(row, 300, now=160.0) == "The request is held open for 4m 00s more."
     assert "already timed out" in views.hold_note(row, 300, now=500.0)
-    assert views.hold_note({**row, "kind": "toolcall"}, 300, now=160.0) == ""
-    assert views.hold_note({**row, "status": "approved"}, 300, now=160.0) == ""
+    assert views.hold_note(row.replace(kind="toolcall"), 300, now=160.0) == ""
+    assert views.hold_note(row.replace(status="approved"), 300, now=160.0) == ""
 
 
 # -- the approver's view --------------------------------------------------------------------------------------
@@ -65,11 +67,11 @@ def test_hold_note_for_held_egress_requests():
 def _approval(**kw):
     row = {"id": "a1", "status": "pending", "kind": "toolcall", "summary": "shell: rm -rf b && make",
            "session": "s1", "created_at": 100.0, "expires_at": 3700.0, "requested_by": "harness:ci",
-           "reasons": ["deleting needs approval: rm -rf /w/b"], "votes": [], "quorum": 1,
+           "reasons": ["deleting needs approval: rm -rf /w/b"], "votes": [], "quorum": 1, "binding": "b1",
            "action": {"tool": "shell", "args": {"command": "rm -rf b && make"}, "codes": ["toolcall.delete"],
                       "effects": ["deletes /w/b"]}}
     row.update(kw)
-    return row
+    return Approval(**row)
 
 
 def test_reasons_carry_their_codes_and_a_repeated_reason_is_shown_once():
@@ -93,8 +95,8 @@ def test_the_queue_item_has_reasons_labels_and_requester():
 
 
 def test_the_detail_says_what_approving_does_and_what_the_two_clocks_mean():
-    session = {"id": "s1", "workload": "ephemeral", "created_at": 50.0, "labels": {"team": "pay"},
-               "allow": ["pypi.org"], "workspace": "/w", "secrets": ["github"]}
+    session = Session(id="s1", workload="ephemeral", created_at=50.0, expires_at=3650.0, labels={"team": "pay"},
+                      allow=["pypi.org"], workspace="/w", secrets=["github"])
     view = views.detail_view(_approval(), session, "active", [], 160.0, hold_s=None, reuse_s=600)
     assert view["requested_by"] == "harness:ci" and view["effects"] == ["deletes /w/b"]
     assert view["approve_note"] == ("Approving lets this exact call through once. An identical retry within "
@@ -111,11 +113,11 @@ def test_the_detail_says_what_approving_does_and_what_the_two_clocks_mean():
 
 def test_recent_steps_are_newest_first_and_each_ask_appears_once():
     events = [
-        {"ts": 1.0, "seq": 1, "kind": "toolcall", "action": "allow", "detail": {"summary": "shell: ls"}},
-        {"ts": 2.0, "seq": 2, "kind": "approval.filed", "action": "ask", "detail": {"approval_id": "a1"}},
-        {"ts": 2.0, "seq": 3, "kind": "toolcall", "action": "ask",
-         "detail": {"summary": "shell: rm -rf b", "approval_id": "a1"}},
-        {"ts": 3.0, "seq": 4, "kind": "approval.filed", "action": "ask", "detail": {"approval_id": "a9"}},
+        AuditEvent(ts=1.0, seq=1, kind="toolcall", action="allow", detail={"summary": "shell: ls"}),
+        AuditEvent(ts=2.0, seq=2, kind="approval.filed", action="ask", detail={"approval_id": "a1"}),
+        AuditEvent(ts=2.0, seq=3, kind="toolcall", action="ask",
+                   detail={"summary": "shell: rm -rf b", "approval_id": "a1"}),
+        AuditEvent(ts=3.0, seq=4, kind="approval.filed", action="ask", detail={"approval_id": "a9"}),
     ]
     steps = views.recent_steps(events)
     assert [s["what"] for s in steps] == ["a9", "shell: rm -rf b", "shell: ls"]
