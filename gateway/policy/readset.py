@@ -80,11 +80,12 @@ def ast_reads(modules: list[dict], queried: Iterable[str] = ()) -> Reads:
         names: dict[str, int] = {}          # every variable, rule heads included
         heads: dict[str, int] = {}          # the rule heads among them
         prefixes: set[tuple] = {tuple(ref.split(".")[1:]) for ref in queried}
+        builtins = _BUILTINS - _defined_names(modules)      # count and object.get, where no module redefines them
         for module in modules:
             ast = module["ast"]
             package = _literal_ref(ast["package"]["refr"])
             for imp in ast.get("imports", []):
-                w = _Walk()
+                w = _Walk(builtins)
                 w.visit(imp["refr"])
                 if w.whole or w.paths:
                     return None             # `import input...`: an alias this walk does not follow
@@ -94,7 +95,7 @@ def ast_reads(modules: list[dict], queried: Iterable[str] = ()) -> Reads:
                 name = _rule_name(rule)
                 if name is not None:
                     heads[name] = heads.get(name, 0) + 1
-                w = _Walk()
+                w = _Walk(builtins)
                 w.visit(rule)
                 prefixes |= w.prefixes
                 _count(names, w.names)
@@ -111,6 +112,31 @@ def ast_reads(modules: list[dict], queried: Iterable[str] = ()) -> Reads:
         return frozenset(paths)
     except (KeyError, TypeError, AttributeError, IndexError, WholeInput):
         return None         # a shape of the parse this walk does not know: nothing is proved
+
+
+_BUILTINS = frozenset({"count", "object"})
+
+
+def _defined_names(modules: list[dict]) -> set[str]:
+    """Every name a module defines or imports: the first segment of each rule head, and each import's alias (or
+    last segment). A policy may define its own `count` or import a package as `object`; then `count(...)` and
+    `object.get(...)` are not the builtins and read what they read."""
+    out: set[str] = set()
+    for module in modules:
+        ast = module["ast"]
+        source = module.get("source", {}).get("contents", "").encode()
+        for imp in ast.get("imports", []):
+            alias = imp.get("as")
+            if isinstance(alias, dict) and "start" in alias:
+                out.add(source[alias["start"]:alias["end"]].decode(errors="replace"))
+            path = _literal_ref(imp["refr"])
+            out.add(str(path[-1]) if path else "")
+        for rule in ast.get("rules", []):
+            kind, body = _one(rule)
+            refr = body["refr"] if kind == "Default" else _one(body["head"])[1]["refr"]
+            root, _ = _unroll(refr)
+            out.add(_one(root)[1].get("value", "") if _one(root)[0] == "Var" else "")
+    return out
 
 
 def _count(names: dict[str, int], seen: dict[str, int]) -> None:
@@ -194,7 +220,8 @@ _NOT_CODE = frozenset({"span", "source", "eidx", "sidx", "qidx"})
 class _Walk:
     """What one rule (or import) reads of `input`, and the names and `data` paths it refers to."""
 
-    def __init__(self) -> None:
+    def __init__(self, builtins: frozenset[str] | set[str] = frozenset()) -> None:
+        self.builtins = builtins            # of "count", "object": those that are the builtins here
         self.paths: set[tuple] = set()
         self.whole = False                  # reads `input` in a way no path bounds
         self.names: dict[str, int] = {}
@@ -210,8 +237,8 @@ class _Walk:
             if not isinstance(node, dict):
                 continue
             if len(node) != 1:
-                if "refr" in node and "as" in node and _root_var(node["refr"]) == "input":
-                    self.whole = True       # `with input... as`: the input a rule sees is replaced
+                if "refr" in node and "as" in node and _root_var(node["refr"]) in ("input", "count", "object"):
+                    self.whole = True       # `with input... as`, or `with count as f`: a builtin replaced
                 stack.extend(v for k, v in node.items() if k not in _NOT_CODE)
                 continue
             kind, body = next(iter(node.items()))
@@ -262,13 +289,13 @@ class _Walk:
         visit); None: visit the call as any other node."""
         fcn, params = call["fcn"], call["params"]
         name = _literal_ref(fcn)
-        if name == ("count",) and len(params) == 1 and _root_var(params[0]) == "input" and "Var" not in params[0]:
-            probe = _Walk()
+        if name == ("count",) and "count" in self.builtins and len(params) == 1 and _root_var(params[0]) == "input" and "Var" not in params[0]:
+            probe = _Walk(self.builtins)
             rest, complete = probe._reference(params[0])
             (path,) = probe.paths
             self.paths.add(path + (LEN,) if complete else path)
             return [fcn, *rest]
-        if name == ("object", "get") and len(params) == 3 and params[0].get("Var", {}).get("value") == "input":
+        if name == ("object", "get") and "object" in self.builtins and len(params) == 3 and params[0].get("Var", {}).get("value") == "input":
             path = _literal_path(params[1])
             if path is not None:
                 self.paths.add(path)

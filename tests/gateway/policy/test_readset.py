@@ -6,6 +6,7 @@ import copy
 import json
 
 import pytest
+import regorus
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -387,3 +388,47 @@ async def test_an_entry_rule_that_reads_input_directly_is_never_served_another_i
         assert (await engine.decide("egress", {"verdict": "ask"})).action == "ask"
     finally:
         await engine.close()
+
+
+@pytest.mark.parametrize("text, reads", [
+    ("count(x) := x.secret\na := count(input.a)", {("a",)}),                  # not the builtin: reads all of a
+    ('object.get(x, y, z) := x\na := object.get(input, "a", 1)', None),       # returns the whole input
+    ('import data.lib as object\na := object.get(input, "a", 1)', None),
+    ('a := [count(input.a), object.get(input, "b", 1)]', {("a", LEN), ("b",)}),   # the builtins
+])
+def test_count_and_object_get_are_special_only_while_they_are_the_builtins(text, reads):
+    got = scan_reads([HEAD + text + "\n"], [QUERIED])
+    assert got == (frozenset(reads) if reads is not None else None)
+    doc = {"a": {"secret": 5}, "b": 1}
+    engine = regorus.Engine()
+    engine.add_policy("m.rego", HEAD + text + "\n")
+    if "data.lib" not in text:
+        engine.set_input_json(json.dumps(doc))
+        assert engine.eval_rule(QUERIED) is not None         # regorus takes these definitions
+
+
+@pytest.mark.parametrize("text", [
+    "\tpackage sandgate.egress\nimport rego.v1\nh := input.x\na if data.sandgate.egress.h\n",
+    "  package sandgate.egress\nimport rego.v1\nh := input.x\na if data.sandgate.egress.h\n",
+    'package sandgate["egress"]\nimport rego.v1\nh := input.x\na if data.sandgate.egress.h\n',
+])
+def test_the_package_is_the_parsers_however_the_line_is_written(text):
+    assert scan_reads([text], [QUERIED]) == frozenset({("x",)})
+
+
+@pytest.mark.parametrize("key", ["#len", "*", "WILD", "LEN"])
+def test_a_key_named_like_a_marker_is_a_key(key):
+    reads = scan_reads([HEAD + f'a if input.q["{key}"] == 1\n'], [QUERIED])
+    assert reads == frozenset({("q", key)})
+    one, other = {"q": {key: 1, "z": 1}}, {"q": {key: 2, "z": 1}}
+    assert key_of(reads, one) != key_of(reads, other)                     # the value of that key is in the key
+    assert key_of(reads, one) == key_of(reads, {"q": {key: 1, "z": 2}})   # and no other key of q
+
+
+def key_of(reads, doc):
+    return json.dumps(project(doc, build_trie(reads)))
+
+
+def test_a_builtin_replaced_with_with_reads_the_whole_input():
+    text = HEAD + "f(x) := x.secret\nb := count(input.a)\na := b with count as f\n"
+    assert scan_reads([text], [QUERIED]) is None
