@@ -36,7 +36,7 @@ from gateway.audit.checkpoints import CheckpointWriter, load_or_create_audit_key
 from gateway.audit.log import AuditLog
 from gateway.auth.tokens import HARNESS_TOKEN_TTL_S, Revocations, TokenSigner, TokenVerifier, load_or_create_key, write_private
 from gateway.store.changes import Change, ChangeFeed, LocalChangeFeed, PgChangeFeed
-from gateway.config import Config, DatabaseSettings, postgres_authority
+from gateway.config import Config, DatabaseSettings, postgres_authority, secret_source
 from gateway.egress.addon import EgressAddon, EgressDeps
 from gateway.egress.aws import AwsSigning
 from gateway.egress.dns import DnsServer, open_resolver
@@ -219,13 +219,19 @@ def _operator_secrets(sources: list[str], cfg: Config) -> CachedResolver:
     return CachedResolver(backends, ttl_s=cfg.broker.cache_ttl_s)
 
 
+async def _given(value: str) -> str:
+    return value
+
+
 def _notifier(cfg: Config, store: Store, audit: AuditLog, metrics: Metrics) -> Notifier:
-    """The deliverer of approval events to notify.webhook_url (its signing key read from its secret source)."""
-    source = cfg.notify.secret
-    key = None
-    if source:
-        reader = _operator_secrets([source], cfg)
-        key = functools.partial(reader.get, source)
+    """The deliverer of approval events to notify.webhook_url (its signing key read from its secret source at each
+    delivery, or given as it is)."""
+    secret = cfg.notify.secret
+    key: Callable[[], Awaitable[str]] | None = None
+    if secret_source(secret):
+        key = functools.partial(_operator_secrets([secret], cfg).get, secret)
+    elif secret:
+        key = functools.partial(_given, secret)
     return Notifier(cfg.notify, Outbox(store), audit, key, _upstream_tls(cfg), metrics)
 
 

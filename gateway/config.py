@@ -165,8 +165,8 @@ SCHEMA: dict[str, Any] = {
     "databases": Key({}, "`[databases.NAME]` tables: the PostgreSQL gateway's databases (keys below)"),
     "notify": {
         "webhook_url": Key("", "every approval filed or decided is POSTed here (http or https); off while empty"),
-        "secret": Key("", "a secret source (`env:VAR`, `local:NAME`, `vault:MOUNT/PATH#KEY`) holding the HMAC key "
-                          "of `X-Sandgate-Signature`; required with format `json`"),
+        "secret": Key("", "the HMAC key of `X-Sandgate-Signature`, or a secret source holding it (a value starting "
+                          "`env:`, `local:` or `vault:`); required with format `json`"),
         "format": Key("json", "`json` (the event, signed) or `slack` (an incoming-webhook message linking to the "
                               "approval on the page; needs `web.public_url`)"),
         "timeout_s": Key(10.0, "longest one delivery may take; past it the attempt failed and is retried", "number"),
@@ -426,12 +426,18 @@ class VaultSettings:
 @dataclass(frozen=True)
 class NotifySettings:
     webhook_url: str = ""               # "" = notifications off
-    secret: str = ""                    # a secret source, never the key
+    secret: str = ""                    # the key, or a secret source (`secret_source`)
     format: str = "json"
     timeout_s: float = 10.0
     max_outbox: int = 10000
     max_age_s: float = 86400.0
     public_url: str = ""                # web.public_url, without a trailing slash
+
+
+def secret_source(value: str) -> bool:
+    """Whether a key that holds a secret names a source to read it from (`env:`, `local:`, `vault:`) rather than
+    being the value itself."""
+    return value.startswith(("env:", "local:", "vault:"))
 
 
 def _http_url(where: str, text: str) -> str:
@@ -446,7 +452,7 @@ def _notify(raw: Mapping[str, Any], web: Mapping[str, Any]) -> NotifySettings:
     url, secret, fmt = str(raw["webhook_url"]), str(raw["secret"]), str(raw["format"])
     if fmt not in ("json", "slack"):
         raise ValueError(f"notify.format must be json or slack, got {fmt!r}")
-    if secret:
+    if secret_source(secret):
         try:
             parse_source(secret)
         except ValueError as exc:
@@ -454,7 +460,7 @@ def _notify(raw: Mapping[str, Any], web: Mapping[str, Any]) -> NotifySettings:
     if url:
         _http_url("notify.webhook_url", url)
         if fmt == "json" and not secret:
-            raise ValueError("notify.secret is required: deliveries are signed (a secret source, e.g. env:VAR)")
+            raise ValueError("notify.secret is required: deliveries are signed (the key, or a source such as env:VAR)")
         if fmt == "slack" and not public_url:
             raise ValueError("notify.format slack links to the page: set web.public_url")
     timeout = _positive("notify", "timeout_s", raw["timeout_s"])

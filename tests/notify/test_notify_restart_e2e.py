@@ -12,7 +12,7 @@ from tests.notify.test_notify_e2e import SECRET, Started, file_access, file_tool
 
 def test_restart_in_the_middle_of_retries_delivers_after_the_restart(tmp_path):
     receiver = Receiver(SECRET)           # not started: every attempt fails
-    sg = start(tmp_path / "sg", receiver)
+    sg = start(tmp_path / "sg", receiver, secret=SECRET)        # the key itself, not a source
     with sg:
         sid = sg.session(allow=[])["id"]
         filed = [file_toolcall(sg, sid, f"r-{i}") for i in range(3)]

@@ -21,7 +21,8 @@ def test_json_with_a_secret_source():
 
 @pytest.mark.parametrize("notify,web,needle", [
     ({"webhook_url": URL}, {}, "notify.secret is required"),
-    ({"webhook_url": URL, "secret": "plain-key"}, {}, "notify.secret"),
+    ({"webhook_url": URL, "secret": "env:NOT A NAME"}, {}, "notify.secret"),
+    ({"webhook_url": URL, "secret": "vault:no-key"}, {}, "notify.secret"),
     ({"webhook_url": URL, "format": "slack"}, {}, "web.public_url"),
     ({"format": "xml"}, {}, "notify.format"),
     ({"webhook_url": "ftp://hooks.example/SECRETPART", "secret": "env:K"}, {}, "notify.webhook_url"),
@@ -42,3 +43,8 @@ def test_slack_needs_no_secret():
     cfg = load_config(environ={}, overrides={"notify": {"webhook_url": URL, "format": "slack"},
                                              "web": {"public_url": "https://gate.example"}})
     assert cfg.notify.format == "slack" and cfg.notify.secret == ""
+
+
+def test_a_literal_key_is_the_key():
+    cfg = load_config(environ={}, overrides={"notify": {"webhook_url": URL, "secret": "s3cret"}})
+    assert cfg.notify.secret == "s3cret"
