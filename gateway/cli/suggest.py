@@ -107,7 +107,8 @@ def suggest(directory: Path, decisions: list[dict], access: list[dict], sessions
     when = datetime.now(timezone.utc).strftime("%Y-%m-%d")
     if not found:
         if fmt == "json":
-            out.write(json.dumps({"suggestions": [], "patch": ""}, indent=2) + "\n")
+            out.write(json.dumps({"policy_dir": str(directory), "data_file": None, "suggestions": [],
+                                  "tests": {"passed": 0, "failed": 0}, "patch": ""}, indent=2) + "\n")
         print(f"sandgate: nothing to suggest: no host was denied (or asked for) {filters.min_count} times or more "
               "by the sessions selected", file=sys.stderr)
         return 0
@@ -129,7 +130,7 @@ def suggest(directory: Path, decisions: list[dict], access: list[dict], sessions
             (proposed_dir / rel).write_text(new, encoding="utf-8")
         proposed = Evaluator(load_policy_dir(proposed_dir))
         for s in found:
-            allowed = sum(not _denied(proposed, r["input"]) for r in s.evidence.rows)
+            allowed = sum(_action(proposed, r["input"]) == "allow" for r in s.evidence.rows)
             s.replay = {"denied": len(s.evidence.rows), "would_allow": allowed}
         report = run_tests(proposed_dir, run=r"^data\.site\.suggested\.")
     failed = [r for r in report.results if not r.passed]
@@ -149,11 +150,19 @@ def suggest(directory: Path, decisions: list[dict], access: list[dict], sessions
 
 
 def _denied(evaluator: Any, doc: Any) -> bool:
+    """Still denied for want of an allow under this policy."""
     try:
         result = evaluator.decide("egress", doc)
     except Exception:  # noqa: BLE001 - an input the policy cannot decide is not evidence either way
         return False
     return result.get("action") == "deny" and list(result.get("codes") or []) == ["egress.not_allowlisted"]
+
+
+def _action(evaluator: Any, doc: Any) -> str:
+    try:
+        return str(evaluator.decide("egress", doc).get("action"))
+    except Exception:  # noqa: BLE001 - an error is a deny, as the engine's
+        return "deny"
 
 
 def _view(s: Any) -> dict:

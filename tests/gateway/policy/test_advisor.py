@@ -103,3 +103,28 @@ def test_label_text_cannot_leave_the_generated_tests_comment_or_strings(tmp_path
     data.write_text(advisor.propose_data("sandgate/config/data.json", data.read_text(), [s]))
     after = run_tests(policies, run=r"^data\.site\.")
     assert after.exit_code == 0 and len(after.results) == 8, [(r.name, r.outcome, r.detail) for r in after.results]
+
+
+def test_a_proposal_the_policy_would_not_honour_is_reported_not_hidden(tmp_path, capsys):
+    # a site rule asks for every request to the host: allowing it in data cannot make it allowed, so the
+    # generated test fails in the scratch copy; the command says so (exit 1) and still prints the proposal
+    import io
+
+    from gateway.cli.suggest import suggest
+
+    policies = tmp_path / "p"
+    shutil.copytree(ROOT / "policies", policies, ignore=shutil.ignore_patterns("__pycache__", "*.md", "*.py"))
+    (policies / "site").mkdir()
+    (policies / "site" / "ask.rego").write_text(
+        'package sandgate.egress\n\nimport rego.v1\n\nask contains {"code": "site.ask", "reason": "r"} if '
+        '{\n\tinput.request.host == "api.partner.test"\n}\n')
+    out = io.StringIO()
+    rows = [row(session=str(i)) for i in range(3)]
+    assert suggest(policies, rows, [], {}, Filters(), "json", out) == 1
+    doc = json.loads(out.getvalue())
+    assert doc["tests"]["failed"] >= 1 and doc["suggestions"][0]["replay"] == {"denied": 3, "would_allow": 0}
+    assert "test_allowed_in_scope" in capsys.readouterr().err
+    assert not (policies / "site" / "suggested").exists()        # nothing applied
+    empty = io.StringIO()
+    assert suggest(policies, [], [], {}, Filters(), "json", empty) == 0
+    assert json.loads(empty.getvalue())["suggestions"] == []
