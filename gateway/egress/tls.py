@@ -1,6 +1,7 @@
 """CA bundles: the one the sandbox trusts (sandgate CA + public roots) and the one used upstream."""
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import certifi
@@ -21,5 +22,9 @@ def write_upstream_bundle(data_dir: Path, extra_ca: str) -> Path:
     if extra_ca:
         text += "\n" + Path(extra_ca).read_text()
     path = data_dir / "upstream-ca.pem"
-    path.write_text(text)
+    # Whole or not at all: `serve --workers N` starts N processes that each write it while the others read it (a
+    # worker that read it half written failed to start: "[X509] PEM lib").
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
     return path
