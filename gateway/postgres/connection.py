@@ -88,6 +88,7 @@ class Prepared:
     param_types: list[int]
     rebind: bool                # every Bind is decided again, with the values
     spent: bool = False         # an approved statement ran once: its next Bind is decided again
+    positions: list[tuple[int, int, int]] | None = None     # where its $n stand (found once, at the first Bind)
 
 
 @dataclass
@@ -482,7 +483,10 @@ class Connection:
             return
         values = [statements.render_param(v, bind.format_of(i), self._type_of(prepared, i))
                   for i, v in enumerate(bind.params)]
-        bound = statements.bind_statement(prepared.query, values) if bind.params else prepared.query
+        if bind.params and prepared.positions is None:
+            prepared.positions = statements.param_positions(prepared.query)
+        bound = statements.bind_statement(prepared.query, values, prepared.positions) if bind.params \
+            else prepared.query
         if not (prepared.rebind or prepared.spent):
             # what it does cannot depend on the values: the Parse's decision covers it (the audit row shows them);
             # an approval covers one run

@@ -220,10 +220,12 @@ def _array(value: bytes, element: int) -> str | None:
 UNREADABLE = "/* sandgate: a parameter value it cannot read */ ?unreadable?"
 
 
-def bind_statement(statement: str, values: list[str | None]) -> str:
+def bind_statement(statement: str, values: list[str | None],
+                   positions: list[tuple[int, int, int]] | None = None) -> str:
     """`statement` with `$n` replaced by `values[n-1]`; a text that will not parse (so it is decided as
-    unreadable) when a value is missing or unrenderable."""
-    positions = param_positions(statement)
+    unreadable) when a value is missing or unrenderable. `positions`: param_positions(statement), if known."""
+    if positions is None:
+        positions = param_positions(statement)
     out, last = [], 0
     for start, end, number in positions:
         if not 1 <= number <= len(values) or values[number - 1] is None:
