@@ -125,9 +125,10 @@ class Notifier:
         attempt = row.attempts + 1
         self._count("failed")
         await asyncio.shield(self.outbox.failed(row.id, time.time() + backoff(attempt), error))
-        self._audit.record("notify.failed", session=row.payload.get("session"), action="retry", reasons=[error],
-                           detail={"delivery": row.delivery, "event": row.event,
-                                   "approval_id": row.payload.get("id"), "attempt": attempt})
+        # Not in the session's trail (its steps on the page): the webhook failed, not anything the session did.
+        self._audit.record("notify.failed", action="retry", reasons=[error],
+                           detail={"delivery": row.delivery, "event": row.event, "approval_id": row.payload.get("id"),
+                                   "session": row.payload.get("session"), "attempt": attempt})
         if attempt == 1:
             log.warning("notification %s (%s) failed: %s; retrying with backoff", row.delivery, row.event, error)
 

@@ -66,7 +66,7 @@ async def test_a_failure_is_audited_without_url_or_key_and_retried(world):
         assert await n.round(http) == "failed"
         assert len(receiver.snapshot()) == 1, "the round stops at the first failure"
         failed = await audit.read(kind="notify.failed")
-        assert len(failed) == 1 and failed[0]["session"] == "s_1"
+        assert len(failed) == 1 and failed[0]["session"] is None and failed[0]["detail"]["session"] == "s_1"
         assert failed[0]["reasons"] == ["the receiver answered 500"] and failed[0]["detail"]["attempt"] == 1
         assert receiver.url not in json.dumps(failed) and KEY not in json.dumps(failed)
         # The failed row waits for its backoff; the two given back are due at once.

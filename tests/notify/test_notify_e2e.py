@@ -61,6 +61,13 @@ def file_access(sg: Sandgate, sid: str, host: str) -> str:
     return resp.json()["id"]
 
 
+def failures(sg: Sandgate) -> list[dict]:
+    """The audited failed deliveries (rows of no session: an approver lists them)."""
+    resp = sg.call("GET", "/v1/events?kind=notify.failed", sg.approver)
+    assert resp.status_code == 200, resp.text
+    return resp.json()
+
+
 def once_each(receiver: Receiver, expected: set[tuple[str, str]], since: int = 0) -> None:
     """Every expected (approval, event) arrived exactly once (after the first `since` deliveries), signed, each
     with a delivery id of its own."""
@@ -143,8 +150,10 @@ def test_receiver_down_for_5s_gets_every_event_once_and_filing_does_not_wait(wor
         assert sg.call("POST", f"/v1/approvals/{aid}/deny", sg.approver, json={"reason": "down"}).ok
         down.append(time.monotonic() - t0)
     time.sleep(max(0.0, 5.0 - (time.monotonic() - down_at)))
-    failed = [e for e in sg.events(sid) if e["kind"] == "notify.failed"]
+    failed = failures(sg)
     assert failed, "a failed delivery is audited"
+    assert {e["session"] for e in failed} == {None}, "never in the session's own trail"
+    assert not [e for e in sg.events(sid) if e["kind"].startswith("notify.")]
     assert all(receiver.url not in str(e) and SECRET not in str(e) for e in failed)
     receiver.start()                  # back on the same port
     expected = {(a, "approval.filed") for a in filed} | {(a, "approval.denied") for a in filed[:2]}

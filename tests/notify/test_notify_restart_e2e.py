@@ -7,7 +7,7 @@ import time
 
 from tests.conftest import LOOPBACK_CONFIG
 from tests.notify.receiver import Receiver
-from tests.notify.test_notify_e2e import SECRET, Started, file_access, file_toolcall, once_each, start
+from tests.notify.test_notify_e2e import SECRET, Started, failures, file_access, file_toolcall, once_each, start
 
 
 def test_restart_in_the_middle_of_retries_delivers_after_the_restart(tmp_path):
@@ -17,9 +17,9 @@ def test_restart_in_the_middle_of_retries_delivers_after_the_restart(tmp_path):
         sid = sg.session(allow=[])["id"]
         filed = [file_toolcall(sg, sid, f"r-{i}") for i in range(3)]
         deadline = time.time() + 20
-        while not [e for e in sg.events(sid) if e["kind"] == "notify.failed"] and time.time() < deadline:
+        while not failures(sg) and time.time() < deadline:
             time.sleep(0.2)
-        assert [e for e in sg.events(sid) if e["kind"] == "notify.failed"], "retrying"
+        assert failures(sg), "retrying"
     receiver.start()
     try:
         with sg:
