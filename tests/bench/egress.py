@@ -36,8 +36,8 @@ Figures (ratio = sandgate / baseline; throughput: higher is better, latency and 
   the PostgreSQL store (tests/support/pg.py: 127.0.0.1:5432, `SANDGATE_TEST_PG_DB`); the baseline column of
   that row is the one-worker figure (goal: 2 workers >= 1.7x). Skipped ("n/a") without PostgreSQL;
   `--workers-only` runs just this row; `--workers-only --workers 1,2,4` one row per count against the first,
-  with how many CPUs sandgate's processes used; `--pin` puts sandgate on CPU 0 and this load generator and the
-  upstream on the other CPUs (taskset; PostgreSQL stays where it is).
+  with how many CPUs sandgate's processes used; `--pin [K]` puts sandgate on the first K CPUs (default 1) and this
+  load generator and the upstream on the others (taskset; PostgreSQL stays where it is).
 
 - HTTPS rows (`--https-only` runs just these, `--no-https` leaves them out): real curl through each proxy to an
   HTTPS upstream that speaks HTTP/1.1 only and to one that speaks h2 only (both tests/bench/common.py, no logging
@@ -729,11 +729,13 @@ def _stop_spy(spy: subprocess.Popen) -> None:
             spy.kill()
 
 
-def workers_only(mode: Mode, counts: tuple[int, ...], pin: bool) -> int:
-    """The --workers rows alone. `pin`: sandgate on CPU 0, this load generator and the upstream on the others
-    (with two CPUs: one core for sandgate whatever N is, so the rows show what N workers cost on one core)."""
+def workers_only(mode: Mode, counts: tuple[int, ...], pin: int) -> int:
+    """The --workers rows alone. `pin` > 0: sandgate on the first `pin` CPUs, this load generator and the upstream
+    on the others (with two CPUs: one core for sandgate whatever N is, so the rows show what N workers cost on one
+    core)."""
     cpus = sorted(os.sched_getaffinity(0))
-    sg_cpus, load_cpus = (str(cpus[0]), cpus[1:]) if pin and len(cpus) > 1 else ("", cpus)
+    pin = min(pin, len(cpus) - 1)
+    sg_cpus, load_cpus = (",".join(map(str, cpus[:pin])), cpus[pin:]) if pin > 0 else ("", cpus)
     if sg_cpus:
         os.sched_setaffinity(0, load_cpus)
     with tempfile.TemporaryDirectory(prefix="sandgate-bench-") as tmp:
@@ -768,8 +770,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers-only", action="store_true", help="only the --workers 2 row (needs PostgreSQL)")
     parser.add_argument("--workers", default="1,2", help="with --workers-only: the worker counts, the first the "
                         "baseline (e.g. 1,2,4)")
-    parser.add_argument("--pin", action="store_true", help="with --workers-only: sandgate on CPU 0, the load "
-                        "generator and the upstream on the other CPUs (taskset)")
+    parser.add_argument("--pin", type=int, nargs="?", const=1, default=0, metavar="K",
+                        help="with --workers-only: sandgate on the first K CPUs (default 1), the load generator and "
+                             "the upstream on the others (taskset)")
     parser.add_argument("--https-only", action="store_true", help="only the HTTPS rows (curl through each proxy)")
     parser.add_argument("--no-https", action="store_true", help="leave the HTTPS rows out")
     args = parser.parse_args(argv)
