@@ -69,7 +69,10 @@ class Notifier:
                     outcome = await self.round(http)
                 except StoreError as exc:
                     log.warning("notifications: the store is unreachable (%s); retrying", exc)
-                    outcome = "idle"
+                    outcome = "failed"
+                except Exception:  # noqa: BLE001 - a bug must not end notifications for the process's life
+                    log.exception("notifications: a delivery round failed; retrying")
+                    outcome = "failed"
                 if outcome == "failed":
                     failures += 1
                     await asyncio.sleep(backoff(failures))
@@ -104,7 +107,10 @@ class Notifier:
 
     async def _post(self, http: aiohttp.ClientSession, row: Claimed) -> None:
         s = self.settings
-        body = render(s.format, row.event, row.delivery, row.created_at, row.payload, s.public_url)
+        try:
+            body = render(s.format, row.event, row.delivery, row.created_at, row.payload, s.public_url)
+        except (KeyError, TypeError, ValueError) as exc:         # a row this version cannot read: it waits (max_age_s)
+            raise DeliveryFailed(f"the event cannot be rendered ({type(exc).__name__})") from None
         headers = {"Content-Type": "application/json", DELIVERY_HEADER: row.delivery, EVENT_HEADER: row.event,
                    "User-Agent": "sandgate-notify"}
         if self._key is not None:
@@ -135,7 +141,8 @@ class Notifier:
     async def _trim(self) -> None:
         try:
             dropped = await self.outbox.trim(self.settings.max_outbox, self.settings.max_age_s)
-        except StoreError:
+        except Exception as exc:  # noqa: BLE001 - the next trim tries again
+            log.warning("notifications: trimming the outbox failed (%s)", type(exc).__name__)
             return
         if dropped:
             self._count("dropped", len(dropped))

@@ -158,3 +158,21 @@ async def test_https_receiver_verified_against_the_trusted_roots(world, tmp_path
         assert receiver.snapshot()[0].signed_ok
     finally:
         receiver.stop()
+
+
+async def test_an_unreadable_event_waits_and_the_others_go(world):
+    store, audit, http = world
+    receiver = Receiver(KEY).start()
+    try:
+        def broken() -> None:
+            with store.engine.begin() as conn:
+                conn.execute(Outbox.entry("approval.filed", {"id": "a_broken"}))      # no kind, no status...
+        await store.run(broken)
+        await put(store, 2)
+        n = notifier(store, audit, receiver.url)
+        assert await n.round(http) == "failed"
+        assert "cannot be rendered" in (await audit.read(kind="notify.failed"))[0]["reasons"][0]
+        assert await n.round(http) == "sent"                   # the readable ones are not held up behind it
+        assert [d.doc["approval"]["id"] for d in receiver.snapshot()] == ["a_0", "a_1"]
+    finally:
+        receiver.stop()
