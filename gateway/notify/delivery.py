@@ -93,9 +93,11 @@ class Notifier:
             for row in rows:
                 try:
                     await self._post(http, row)
-                except DeliveryFailed as exc:
+                except Exception as exc:  # noqa: BLE001 - any failure of one event is that event's (audited, retried)
+                    if not isinstance(exc, DeliveryFailed):
+                        log.exception("notification %s: delivery failed unexpectedly", row.delivery)
                     held.remove(row.id)
-                    await self._failed(row, str(exc))
+                    await self._failed(row, str(exc) if isinstance(exc, DeliveryFailed) else "internal error")
                     return "failed"
                 held.remove(row.id)               # delivered: never given back (a stop now would send it twice)
                 await asyncio.shield(self.outbox.delivered(row.id))

@@ -176,3 +176,18 @@ async def test_an_unreadable_event_waits_and_the_others_go(world):
         assert [d.doc["approval"]["id"] for d in receiver.snapshot()] == ["a_0", "a_1"]
     finally:
         receiver.stop()
+
+
+async def test_an_unexpected_error_is_that_events_failure(world):
+    store, audit, http = world
+    receiver = Receiver(KEY).start()
+    try:
+        await put(store, 1)
+
+        async def broken() -> str:
+            raise RuntimeError("a bug")
+        assert await notifier(store, audit, receiver.url, key_reader=broken).round(http) == "failed"
+        assert (await audit.read(kind="notify.failed"))[0]["reasons"] == ["internal error"]
+        assert receiver.snapshot() == [] and await Outbox(store).count() == 1
+    finally:
+        receiver.stop()
