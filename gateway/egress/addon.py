@@ -288,7 +288,7 @@ class EgressAddon:
         sid, own = st.session_id, st.placeholders
         st.aws = aws.facts() if aws is not None and not aws.ambiguous else None
         request = EgressRequest(
-            session=st.session, session_id=sid, method=req.method, host=host, port=req.port,
+            session=st.session, method=req.method, host=host, port=req.port,
             scheme="" if is_connect else req.scheme, path="" if is_connect else req.path.split("?", 1)[0],
             query="" if is_connect else url_query(req), headers=tuple(req.headers.items(multi=True)),
             tunnel=tunnel is not None and not is_connect, ip=ip, ip_class=ip_class,

@@ -21,6 +21,7 @@ from gateway.net.dns_answers import NameVerdict, Outcome, decide_name, query_out
 from gateway.net.hosts import AllowEntry, parse_allow_entry
 from gateway.net.synthetic import SyntheticNames
 from gateway.sessions.registry import SessionRegistry
+from gateway.store.records import Session
 
 log = logging.getLogger("sandgate.dns")
 AUDITED_NAMES_PER_SESSION = 256         # denied names recorded per session (a query flood is not an audit flood)
@@ -75,23 +76,23 @@ class DnsServer(asyncio.DatagramProtocol):
         outcome = query_outcome(query, verdict)
         address = ""
         if outcome is Outcome.ANSWER and bound is not None and query.qtype in (1, 255):      # A, ANY
-            address = self.names.address_for(bound[0]["id"], query.name) or ""
+            address = self.names.address_for(bound[0].id, query.name) or ""
             if not address:
                 outcome = Outcome.REFUSED
-                log.warning("session %s resolved too many names; refusing %s", bound[0]["id"], query.name)
+                log.warning("session %s resolved too many names; refusing %s", bound[0].id, query.name)
         self.metrics.decision("dns", "allow" if outcome is Outcome.ANSWER else "deny")
         if outcome is Outcome.NXDOMAIN and bound is not None and verdict is not None:
-            self.record_denial(bound[0]["id"], query.name, verdict.code, verdict.reason)
+            self.record_denial(bound[0].id, query.name, verdict.code, verdict.reason)
         elif outcome is Outcome.REFUSED and bound is None:
             log.info("refused a DNS query from %s: no session is bound to that address", source)
         return render_answer(query, outcome, address)
 
-    def decide(self, session: dict, name: str) -> NameVerdict:
+    def decide(self, session: Session, name: str) -> NameVerdict:
         """The session's allow list, a live grant of it, or sandgate.internal."""
         if name == INTERNAL_HOST:
             return INTERNAL
-        verdict = decide_name(allow_entries(tuple(session["allow"])), name)
-        if not verdict.allowed and self.granted is not None and name and name in self.granted(session["id"]):
+        verdict = decide_name(allow_entries(tuple(session.allow)), name)
+        if not verdict.allowed and self.granted is not None and name and name in self.granted(session.id):
             return GRANTED
         return verdict
 

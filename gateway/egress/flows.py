@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable, Iterable, Mapping
+from typing import Awaitable, Callable, Iterable, Mapping
 
 from mitmproxy import http
 
@@ -10,6 +10,7 @@ from gateway.auth.tokens import Principal
 from gateway.egress.limits import Claim
 from gateway.net.addresses import AddressVerdict
 from gateway.policy.decision import Decision
+from gateway.store.records import Session
 
 StreamFilter = Callable[[bytes], "bytes | Iterable[bytes]"]
 _KEY = "sandgate"
@@ -29,7 +30,7 @@ class ConnState:
 class FlowState:
     """One request of an authenticated session, from its decision to its audit row."""
 
-    session: Mapping[str, Any]                     # the live session (the registry's); read through the two below
+    session: Session                               # the live session, as the registry had it when the flow began
     path: str = ""                                 # as the sandbox sent it (audit never sees injected values)
     decision: Decision | None = None
     started: float = 0.0
@@ -56,12 +57,12 @@ class FlowState:
 
     @property
     def session_id(self) -> str:
-        return self.session.get("id", "")
+        return self.session.id
 
     @property
     def placeholders(self) -> Mapping[str, str]:
         """The session's secret name -> placeholder value (what the sandbox holds instead of each secret)."""
-        return self.session.get("placeholders") or {}
+        return self.session.placeholders
 
     def audit_detail(self) -> dict:
         """What its audit row adds about approvals and secrets."""

@@ -89,9 +89,9 @@ class HoldAddon:
                 used_by=f"session:{sid}", ttl_s=st.decision.approval_ttl_s if st.decision else None))
         except TooManyPending as exc:
             return self.deny(flow, exc.code, f"approval required, but {exc}")
-        st.approval_id = ticket.row["id"]
+        st.approval_id = ticket.row.id
         if ticket.reused:
-            st.approved_by = ticket.row["decided_by"]
+            st.approved_by = ticket.row.decided_by
             return
         held = self.held.setdefault(flow.client_conn, set())
         if st.aws is None:
@@ -113,13 +113,13 @@ class HoldAddon:
         if st.aws is not None and id(st) in self.gone:
             self.gone.discard(id(st))
             return self.deny(flow, "approval.client_gone", "the client left; its retry uses the approval")
-        status = row["status"] if row else "missing"
+        status = row.status if row is not None else "missing"
         st.approval_status = status
         if status == "approved" and await self._queue.consume(row, f"session:{sid}"):
-            st.approved_by = row["decided_by"]
+            st.approved_by = row.decided_by
             return
         if status == "denied":
-            return self.deny(flow, "approval.denied", f"denied by {row['decided_by']}: {row['reason']}")
+            return self.deny(flow, "approval.denied", f"denied by {row.decided_by}: {row.reason}")
         if status == "pending":
             return self.deny(flow, "approval.timeout", "approval required: not decided in time (still pending)")
         return self.deny(flow, f"approval.{status}", f"approval required: the approval is {status}")

@@ -22,6 +22,7 @@ from gateway.policy.base import PolicyEngine
 from gateway.policy.decision import Decision
 from gateway.policy.inputs import build_egress_input
 from gateway.sessions.registry import SessionRegistry
+from gateway.store.records import Session
 
 GrantSource = Callable[[str, float], Awaitable[list[dict]]]          # (session id, now) -> live grants
 AddressCheck = Callable[[str, int], Awaitable[AddressVerdict]]       # (host, port) -> the addresses' verdict
@@ -31,8 +32,7 @@ AddressCheck = Callable[[str, int], Awaitable[AddressVerdict]]       # (host, po
 class EgressRequest:
     """One outbound request (or CONNECT) of a live session, as the policy will see it."""
 
-    session: Mapping[str, Any]               # the live session (the registry's)
-    session_id: str
+    session: Session                         # the live session (the registry's)
     method: str
     host: str                                # normalised: no trailing dot, punycode, canonical IP
     port: int
@@ -48,6 +48,10 @@ class EgressRequest:
     aws: Mapping[str, Any] | None = None     # an AWS call's {"service", "region", "operation", "resource"}
     aws_ambiguous: bool = False              # the call names its operation more than once
     request_id: str = ""                     # what the user holds (every 403 body carries it)
+
+    @property
+    def session_id(self) -> str:
+        return self.session.id
 
     @property
     def is_connect(self) -> bool:

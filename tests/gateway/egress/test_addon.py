@@ -63,7 +63,7 @@ async def test_an_allowed_request_goes_on_and_is_audited_once(world):
         await addons.egress.requestheaders(f)
         assert f.response is None and "Proxy-Authorization" not in f.request.headers
         st = flow_state(f)
-        assert st.decision.action == "allow" and st.session["id"] == session["id"]
+        assert st.decision.action == "allow" and st.session.id == st.session_id == session.id
         await addons.egress.request(f)
         f.response = http.Response.make(200, b"hello")
         addons.egress.responseheaders(f)

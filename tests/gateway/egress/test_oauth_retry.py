@@ -4,6 +4,7 @@ from __future__ import annotations
 from mitmproxy.test import tflow
 
 from gateway.egress.flows import FlowState
+from gateway.store.records import Session
 from gateway.egress.oauth_retry import replayable, swap, used_tokens
 
 
@@ -17,7 +18,8 @@ class Tokens:
 def test_used_tokens_are_the_minted_ones_the_request_left_with():
     flow = tflow.tflow()
     flow.request.headers["authorization"] = "Bearer at-old"
-    st = FlowState(session={"id": "s", "placeholders": {}}, secrets_used=("crm@header", "static@header"))
+    st = FlowState(session=Session(id="s", workload="ephemeral", created_at=0.0, expires_at=0.0),
+                   secrets_used=("crm@header", "static@header"))
     assert used_tokens(Tokens(), st, flow.request) == [("crm", "at-old")]
     st.secrets_used = ("static@header",)
     assert used_tokens(Tokens(), st, flow.request) == []

@@ -53,8 +53,8 @@ async def gate_on(stack: AsyncExitStack, tmp_path, policy: str = "") -> tuple:
     return svc, gate
 
 
-def request(session: dict, method: str = "GET", host: str = "allowed.test", **fields) -> EgressRequest:
-    return EgressRequest(session=session, session_id=session["id"], method=method, host=host,
+def request(session, method: str = "GET", host: str = "allowed.test", **fields) -> EgressRequest:
+    return EgressRequest(session=session, method=method, host=host,
                          port=443 if method == "CONNECT" else 80, scheme="" if method == "CONNECT" else "http",
                          path="" if method == "CONNECT" else "/x", **fields)
 
