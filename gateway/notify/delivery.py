@@ -146,6 +146,11 @@ class Notifier:
         except Exception as exc:  # noqa: BLE001 - the next trim tries again
             log.warning("notifications: trimming the outbox failed (%s)", type(exc).__name__)
             return
+        if self._metrics is not None:
+            try:
+                self._metrics.notify_outbox.set(await self.outbox.count())
+            except Exception:  # noqa: BLE001 - a gauge is not worth a failure
+                pass
         if dropped:
             self._count("dropped", len(dropped))
         for why in sorted({w for _, _, w in dropped}):

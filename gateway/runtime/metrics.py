@@ -37,6 +37,8 @@ class Metrics:
         self.notify = Counter("sandgate_notify_deliveries", "Approval events sent to notify.webhook_url, by result "
                               "(delivered, failed: an attempt, dropped: never sent)", ["result"],
                               registry=self.registry)
+        self.notify_outbox = Gauge("sandgate_notify_outbox", "Approval events waiting for delivery (all replicas')",
+                                   registry=self.registry, multiprocess_mode="max")
 
     def decision(self, kind: str, action: str) -> None:
         """Count a decision (labelled children cached: this runs on every request)."""

@@ -119,7 +119,10 @@ async def test_delivered_once_then_idle(world):
 async def test_the_outbox_past_its_cap_drops_the_oldest_with_an_audit_row(world):
     store, audit, _ = world
     await put(store, 7)
-    await notifier(store, audit, "http://127.0.0.1:9/hook", max_outbox=5)._trim()
+    metrics = Metrics()
+    await notifier(store, audit, "http://127.0.0.1:9/hook", max_outbox=5, metrics=metrics)._trim()
+    assert b"sandgate_notify_outbox 5.0" in metrics.render()
+    assert b'sandgate_notify_deliveries_total{result="dropped"} 2.0' in metrics.render()
     dropped = await audit.read(kind="notify.dropped")
     assert len(dropped) == 1 and dropped[0]["detail"]["count"] == 2 and dropped[0]["detail"]["why"] == "outbox full"
     assert await Outbox(store).count() == 5
