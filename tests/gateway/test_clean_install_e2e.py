@@ -1,10 +1,18 @@
 """A plain `pip install .` into a clean virtualenv (no -e, no extras, no overrides) gives a set that refuses
-CVE-2025-43859's malformed chunk: the smuggling test runs against that venv's own sandgate and mitmproxy."""
+CVE-2025-43859's malformed chunk: the smuggling test runs against that venv's own sandgate and mitmproxy.
+
+The dependencies' wheels are what `pip wheel .` resolves for this pyproject.toml, kept between runs (WHEELS,
+keyed by the file's hash and the Python version): a run installs from them without asking the registry, so the
+set installed is the one a plain install resolves, and the test costs one venv and one offline install instead
+of a resolution and a download. A changed pyproject.toml (or a fresh machine, as in CI) resolves afresh."""
 from __future__ import annotations
 
+import hashlib
+import os
 import shutil
 import subprocess
 import sys
+import tomllib
 import venv
 from pathlib import Path
 
@@ -20,6 +28,36 @@ SKIP = shutil.ignore_patterns(".git", ".venv", "__pycache__", "*.egg-info", "bui
                               "test-artifacts", ".pytest_cache", ".hypothesis", "tests")
 
 
+WHEELS = Path(os.environ.get("SANDGATE_TEST_WHEELS") or Path.home() / ".cache" / "sandgate-tests" / "wheels")
+
+
+def wheelhouse(python: Path, src: Path, tmp: Path) -> Path:
+    """The wheels `pip wheel .` resolves for this pyproject.toml (sandgate's own left out: it is built from the
+    checkout each run) and the build requirements, made once per pyproject.toml and Python version."""
+    key = hashlib.sha256((ROOT / "pyproject.toml").read_bytes() + sys.version.encode()).hexdigest()[:16]
+    house = WHEELS / key
+    if house.is_dir():
+        return house
+    part = tmp / "wheels"
+    out = subprocess.run([str(python), "-m", "pip", "wheel", "--quiet", "--disable-pip-version-check",
+                          "--wheel-dir", str(part), str(src)], capture_output=True, text=True, timeout=1100, cwd=tmp)
+    need(out.returncode == 0, f"`pip wheel .` (registry reachable): {out.stderr[-600:]}")
+    build = tomllib.loads((ROOT / "pyproject.toml").read_text())["build-system"]["requires"]
+    out = subprocess.run([str(python), "-m", "pip", "wheel", "--quiet", "--disable-pip-version-check",
+                          "--wheel-dir", str(part), *build], capture_output=True, text=True, timeout=600, cwd=tmp)
+    need(out.returncode == 0, f"`pip wheel` of the build requirements (registry reachable): {out.stderr[-600:]}")
+    for own in part.glob("sandgate-*.whl"):
+        own.unlink()
+    house.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        shutil.copytree(part, house.with_name(house.name + f".{os.getpid()}"))
+        os.rename(house.with_name(house.name + f".{os.getpid()}"), house)     # whole or not at all
+    except OSError:
+        if not house.is_dir():
+            raise
+    return house
+
+
 @pytest.fixture(scope="module")
 def clean_venv(tmp_path_factory) -> Path:
     tmp = tmp_path_factory.mktemp("clean-install")
@@ -28,9 +66,11 @@ def clean_venv(tmp_path_factory) -> Path:
     env_dir = tmp / "venv"
     venv.EnvBuilder(with_pip=True).create(env_dir)
     python = env_dir / "bin" / "python"
-    out = subprocess.run([str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", str(src)],
+    house = wheelhouse(python, src, tmp)
+    out = subprocess.run([str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
+                          "--no-index", "--find-links", str(house), str(src)],
                          capture_output=True, text=True, timeout=1100, cwd=tmp)
-    need(out.returncode == 0, f"`pip install .` into a clean venv (registry reachable): {out.stderr[-600:]}")
+    assert out.returncode == 0, f"`pip install .` from the wheels `pip wheel .` resolved: {out.stderr[-600:]}"
     return python
 
 
