@@ -11,6 +11,7 @@ from hypothesis import settings
 from xdist.scheduler import LoadScopeScheduling
 
 from gateway.runtime.eventloop import ServeLoop
+from tests.support.gateway import TIER as SANDGATE_TIER
 from tests.support.gateway import Sandgate
 from tests.support.upstream import Upstream, make_cert
 
@@ -45,6 +46,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if is_e2e(item.path):
             item.add_marker(pytest.mark.e2e)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """A test outside the end-to-end tier may not start a sandgate process (tests.support.gateway.Sandgate.start
+    refuses): `make test-fast` would run it."""
+    SANDGATE_TIER["e2e"] = item.get_closest_marker("e2e") is not None
 
 
 def _scope_of(path: str) -> str:

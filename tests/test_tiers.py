@@ -20,3 +20,16 @@ def test_the_tier_follows_the_name_and_the_folder():
     assert is_e2e(TESTS / "gateway" / "test_run_e2e.py") and is_e2e(TESTS / "gateway" / "test_policy_cli.py")
     assert is_e2e(TESTS / "deploy" / "test_netns_script.py")
     assert not is_e2e(TESTS / "gateway" / "test_config.py") and not is_e2e(TESTS / "test_tiers.py")
+
+
+def test_a_test_outside_the_tier_cannot_start_a_sandgate(tmp_path):
+    from tests.support.gateway import Sandgate
+
+    sg = Sandgate(tmp_path)
+    try:
+        sg.start()
+    except RuntimeError as refused:
+        assert "outside the end-to-end tier" in str(refused) and sg.proc is None      # refused before any process
+    else:
+        sg.stop()
+        raise AssertionError("a sandgate started for a test of the fast tier")

@@ -28,6 +28,7 @@ def sg(tmp_path_factory):
         yield g
 
 
+@pytest.mark.e2e
 def test_agent_loop_runs(sg, tmp_path):
     script = tmp_path / "agent.py"
     script.write_text(readme_block())

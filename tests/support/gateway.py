@@ -48,6 +48,11 @@ def write_toml(path: Path, config: dict) -> None:
     path.write_text("\n".join(lines) + "\n")
 
 
+# Set by tests/conftest.py as each test is set up: whether it is in the end-to-end tier. Outside pytest (the
+# benchmarks) every start is allowed.
+TIER = {"e2e": True}
+
+
 class Sandgate:
     """A sandgate process. `config` is merged into a loopback-friendly test configuration."""
 
@@ -80,6 +85,9 @@ class Sandgate:
     # A loaded machine (a parallel `make test` on 2 cores) can take a minute to import and start a sandgate: a start
     # that is slow is not a failure; one that exits or never listens is.
     def start(self, timeout: float = 120.0) -> "Sandgate":
+        if not TIER["e2e"]:
+            raise RuntimeError("a sandgate process started for a test outside the end-to-end tier (`make test-fast` "
+                               "runs it): move the test to a file named *_e2e.py (docs/testing.md)")
         if self.proc is not None and self.proc.poll() is None:
             raise RuntimeError("this sandgate is already running")
         listen = self.data_dir / "listen.json"

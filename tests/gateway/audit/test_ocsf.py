@@ -115,6 +115,7 @@ def trail(tmp_path_factory):
         yield [json.loads(line) for line in out.stdout.splitlines()], sg
 
 
+@pytest.mark.e2e
 def test_a_real_trail_exports_as_valid_ocsf(trail):
     events, _sg = trail
     classes = [validate(e) for e in events]
@@ -126,6 +127,7 @@ def test_a_real_trail_exports_as_valid_ocsf(trail):
     assert places == sorted(places) and len(set(places)) == len(places)
 
 
+@pytest.mark.e2e
 def test_the_exported_trail_verifies(trail):
     _events, sg = trail
     out = subprocess.run([sys.executable, "-m", "gateway", "audit", "verify", "--config", str(sg.config_path),

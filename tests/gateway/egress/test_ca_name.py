@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
 from cryptography import x509
 from cryptography.x509.oid import NameOID
 
@@ -18,6 +19,7 @@ def names(pem: bytes) -> tuple[str, str]:
             cert.subject.get_attributes_for_oid(NameOID.ORGANIZATION_NAME)[0].value)
 
 
+@pytest.mark.e2e
 def test_serve_and_sandgate_keys_name_the_ca_alike(tmp_path):
     with Sandgate(tmp_path / "gw") as sg:
         served = names((sg.data_dir / "mitmproxy-ca-cert.pem").read_bytes())

@@ -7,6 +7,8 @@ import shutil
 import subprocess
 import sys
 
+import pytest
+
 from tests.support.gateway import ROOT, Sandgate
 
 
@@ -18,6 +20,7 @@ def test_toolcall_mcp_rego_tests_pass_in_the_shipped_policies():
     assert "10 passed" in proc.stdout
 
 
+@pytest.mark.e2e
 def test_shipped_policies_decide_mcp_tool_calls(tmp_path):
     policies = tmp_path / "policies"
     shutil.copytree(ROOT / "policies", policies)

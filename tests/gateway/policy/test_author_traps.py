@@ -164,6 +164,7 @@ def test_policy_test_without_a_directory_says_which_it_tests(tmp_path):
 
 # -- a 403 inside an allowed tunnel names the request ----------------------------------------------------------
 
+@pytest.mark.e2e
 def test_a_403_inside_an_allowed_tunnel_names_the_request_not_the_allow_list(tmp_path):
     cert = make_cert(tmp_path / "certs", ["secure.test"])
     pol = policy_copy(tmp_path, {"site/docs_read.rego": READ_ONLY_ALLOW.replace(

@@ -233,6 +233,7 @@ def wait_lines(fn, n, timeout=20.0):
     raise AssertionError("the decision log did not fill in time")
 
 
+@pytest.mark.e2e
 def test_every_decision_is_logged_and_exported_in_opa_format(tmp_path, upstream):
     with Sandgate(tmp_path / "gw", LOOPBACK_CONFIG) as sg:
         sess = sg.session(allow=["allowed.test"], secrets=[])
@@ -273,6 +274,7 @@ def candidate_policy(tmp_path):
     return cand
 
 
+@pytest.mark.e2e
 def test_replay_shows_what_a_candidate_policy_would_change(tmp_path, upstream):
     cand = candidate_policy(tmp_path)
     with Sandgate(tmp_path / "gw", LOOPBACK_CONFIG) as sg:
@@ -292,6 +294,7 @@ def test_replay_shows_what_a_candidate_policy_would_change(tmp_path, upstream):
                    "--policies", str(cand)).stdout.strip() == "0 decisions replayed, 0 would change"
 
 
+@pytest.mark.e2e
 def test_shadow_policy_records_divergences_without_changing_decisions(tmp_path, upstream):
     cand = candidate_policy(tmp_path)
     cfg = {**LOOPBACK_CONFIG, "policy": {"shadow_dir": str(cand)}}

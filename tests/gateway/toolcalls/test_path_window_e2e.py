@@ -30,9 +30,10 @@ def _fill(sg, sid, step, count, prefix="f"):
     return step
 
 
-@pytest.fixture
-def sg(tmp_path):
-    with Sandgate(tmp_path) as running:
+@pytest.fixture(scope="module")
+def sg(tmp_path_factory):
+    """One sandgate for the module (each test restarts it, and uses a session of its own)."""
+    with Sandgate(tmp_path_factory.mktemp("sandgate")) as running:
         yield running
 
 

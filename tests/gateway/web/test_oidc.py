@@ -89,6 +89,7 @@ def try_login(gate, token: str) -> requests.Response:
     return requests.post(gate.api + "/login", data={"token": token, "next": "/"}, allow_redirects=False)
 
 
+@pytest.mark.e2e
 def test_oidc_approver_logs_in(oidc_gate):
     gate, issuer = oidc_gate
     s = requests.Session()
@@ -104,12 +105,14 @@ def test_oidc_approver_logs_in(oidc_gate):
     {"iss": "http://127.0.0.1:1"},                # another issuer
     {"exp": int(time.time()) - 60},               # expired
 ])
+@pytest.mark.e2e
 def test_oidc_tokens_that_never_log_in(oidc_gate, claims):
     gate, issuer = oidc_gate
     r = try_login(gate, issuer.token(**claims))
     assert r.status_code == 401 and "set-cookie" not in {k.lower() for k in r.headers}
 
 
+@pytest.mark.e2e
 def test_oidc_token_signed_by_another_key_is_refused(oidc_gate):
     gate, issuer = oidc_gate
     other = rsa.generate_private_key(public_exponent=65537, key_size=2048)
@@ -119,6 +122,7 @@ def test_oidc_token_signed_by_another_key_is_refused(oidc_gate):
 FORGERIES = ["none", "None", "NONE", "hs256-spki-pem", "hs256-pkcs1-pem", "hs256-spki-der"]
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("how", FORGERIES)
 def test_oidc_unsigned_and_key_confusion_tokens_never_log_in(oidc_gate, how):
     gate, issuer = oidc_gate
@@ -142,6 +146,7 @@ def test_verifier_refuses_unsigned_and_key_confusion_tokens(verifier, how):
         check.verify_sync(issuer.forged(how))
 
 
+@pytest.mark.e2e
 def test_sandgate_tokens_still_work_next_to_oidc(oidc_gate):
     gate, _ = oidc_gate
     assert try_login(gate, gate.token("approver", "erin")).status_code == 303
