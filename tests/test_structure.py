@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SUBSCRIPT = re.compile(r'\w\["[A-Za-z_]\w*"\]')
 
 # package -> the most string-key subscripts it may hold (154 across the three when this was first counted)
-CEILINGS = {"gateway/api": 0, "gateway/web": 0, "gateway/egress": 6}
+CEILINGS = {"gateway/api": 0, "gateway/web": 0, "gateway/egress": 0}
 
 
 def subscripts(package: str) -> dict[str, int]:

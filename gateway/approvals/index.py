@@ -9,13 +9,14 @@ approval to give), never let an action through.
 """
 from __future__ import annotations
 
-from typing import Any, Iterable, Mapping
+from typing import Iterable
+
+from gateway.store.records import Approval
 
 
-def live(row: Mapping[str, Any]) -> bool:
+def live(row: Approval) -> bool:
     """Pending, or approved and unused: an item an identical action may still meet."""
-    status = row.get("status")
-    return status == "pending" or (status == "approved" and row.get("used_at") is None)
+    return row.status == "pending" or (row.status == "approved" and row.used_at is None)
 
 
 class BindingIndex:
@@ -23,30 +24,32 @@ class BindingIndex:
         self._by_binding: dict[str, dict[str, str]] = {}       # binding -> {approval id: status}
         self._binding_of: dict[str, str] = {}                  # approval id -> binding
 
-    def put(self, row: Mapping[str, Any]) -> None:
+    def put(self, row: Approval) -> None:
         """Take an item as it is now (filed, decided, used, expired...)."""
-        aid = row["id"]
+        self._drop(row.id)
+        if live(row):
+            self._by_binding.setdefault(row.binding, {})[row.id] = row.status
+            self._binding_of[row.id] = row.binding
+
+    def _drop(self, aid: str) -> None:
         old = self._binding_of.pop(aid, None)
         if old is not None:
             items = self._by_binding.get(old, {})
             items.pop(aid, None)
             if not items:
                 self._by_binding.pop(old, None)
-        if live(row):
-            self._by_binding.setdefault(row["binding"], {})[aid] = row["status"]
-            self._binding_of[aid] = row["binding"]
 
-    def load(self, rows: Iterable[Mapping[str, Any]]) -> None:
+    def load(self, rows: Iterable[Approval]) -> None:
         for row in rows:
             self.put(row)
 
-    def sync_pending(self, pending: Iterable[Mapping[str, Any]]) -> None:
+    def sync_pending(self, pending: Iterable[Approval]) -> None:
         """The store's full list of pending items: drop indexed pending items it no longer has."""
         rows = list(pending)
-        keep = {r["id"] for r in rows}
+        keep = {r.id for r in rows}
         for aid in [a for a, b in self._binding_of.items()
                     if self._by_binding.get(b, {}).get(a) == "pending" and a not in keep]:
-            self.put({"id": aid, "status": "gone", "binding": self._binding_of[aid]})
+            self._drop(aid)
         self.load(rows)
 
     def has(self, binding: str, status: str) -> bool:

@@ -12,16 +12,17 @@ from typing import Mapping
 
 from gateway.approvals.access import BadAccess, grant_in_force
 from gateway.approvals.queue import ApprovalQueue, TooManyPending
+from gateway.store.records import Approval
 
 MAX_BODY = 16384
 MAX_WAIT_S = 300.0
 PREFIX = "/v1/access-requests"
 
 
-def _view(row: dict) -> dict:
-    grant = grant_in_force(row)
-    return {"id": row["id"], "status": row["status"], "host": row["action"]["grant"]["host"],
-            "requested": row["action"]["grant"], "grant": grant, "decision_reason": row["reason"]}
+def _view(row: Approval) -> dict:
+    requested = row.action["grant"]
+    return {"id": row.id, "status": row.status, "host": requested["host"], "requested": requested,
+            "grant": grant_in_force(row), "decision_reason": row.reason}
 
 
 def _error(http_status: int, code: str, detail: str, **extra: object) -> tuple[int, dict]:
@@ -50,14 +51,14 @@ async def answer(queue: ApprovalQueue, session_id: str, method: str, path: str, 
             return _error(429, TooManyPending.code, str(exc))
         if not filed:
             return _error(409, "already_pending", f"an access request for {req.host} is already pending",
-                          id=row["id"], status=row["status"])
-        return 202, {"id": row["id"], "status": row["status"]}
+                          id=row.id, status=row.status)
+        return 202, {"id": row.id, "status": row.status}
     if path.startswith(PREFIX + "/") and path.count("/") == 3:
         if method not in ("GET", "HEAD"):
             return _error(405, "method_not_allowed", "an access request is read with GET")
         aid = path.rsplit("/", 1)[1]
         row = await queue.get(aid)
-        if row is None or row["session"] != session_id or row["kind"] != "access":
+        if row is None or row.session != session_id or row.kind != "access":
             return _error(404, "not_found", "no such access request")     # another session's: not found either
         if "wait" in query:
             try:

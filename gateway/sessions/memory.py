@@ -19,10 +19,11 @@ import asyncio
 from collections import OrderedDict, deque
 from typing import Any, Awaitable, Callable, Iterable, Mapping
 
+from gateway.store.records import ToolCallRecord
 from gateway.store.store import PathRows
 from gateway.toolcalls.history import MAX_SESSION_PATHS, EventRow
 
-Loader = Callable[[str], Awaitable[tuple[list[dict], list[dict]]]]
+Loader = Callable[[str], Awaitable[tuple[list[ToolCallRecord], list[dict]]]]
 Queued = Callable[[str], list[dict]]
 
 
@@ -67,7 +68,8 @@ class _Memory:
     def paths(self) -> PathRows:
         return PathRows([*self.older.values(), *self.recent.values()], self.truncated)
 
-    def seed(self, stored: list[dict], queued: list[dict], rows: list[dict], limit: int, max_paths: int) -> None:
+    def seed(self, stored: list[ToolCallRecord], queued: list[dict], rows: list[dict], limit: int,
+             max_paths: int) -> None:
         """The store's view, under what was recorded while it was being read."""
         recorded, self.events, self.ids = list(self.events), deque(maxlen=self.events.maxlen), set()
         for row in stored + queued + recorded:
@@ -88,7 +90,7 @@ class SessionMemory:
         self._max_paths = max_paths
         self._sessions: "OrderedDict[str, _Memory]" = OrderedDict()
 
-    async def get(self, sid: str) -> tuple[list[dict], PathRows]:
+    async def get(self, sid: str) -> tuple[list[ToolCallRecord | dict], PathRows]:
         """(events oldest first, path rows oldest first) of the session. Raises what the store raises."""
         if not self._sole():
             self._sessions.clear()               # another process writes too: what was kept may be stale

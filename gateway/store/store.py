@@ -27,7 +27,7 @@ from gateway.store.writer import PriorityWriter
 from gateway.store import records
 from gateway.store.models import (ApprovalRow, AuditEventRow, RevocationRow, SessionPathRow, SessionRow,
                                   SessionStatsRow, row_dict)
-from gateway.store.records import Approval, AuditEvent, Revocation
+from gateway.store.records import Approval, AuditEvent, Revocation, ToolCallRecord
 
 T = TypeVar("T")
 
@@ -514,7 +514,7 @@ class Store:
         self._driver(work, commit=True)
 
     def _toolcall_memory(self, session: str, events: int, paths: int,
-                         max_paths: int = MAX_PATHS) -> tuple[list[dict], PathRows]:
+                         max_paths: int = MAX_PATHS) -> tuple[list[ToolCallRecord], PathRows]:
         mark = placeholder(self.engine.dialect.paramstyle)
         fetched = self._driver_rows(
             f"SELECT {', '.join(self._RECENT_COLS)} FROM events WHERE session = {mark} AND kind = {mark} "
@@ -531,7 +531,7 @@ class Store:
                     self._decoded.clear()
                 self._decoded[key] = decoded
             row["codes"], row["detail"] = decoded
-            recent.append(row)
+            recent.append(ToolCallRecord(**row))
         # Of the newest `paths` rows, the last one for each path, with its content: all that
         # history.paths_from_rows keeps of them (a later row for a path replaces the earlier ones), without
         # reading the replaced contents.
@@ -555,7 +555,7 @@ class Store:
                                 truncated)
 
     async def toolcall_memory(self, session: str, events: int, paths: int = 500,
-                              max_paths: int = MAX_PATHS) -> tuple[list[dict], PathRows]:
+                              max_paths: int = MAX_PATHS) -> tuple[list[ToolCallRecord], PathRows]:
         """A session's newest `events` tool-call events and its path rows (both oldest first), in one trip to the
         store's thread: a tool call needs both. The last row of each path the session left, the content only
         of those among the newest `paths` rows; `truncated` past `max_paths` distinct paths."""

@@ -12,12 +12,14 @@ from gateway.approvals.index import BindingIndex, live
 from gateway.approvals.queue import ApprovalQueue
 from gateway.store.changes import Change
 from gateway.store.models import ApprovalRow
+from gateway.store.records import Approval
 from tests.gateway.approvals.test_queue import ask
 from tests.support.services import open_services
 
 
-def row(aid: str, status: str, binding: str = "b1", used_at: float | None = None) -> dict:
-    return {"id": aid, "status": status, "binding": binding, "used_at": used_at}
+def row(aid: str, status: str, binding: str = "b1", used_at: float | None = None) -> Approval:
+    return Approval(id=aid, status=status, binding=binding, used_at=used_at, session="s", kind="toolcall",
+                    created_at=0.0, expires_at=1.0)
 
 
 @pytest.mark.parametrize("r, expected", [
