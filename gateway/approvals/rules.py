@@ -6,6 +6,8 @@ import json
 import secrets
 from typing import Any, Iterable, Mapping
 
+from gateway.store.records import Approval
+
 KINDS = ("toolcall", "egress", "access")
 FINAL_STATES = ("approved", "denied", "expired", "cancelled")       # an item in one of these never changes again
 
@@ -34,9 +36,9 @@ def reusable(row: Mapping[str, Any], session: Mapping[str, Any] | None, now: flo
             and now - float(decided) <= window_s and session is not None and not session.get("frozen"))
 
 
-def overdue(row: Mapping[str, Any], now: float) -> bool:
+def overdue(row: Approval, now: float) -> bool:
     """A pending item past its TTL: it expires (nobody decided in time)."""
-    return row["status"] == "pending" and now >= row["expires_at"]
+    return row.status == "pending" and now >= row.expires_at
 
 
 def new_approval_id() -> str:

@@ -235,10 +235,10 @@ class ToolCallGate:
                 ticket = None
                 action, reasons, codes = "deny", [f"approval required, but {exc}", *reasons], [exc.code, *codes]
             if ticket is not None:
-                approval_id, reused = ticket.row["id"], ticket.reused
+                approval_id, reused = ticket.row.id, ticket.reused
             if reused:
                 action = "allow"
-                reasons.append(f"approved by {ticket.row['decided_by']}")
+                reasons.append(f"approved by {ticket.row.decided_by}")
                 codes.append("approval.approved")
             if approval_id is not None:
                 detail["approval_id"] = approval_id
