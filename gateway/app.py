@@ -8,6 +8,7 @@ Only `cli.py` imports this module.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import gc
 import json
@@ -223,7 +224,7 @@ async def _given(value: str) -> str:
     return value
 
 
-def _notifier(cfg: Config, store: Store, audit: AuditLog, metrics: Metrics) -> Notifier:
+def _notifier(cfg: Config, store: Store, audit: AuditLog, metrics: Metrics, api: tuple[str, int]) -> Notifier:
     """The deliverer of approval events to notify.webhook_url (its signing key read from its secret source at each
     delivery, or given as it is)."""
     secret = cfg.notify.secret
@@ -232,7 +233,13 @@ def _notifier(cfg: Config, store: Store, audit: AuditLog, metrics: Metrics) -> N
         key = functools.partial(_operator_secrets([secret], cfg).get, secret)
     elif secret:
         key = functools.partial(_given, secret)
-    return Notifier(cfg.notify, Outbox(store), audit, key, _upstream_tls(cfg), metrics)
+    settings = cfg.notify
+    if not settings.public_url:                 # the page where it listens (reachable on this host only)
+        host = "127.0.0.1" if api[0] in ("0.0.0.0", "::", "") else api[0]
+        settings = dataclasses.replace(settings, public_url=f"http://{_hostport((host, api[1]))}")
+        if settings.format == "slack":
+            log.warning("notify: web.public_url is not set; Slack messages link to %s", settings.public_url)
+    return Notifier(settings, Outbox(store), audit, key, _upstream_tls(cfg), metrics)
 
 
 def _proxied(proxy: UpstreamProxy | None) -> Callable[[str, int], bool]:
@@ -521,7 +528,8 @@ async def open_gateway(cfg: Config, stack: AsyncExitStack, worker: bool = False,
     _background(stack, packages.poll(), "sandgate-packages")
     _background(stack, svc.checkpoints.run(), "sandgate-audit-checkpoints")
     if cfg.notify.webhook_url:
-        _background(stack, _notifier(cfg, store, audit, metrics).run(approvals.subscribe()), "sandgate-notify")
+        notifier = _notifier(cfg, store, audit, metrics, api_addr)
+        _background(stack, notifier.run(approvals.subscribe()), "sandgate-notify")
     log.info("sandgate ready: proxy %s:%d, api %s:%d, policy rev %s", *proxy_addr, *api_addr, engine.rev)
     return Listening(proxy_addr, api_addr, transparent_addr, dns_addr, postgres_addr, drain, close_listeners)
 

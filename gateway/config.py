@@ -150,7 +150,7 @@ SCHEMA: dict[str, Any] = {
     },
     "web": {
         "public_url": Key("", "the page's address as approvers reach it (`https://sandgate.example`): the links in "
-                              "notifications"),
+                              "notifications; empty: the API listener's address"),
         "oidc": {
             "issuer": Key("", "OIDC issuer of approvers' ID tokens; with `audience`, the page requires a login"),
             "audience": Key("", "the audience (client id) ID tokens must name"),
@@ -168,7 +168,7 @@ SCHEMA: dict[str, Any] = {
         "secret": Key("", "the HMAC key of `X-Sandgate-Signature`, or a secret source holding it (a value starting "
                           "`env:`, `local:` or `vault:`); required with format `json`"),
         "format": Key("json", "`json` (the event, signed) or `slack` (an incoming-webhook message linking to the "
-                              "approval on the page; needs `web.public_url`)"),
+                              "approval on the page at `web.public_url`)"),
         "timeout_s": Key(10.0, "longest one delivery may take; past it the attempt failed and is retried", "number"),
         "max_outbox": Key(10000, "events waiting for delivery; past it the oldest are dropped (audited)"),
         "max_age_s": Key(86400.0, "an event not delivered within this long is dropped (audited)", "number"),
@@ -461,8 +461,6 @@ def _notify(raw: Mapping[str, Any], web: Mapping[str, Any]) -> NotifySettings:
         _http_url("notify.webhook_url", url)
         if fmt == "json" and not secret:
             raise ValueError("notify.secret is required: deliveries are signed (the key, or a source such as env:VAR)")
-        if fmt == "slack" and not public_url:
-            raise ValueError("notify.format slack links to the page: set web.public_url")
     timeout = _positive("notify", "timeout_s", raw["timeout_s"])
     if timeout > 30:
         raise ValueError("notify.timeout_s must be at most 30")

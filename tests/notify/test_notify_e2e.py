@@ -120,6 +120,7 @@ def test_signed_deliveries_for_toolcall_egress_and_access_approvals(world, upstr
     granted = docs[(access, "approval.approved")]["approval"]
     assert granted["grant"]["methods"] == ["GET"] and granted["grant"]["path_prefix"] == "/v1/"
     assert docs[(tool, "approval.filed")]["approval"]["status"] == "pending"
+    assert docs[(tool, "approval.filed")]["url"] == f"{sg.api}/approvals/{tool}"     # no web.public_url: the listener
     for aid, event in ((tool, "approval.approved"), (access, "approval.approved"), (egress, "approval.denied")):
         shown = sg.call("GET", f"/v1/approvals/{aid}", sg.approver).json()        # as the API shows it
         assert docs[(aid, event)]["approval"] == {**shown, "used_at": None}, aid

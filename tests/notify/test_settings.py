@@ -23,7 +23,6 @@ def test_json_with_a_secret_source():
     ({"webhook_url": URL}, {}, "notify.secret is required"),
     ({"webhook_url": URL, "secret": "env:NOT A NAME"}, {}, "notify.secret"),
     ({"webhook_url": URL, "secret": "vault:no-key"}, {}, "notify.secret"),
-    ({"webhook_url": URL, "format": "slack"}, {}, "web.public_url"),
     ({"format": "xml"}, {}, "notify.format"),
     ({"webhook_url": "ftp://hooks.example/SECRETPART", "secret": "env:K"}, {}, "notify.webhook_url"),
     ({}, {"public_url": "gate.example"}, "web.public_url"),
@@ -39,10 +38,9 @@ def test_bad_settings_refuse_to_start(notify, web, needle):
     assert "SECRETPART" not in str(exc.value)
 
 
-def test_slack_needs_no_secret():
-    cfg = load_config(environ={}, overrides={"notify": {"webhook_url": URL, "format": "slack"},
-                                             "web": {"public_url": "https://gate.example"}})
-    assert cfg.notify.format == "slack" and cfg.notify.secret == ""
+def test_slack_needs_no_secret_and_no_public_url():
+    cfg = load_config(environ={}, overrides={"notify": {"webhook_url": URL, "format": "slack"}})
+    assert cfg.notify.format == "slack" and cfg.notify.secret == "" and cfg.notify.public_url == ""
 
 
 def test_a_literal_key_is_the_key():
