@@ -27,6 +27,9 @@ GRANT_FIELDS = frozenset({"methods", "path_prefix", "ttl_s"})
 MAX_REASON = 1000
 MAX_PREFIX = 512
 DEFAULT_TTL_S = 3600.0
+# Names that mean this machine by convention (/etc/hosts on most systems), refused by their text like "localhost"
+LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain", "localhost6", "localhost6.localdomain6",
+                            "ip6-localhost", "ip6-loopback"})
 
 
 class BadAccess(ValueError):
@@ -65,6 +68,8 @@ def _prefix(value: Any) -> str:
     path = normalise_path(value)
     if not path:
         raise BadAccess("path_prefix must not hold encoded separators or dot segments")
+    if any(ord(c) < 0x20 or ord(c) == 0x7f for c in path):       # "%00", "%0a": decoded, a control character
+        raise BadAccess("path_prefix must not contain spaces, control characters, '?' or '#' (encoded or not)")
     return path
 
 
@@ -88,7 +93,7 @@ def check_host(raw: Any, resolve: Mapping[str, Sequence[str]], private_allow: Se
         host = normalise_host(text)
     except ValueError:
         raise bad from None
-    if host == "localhost" or host.endswith(".localhost") or host == INTERNAL_HOST:
+    if host in LOOPBACK_NAMES or host.endswith(".localhost") or host == INTERNAL_HOST:
         raise BadAccess(f"{host} is not a destination sandgate grants access to")
     literal = _literal(host)
     addresses: Sequence[str] | None = [str(literal)] if literal is not None else resolve.get(host)

@@ -6,12 +6,14 @@ import json
 import subprocess
 import shutil
 import time
+from urllib.parse import unquote, urlsplit
 
 import pytest
 import requests
 
 from tests.conftest import LOOPBACK_CONFIG, need_binary
 from tests.support.gateway import Sandgate
+from tests.support.upstream import Upstream, make_cert
 
 ENDPOINT = "http://sandgate.internal/v1/access-requests"
 
@@ -19,10 +21,15 @@ ENDPOINT = "http://sandgate.internal/v1/access-requests"
 @pytest.fixture(scope="module")
 def gw(tmp_path_factory):
     cfg = {**LOOPBACK_CONFIG, "egress": {**LOOPBACK_CONFIG["egress"], "resolve": {
-        **LOOPBACK_CONFIG["egress"]["resolve"], "api.partner.test": ["127.0.0.1"], "lo.partner.test": ["127.0.0.1"]}},
+        **LOOPBACK_CONFIG["egress"]["resolve"], "api.partner.test": ["127.0.0.1"], "lo.partner.test": ["127.0.0.1"],
+        "meta.partner.test": ["169.254.169.254"], "v6.partner.test": ["::1"]}},
         "approvals": {"max_grant_ttl_s": 3600}}
     cfg["egress"]["private_allow"] = ["127.0.0.0/8"]
-    with Sandgate(tmp_path_factory.mktemp("access"), cfg) as sg:
+    tmp = tmp_path_factory.mktemp("access")
+    cert = make_cert(tmp / "certs", ["secure.test"])
+    cfg["egress"]["upstream_ca"] = cert.cert
+    with Sandgate(tmp, cfg) as sg:
+        sg.tls_cert = cert
         sg.approver = sg.token("approver", "alice")
         sg.approver2 = sg.token("approver", "bob")
         yield sg
@@ -135,16 +142,30 @@ def test_https_inside_with_a_client_offering_h2(gw, tmp_path):
 def test_refused_at_filing(gw):
     sess = gw.session(allow=[])
     for host in ("169.254.169.254", "localhost", "127.0.0.1.nip.io.localhost", "10.1.2.3", "[::1]",
-                 "http://x.test/", "x.test:80"):
+                 "http://x.test/", "x.test:80", "localhost.", "LOCALHOST", "*.localhost", "localhost.localdomain",
+                 "[::ffff:169.254.169.254]", "::ffff:a9fe:a9fe", "2852039166", "0251.0376.0376.0376",
+                 "0xa9fea9fe", "169.254.169.254.", "[fe80::1%25eth0]", "meta.partner.test", "META.partner.test.",
+                 "v6.partner.test", "user@x.test", "x.test/admin", "", "a" * 300, "sandgate.internal", "x..test"):
         resp = file_inside(sess, {"host": host, "reason": "x"})
         assert resp.status_code == 400, (host, resp.text)
-    assert file_inside(sess, {"host": "x.test", "reason": "x", "extra": 1}).status_code == 400
-    assert file_inside(sess, {"host": "x.test", "reason": "x", "ttl_s": 3601}).status_code == 400
+        assert resp.json()["error"] == "bad_request" and resp.json()["detail"], resp.text
+    for extra in ({"extra": 1}, {"ttl_s": 3601}, {"ttl_s": 0}, {"ttl_s": -5}, {"ttl_s": "60"}, {"ttl_s": True},
+                  {"ttl_s": 1e308}, {"methods": ["TRACE"]}, {"methods": "GET"}, {"methods": []},
+                  {"path_prefix": "v1/"}, {"path_prefix": "/v1/%2e%2e/admin"}, {"path_prefix": "/v1/%00"},
+                  {"port": 0}, {"port": "443"}, {"reason": ""}, {"reason": "x" * 1001}):
+        resp = file_inside(sess, {"host": "x.test", "reason": "x", **extra})
+        assert resp.status_code == 400, (extra, resp.text)
+    # dot segments and empty segments are resolved as a server reads them: the approver sees the result
+    resp = file_inside(sess, {"host": "dots.partner.test", "reason": "x", "path_prefix": "/v1/../admin//x"})
+    item = gw.call("GET", f"/v1/approvals/{resp.json()['id']}", gw.approver).json()
+    assert item["action"]["grant"]["path_prefix"] == "/admin/x"
+    gw.call("POST", f"/v1/approvals/{item['id']}/deny", gw.approver, json={"reason": "no"})
     # without proxy credentials: 407, nothing filed
     anon = requests.post(ENDPOINT, json={"host": "x.test", "reason": "x"},
                          proxies={"http": f"http://{gw.proxy_host}:{gw.proxy_port}"}, timeout=10)
     assert anon.status_code == 407
-    assert gw.call("GET", f"/v1/approvals?session={sess['id']}", gw.approver).json() == []
+    assert [a["id"] for a in gw.call("GET", f"/v1/approvals?session={sess['id']}", gw.approver).json()
+            if a["status"] == "pending"] == []
 
 
 def test_a_session_cannot_read_another_sessions_requests(gw):
@@ -198,3 +219,134 @@ def test_what_a_session_can_file_is_capped(tmp_path):
                             headers={"Content-Type": "application/json"}, proxies=sess["proxies"], timeout=10)
         assert big.status_code in (403, 413)
         assert len(sg.call("GET", f"/v1/approvals?session={sess['id']}", sg.token("approver", "a")).json()) == 2
+
+
+def read_head(sock) -> tuple[str, bytes]:
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = sock.recv(4096)
+        if not chunk:
+            break
+        data += chunk
+    head, _, rest = data.partition(b"\r\n\r\n")
+    return head.decode("latin-1"), rest
+
+
+def test_every_proxy_403_names_the_access_endpoint(gw, tmp_path):
+    """Plain HTTP, a refused CONNECT (status line and body), and a request refused inside an allowed tunnel: each
+    403 carries "access_request" and a one-line hint."""
+    import base64
+    import socket
+
+    sess = gw.session(allow=[])
+    ca = tmp_path / "ca.pem"
+    ca.write_text(sess["ca_pem"])
+
+    def check(doc):
+        assert doc["access_request"] == ENDPOINT, doc
+        assert "\n" not in doc["hint"] and ENDPOINT in doc["hint"], doc
+    with Upstream(tls=gw.tls_cert) as secure:
+        base = f"https://secure.test:{secure.port}"
+        # a refused CONNECT: the status line names the endpoint (a client may show only that), the body too
+        creds = urlsplit(sess["proxy_url"])
+        auth = base64.b64encode(f"{unquote(creds.username)}:{unquote(creds.password)}".encode()).decode()
+        with socket.create_connection((gw.proxy_host, gw.proxy_port), timeout=10) as sock:
+            sock.sendall(f"CONNECT secure.test:{secure.port} HTTP/1.1\r\nHost: secure.test:{secure.port}\r\n"
+                         f"Proxy-Authorization: Basic {auth}\r\n\r\n".encode())
+            head, rest = read_head(sock)
+        status_line = head.split("\r\n", 1)[0]
+        assert status_line.startswith("HTTP/1.1 403 ") and f"(ask: {ENDPOINT})" in status_line, head
+        length = int(next(h.split(":", 1)[1] for h in head.split("\r\n") if h.lower().startswith("content-length")))
+        with socket.create_connection((gw.proxy_host, gw.proxy_port), timeout=10) as sock:
+            sock.sendall(f"CONNECT secure.test:{secure.port} HTTP/1.1\r\nHost: secure.test:{secure.port}\r\n"
+                         f"Proxy-Authorization: Basic {auth}\r\n\r\n".encode())
+            head, rest = read_head(sock)
+            while len(rest) < length:
+                rest += sock.recv(4096)
+        check(json.loads(rest))
+        # curl shows the refused CONNECT's status line
+        curl = need_binary("curl")
+        out = subprocess.run([curl, "-sS", "-v", "--cacert", str(ca), "-x", sess["proxy_url"], f"{base}/v1/x"],
+                             capture_output=True, text=True, timeout=20)
+        assert f"ask: {ENDPOINT}" in out.stderr, out.stderr
+        # granted GET under /v1/: the tunnel opens; inside it, POST and /admin are refused with the same body
+        aid = file_inside(sess, {"host": "secure.test", "reason": "tls", "methods": ["GET"], "path_prefix": "/v1/"}
+                          ).json()["id"]
+        assert approve(gw, aid, grant={"ttl_s": 60}).status_code == 200
+        with requests.Session() as http:       # one connection: one tunnel (verify per call: the environment's
+            kw = {"proxies": sess["proxies"], "verify": str(ca), "timeout": 10}     # CA bundle beats Session.verify)
+            assert http.get(f"{base}/v1/x", **kw).status_code == 200
+            for resp in (http.post(f"{base}/v1/x", data=b"x", **kw), http.get(f"{base}/admin", **kw)):
+                assert resp.status_code == 403, resp.text
+                check(resp.json())
+        assert [r.path for r in secure.recorder.requests] == ["/v1/x"]
+    # and plain HTTP
+    resp = requests.get("http://other.test:9/", proxies=sess["proxies"], timeout=10)
+    assert resp.status_code == 403
+    check(resp.json())
+
+
+def test_caller_matrix_for_grants(gw, upstream):
+    """Who may withdraw a grant (the session's harness, an approver, admin) and who may not (another harness, the
+    session's own token, for another session's path); a session's token decides nothing."""
+    sess = gw.session(allow=[])
+    other_sess = gw.session(allow=[])
+    admin = gw.token("admin", "root")
+    other_harness = gw.token("harness", "mallory")
+
+    def granted():
+        aid = file_inside(sess, {"host": "api.partner.test", "reason": "matrix", "methods": ["GET"]}).json()["id"]
+        assert approve(gw, aid, grant={"ttl_s": 60}).status_code == 200
+        return aid
+    aid = granted()
+    path = f"/v1/sessions/{sess['id']}/grants/{aid}"
+    # the sandbox itself: it cannot read another session's request, nor decide or withdraw through the API
+    assert requests.get(f"{ENDPOINT}/{aid}", proxies=other_sess["proxies"], timeout=10).status_code == 404
+    assert requests.delete(f"{ENDPOINT}/{aid}", proxies=sess["proxies"], timeout=10).status_code == 405
+    assert gw.call("DELETE", path, sess["token"]).status_code in (401, 403)
+    assert gw.call("GET", f"/v1/approvals/{aid}", sess["token"]).status_code in (401, 403)
+    assert gw.call("DELETE", path, other_harness).status_code == 404
+    assert gw.call("GET", f"/v1/approvals/{aid}", other_harness).status_code == 404
+    assert gw.call("DELETE", f"/v1/sessions/{other_sess['id']}/grants/{aid}").status_code == 404
+    assert gw.call("DELETE", f"/v1/sessions/{sess['id']}/grants/a_nosuchthing", gw.approver).status_code == 404
+    assert [g["approval"] for g in gw.call("GET", f"/v1/sessions/{sess['id']}").json()["grants"]] == [aid]
+    # the session's own harness
+    assert gw.call("DELETE", path).status_code == 200
+    assert gw.call("DELETE", path).status_code == 409            # not in force any more
+    assert gw.call("GET", f"/v1/sessions/{sess['id']}").json()["grants"] == []
+    url = f"http://api.partner.test:{upstream.port}/v1/x"
+    assert requests.get(url, proxies=sess["proxies"], timeout=10).status_code == 403
+    # an approver, and admin
+    for token in (gw.approver, admin):
+        aid = granted()
+        assert requests.get(url, proxies=sess["proxies"], timeout=10).status_code == 200
+        assert gw.call("DELETE", f"/v1/sessions/{sess['id']}/grants/{aid}", token).status_code == 200
+        assert requests.get(url, proxies=sess["proxies"], timeout=10).status_code == 403
+    # a harness filing for another harness's session, a withdrawal of a pending request: refused
+    assert gw.call("POST", f"/v1/sessions/{sess['id']}/access-requests", other_harness,
+                   json={"host": "x.partner.test", "reason": "x"}).status_code == 404
+    pending = file_inside(sess, {"host": "p.partner.test", "reason": "x"}).json()["id"]
+    assert gw.call("DELETE", f"/v1/sessions/{sess['id']}/grants/{pending}", gw.approver).status_code == 409
+
+
+def test_quorum_one_approver_widening_is_refused(tmp_path, upstream):
+    cfg = {**LOOPBACK_CONFIG, "approvals": {"quorum": 2}}
+    with Sandgate(tmp_path, cfg) as sg:
+        a, b = sg.token("approver", "a"), sg.token("approver", "b")
+        sess = sg.session(allow=[])
+        aid = file_inside(sess, {"host": "allowed.test", "reason": "x", "methods": ["GET"], "path_prefix": "/v1/",
+                                 "ttl_s": 600}).json()["id"]
+        assert approve(sg, aid, a, grant={"ttl_s": 30}).json()["status"] == "pending"
+        for wider in ({"methods": ["GET", "POST"]}, {"path_prefix": "/"}, {"path_prefix": "/v1/../admin"},
+                      {"ttl_s": 601}, {"host": "other.test"}, {"port": 1}):
+            resp = approve(sg, aid, b, grant=wider)
+            assert resp.status_code == 400, (wider, resp.text)
+        assert sg.call("GET", f"/v1/approvals/{aid}", a).json()["status"] == "pending"
+        final = approve(sg, aid, b, grant={"path_prefix": "/v1/x"}).json()
+        assert final["status"] == "approved"
+        g = final["grant"]
+        assert g["methods"] == ["GET"] and g["path_prefix"] == "/v1/x" and g["host"] == "allowed.test"
+        url = f"http://allowed.test:{upstream.port}"
+        assert requests.get(f"{url}/v1/x/1", proxies=sess["proxies"], timeout=10).status_code == 200
+        assert requests.get(f"{url}/v1/y", proxies=sess["proxies"], timeout=10).status_code == 403
+        assert requests.post(f"{url}/v1/x/1", proxies=sess["proxies"], timeout=10).status_code == 403
