@@ -30,6 +30,7 @@ from gateway.web.sse import close_streams, events
 
 HERE = Path(__file__).resolve().parent
 MAX_REASON = 2000
+DENIAL_WINDOW = 500         # audit rows read back for an access request's "recent denials of this host"
 DECIDE_MESSAGES = {
     "reason_required": "A deny needs a reason: say why in the Reason field.",
     "already_voted": "You already voted on this approval.",
@@ -96,7 +97,11 @@ async def detail_ctx(request: web.Request, row: Approval) -> dict:
     sess = await request.app[SESSIONS].get(row.session)
     evs = await request.app[AUDIT].events(session=row.session, limit=20, newest=True)
     status = session_status(sess, now) if sess else "unknown"
-    view = views.detail_view(row, sess, status, evs, now, hold_s=request.app[HOLD_S], reuse_s=request.app[REUSE_S])
+    # an access request: the session's recent denials of its host (read from a bounded window of its audit rows)
+    denials = (await request.app[AUDIT].events(session=row.session, limit=DENIAL_WINDOW, newest=True)
+               if row.kind == "access" else ())
+    view = views.detail_view(row, sess, status, evs, now, hold_s=request.app[HOLD_S], reuse_s=request.app[REUSE_S],
+                             denials=denials)
     return {"a": view, "message": "", "error": "", "reason_text": ""}
 
 

@@ -157,6 +157,16 @@ def hold_note(row: Approval, hold_s: float | None, now: float) -> str:
             "through once.")
 
 
+MAX_DENIALS = 10
+
+
+def host_denials(events: Iterable[AuditEvent], host: str) -> list[dict]:
+    """An access request's context: the session's recent denials of the host it asks for, newest first."""
+    shown = [e for e in events if e.action == "deny" and e.host == host]
+    shown.sort(key=lambda e: (e.ts or 0, e.seq or 0), reverse=True)
+    return [step_view(e) for e in shown[:MAX_DENIALS]]
+
+
 def recent_steps(events: Iterable[AuditEvent]) -> list[dict]:
     """The session's recent events, newest first, each ask once: an `approval.filed` row is left out when the
     tool call or request that asked is listed (its row carries the same approval id)."""
@@ -169,6 +179,9 @@ def recent_steps(events: Iterable[AuditEvent]) -> list[dict]:
 
 def approve_note(row: Approval, reuse_s: float | None) -> str:
     """What approving does, in one plain line."""
+    if row.kind == "access":
+        return ("Approving grants the access below, narrowed as you set it: reusable until it expires (counted from "
+                "the decision), withdrawable at any time; every deny and ask rule still applies under it.")
     window = f" An identical retry within {duration(reuse_s)} also passes." if reuse_s else ""
     unit = ""
     if row.kind == "toolcall" and isinstance((_action(row).get("args") or {}).get("command"), str):
@@ -188,9 +201,12 @@ def clocks_note(row: Approval, hold_s: float | None) -> str:
 
 
 def detail_view(row: Approval, session: Session | None, session_status: str, events: Iterable[AuditEvent],
-                now: float, hold_s: float | None = None, reuse_s: float | None = None) -> dict:
+                now: float, hold_s: float | None = None, reuse_s: float | None = None,
+                denials: Iterable[AuditEvent] = ()) -> dict:
     action = _action(row)
     return {
+        "denials": host_denials(denials, str((action.get("grant") or {}).get("host") or ""))
+        if row.kind == "access" else [],
         "hold_note": hold_note(row, hold_s, now),
         "requested_by": row.requested_by or "", "reason_items": reason_items(row),
         "effects": [str(e) for e in action.get("effects") or []][:20],
