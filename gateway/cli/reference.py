@@ -15,8 +15,6 @@ import sys
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
-from broker.oauth2 import GITHUB_APP_KEYS, OAUTH2_KEYS
-from broker.specs import AWS_KEYS, SPEC_KEYS
 from gateway.api.bodies import BODIES, OTHER_ENDPOINTS
 from gateway.config import DATABASE_DOC, SCHEMA, Key
 
@@ -47,11 +45,6 @@ SECRET_DOC: dict[str, tuple[str, str]] = {
     "secret_access_key": ("required (`aws`)", "a secret source: the real secret access key"),
     "session_token": ('""', "a secret source: a session token (`aws`)"),
 }
-
-
-def secret_keys() -> frozenset[str]:
-    """Every key a `[secrets.NAME]` table may hold, of any kind, as broker/specs.py accepts them."""
-    return SPEC_KEYS | OAUTH2_KEYS | GITHUB_APP_KEYS | AWS_KEYS
 
 
 REFERENCE = Path(__file__).resolve().parents[2] / "docs" / "reference.md"

@@ -79,8 +79,6 @@ def _history(history: Sequence[Mapping[str, Any]]) -> list:
 
 _STAMPED_ONLY = frozenset({Stamped})
 
-FACT_KEYS = ("shell", "path", "url", "sql")
-
 
 def toolcall_facts(base: Mapping[str, Any], links: Mapping[str, str | None] | None = None,
                    files: Mapping[str, str | None] | None = None, tables: Tables | None = None) -> tuple[dict, Effects]:
