@@ -2,12 +2,13 @@
 CVE-2025-43859's malformed chunk: the smuggling test runs against that venv's own sandgate and mitmproxy.
 
 The dependencies' wheels are what `pip wheel .` resolves for this pyproject.toml, kept between runs (WHEELS,
-keyed by the file's hash and the Python version): a run installs from them without asking the registry, so the
-set installed is the one a plain install resolves, and the test costs one venv and one offline install instead
-of a resolution and a download. A changed pyproject.toml (or a fresh machine, as in CI) resolves afresh."""
+keyed by its dependencies, its build requirements and the Python version): a run installs from them without
+asking the registry, so the set installed is the one a plain install resolves, and the test costs one venv and
+one offline install instead of a resolution and a download. A changed dependency (or a fresh machine, as in CI) resolves afresh."""
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 import subprocess
@@ -24,7 +25,7 @@ from tests.support.gateway import ROOT, Sandgate
 
 pytestmark = pytest.mark.timeout(1200)
 
-SKIP = shutil.ignore_patterns(".git", ".venv", "__pycache__", "*.egg-info", "build", "dist", ".sandgate",
+SKIP = shutil.ignore_patterns(".git", ".venv*", "__pycache__", "*.egg-info", "build", "dist", ".sandgate",
                               "test-artifacts", ".pytest_cache", ".hypothesis", "tests")
 
 
@@ -33,8 +34,10 @@ WHEELS = Path(os.environ.get("SANDGATE_TEST_WHEELS") or Path.home() / ".cache" /
 
 def wheelhouse(python: Path, src: Path, tmp: Path) -> Path:
     """The wheels `pip wheel .` resolves for this pyproject.toml (sandgate's own left out: it is built from the
-    checkout each run) and the build requirements, made once per pyproject.toml and Python version."""
-    key = hashlib.sha256((ROOT / "pyproject.toml").read_bytes() + sys.version.encode()).hexdigest()[:16]
+    checkout each run) and the build requirements, made once per set of requirements and Python version."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    what = [project["project"]["dependencies"], project["build-system"]["requires"], sys.version]
+    key = hashlib.sha256(json.dumps(what).encode()).hexdigest()[:16]
     house = WHEELS / key
     if house.is_dir():
         return house
@@ -42,7 +45,7 @@ def wheelhouse(python: Path, src: Path, tmp: Path) -> Path:
     out = subprocess.run([str(python), "-m", "pip", "wheel", "--quiet", "--disable-pip-version-check",
                           "--wheel-dir", str(part), str(src)], capture_output=True, text=True, timeout=1100, cwd=tmp)
     need(out.returncode == 0, f"`pip wheel .` (registry reachable): {out.stderr[-600:]}")
-    build = tomllib.loads((ROOT / "pyproject.toml").read_text())["build-system"]["requires"]
+    build = project["build-system"]["requires"]
     out = subprocess.run([str(python), "-m", "pip", "wheel", "--quiet", "--disable-pip-version-check",
                           "--wheel-dir", str(part), *build], capture_output=True, text=True, timeout=600, cwd=tmp)
     need(out.returncode == 0, f"`pip wheel` of the build requirements (registry reachable): {out.stderr[-600:]}")
@@ -67,8 +70,9 @@ def clean_venv(tmp_path_factory) -> Path:
     venv.EnvBuilder(with_pip=True).create(env_dir)
     python = env_dir / "bin" / "python"
     house = wheelhouse(python, src, tmp)
+    # --no-compile: what the test imports is compiled when imported, not every module of every dependency
     out = subprocess.run([str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
-                          "--no-index", "--find-links", str(house), str(src)],
+                          "--no-compile", "--no-index", "--find-links", str(house), str(src)],
                          capture_output=True, text=True, timeout=1100, cwd=tmp)
     assert out.returncode == 0, f"`pip install .` from the wheels `pip wheel .` resolved: {out.stderr[-600:]}"
     return python
