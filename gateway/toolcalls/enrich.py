@@ -72,7 +72,7 @@ def toolcall_base(*, session: Mapping[str, Any], tool: str, args: Mapping[str, A
 def _history(history: Sequence[Mapping[str, Any]]) -> list:
     """A copy of the entries (Stamped ones are never changed, so kept as they are; any other one copied). The
     gate's history is all Stamped (twenty per tool call): one copy of the list, in C."""
-    if {*map(type, history)} <= _STAMPED_ONLY:
+    if history.__class__ is list and {*map(type, history)} <= _STAMPED_ONLY:
         return list(history)
     return [h if h.__class__ is Stamped else dict(h) for h in history]
 

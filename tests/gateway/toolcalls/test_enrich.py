@@ -295,3 +295,17 @@ def _cpu_time(tool: str, text: str) -> float:
     started = time.thread_time()
     build(tool, {"command": text, "query": text, "url": text, "path": text})
     return time.thread_time() - started
+
+
+def test_the_history_is_copied_whatever_sequence_holds_it():
+    from gateway.policy.cache import Shared, stamp
+    from gateway.toolcalls.enrich import toolcall_base
+
+    session = {"id": "s_1", "workload": "ephemeral", "created_at": 0.0}
+    entries = [stamp(Shared({"id": f"t_{i}", "age_s": 0.0}), "age_s", float(i)) for i in range(3)]
+    plain = {"id": "t_plain", "age_s": 1.0}
+    cases = [(entries, entries), (tuple(entries), entries), (iter(entries), entries), ((e for e in entries), entries),
+             (entries + [plain], entries + [plain])]
+    for history, expected in cases:
+        doc = toolcall_base(session=session, tool="shell", args={"command": "ls"}, step=1, now=1.0, history=history)
+        assert doc["history"] == expected and doc["history"] is not history
