@@ -295,11 +295,11 @@ class SessionRegistry:
         """How long a session of `workload` may live from its creation (spec.lifetime_ceiling)."""
         return lifetime_ceiling(workload, *self.lifetimes)
 
-    def budgets_of(self, row: Session | Mapping[str, Any]) -> dict[str, int]:
+    def budgets_of(self, row: Session) -> dict[str, int]:
         """The session's budgets: its own where set, else its workload's (0 = none)."""
-        return budget_rules.effective(self._budgets.get(row.get("workload", "")), row.get("budgets"))
+        return budget_rules.effective(self._budgets.get(row.workload), row.budgets)
 
-    def with_stats(self, row: Session | Mapping[str, Any], counted: str | None = None) -> dict:
+    def with_stats(self, row: Session, counted: str | None = None) -> dict:
         """The row with its counters (`stats`), its budgets (`budgets`, replacing the row's own) and the counted
         budgets it has spent (`budgets_spent`). `counted`: a counter that already includes the action being
         decided."""

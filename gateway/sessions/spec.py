@@ -10,6 +10,7 @@ from typing import Any, Collection, Mapping, Sequence
 from gateway.config import parse_budgets
 from gateway.net.addresses import IPNetwork
 from gateway.net.hosts import parse_allow_entry
+from gateway.store.records import Session
 
 WORKLOADS = {"ephemeral": 3600, "persistent": 7 * 24 * 3600}
 STAT_KEYS = ("requests", "denied", "asked", "bytes_out", "bytes_in", "toolcalls")
@@ -128,17 +129,17 @@ def new_session_id() -> str:
     return "s_" + pysecrets.token_hex(8)
 
 
-def session_status(row: Mapping[str, Any], now: float) -> str:
-    if row.get("deleted_at"):
+def session_status(row: Session, now: float) -> str:
+    if row.deleted_at:
         return "deleted"
-    if now >= float(row["expires_at"]):
+    if now >= float(row.expires_at):
         return "expired"
     return "active"
 
 
-def owns(role: str, ident: str, row: Mapping[str, Any]) -> bool:
+def owns(role: str, ident: str, row: Session) -> bool:
     """Whether a caller may see a session: admin sees every session, a harness only those it created."""
-    return role == "admin" or (role == "harness" and row.get("created_by") == ident)
+    return role == "admin" or (role == "harness" and row.created_by == ident)
 
 
 def proxy_authority(advertise_url: str, bound: tuple[str, int]) -> str:

@@ -122,5 +122,7 @@ def test_admin_deletes_any_session(world):
 ])
 def test_owns(role, ident, created_by, visible):
     from gateway.sessions.spec import owns
+    from gateway.store.records import Session
 
-    assert owns(role, ident, {"created_by": created_by}) is visible
+    row = Session(id="s_1", workload="ephemeral", created_at=0.0, expires_at=1.0, created_by=created_by)
+    assert owns(role, ident, row) is visible
