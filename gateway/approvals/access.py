@@ -16,6 +16,7 @@ from typing import Any, Iterable, Mapping, Sequence
 from gateway.net.addresses import IPNetwork, parse_ip_literal, vet_addresses
 from gateway.net.hosts import normalise_host
 from gateway.net.paths import normalise_path, path_covered
+from gateway.store.records import Approval
 
 INTERNAL_HOST = "sandgate.internal"
 ENDPOINT = f"http://{INTERNAL_HOST}/v1/access-requests"
@@ -180,17 +181,17 @@ def narrow(current: Mapping[str, Any], change: Any, max_ttl_s: float) -> dict:
     return out
 
 
-def grant_in_force(row: Mapping[str, Any]) -> dict | None:
+def grant_in_force(row: Approval) -> dict | None:
     """The grant an approved access item gives (None for anything else): the requested grant narrowed by every
     approving vote, expiring `ttl_s` after the decision. Withdrawn (`used_at` set) items give none."""
-    if row.get("kind") != "access" or row.get("status") != "approved" or row.get("used_at") is not None:
+    if row.kind != "access" or row.status != "approved" or row.used_at is not None:
         return None
-    decided = row.get("decided_at")
-    requested = (row.get("action") or {}).get("grant")
+    decided = row.decided_at
+    requested = (row.action or {}).get("grant")
     if decided is None or not isinstance(requested, dict):
         return None
     grant = dict(requested)
-    for vote in row.get("votes") or []:
+    for vote in row.votes or []:
         change = vote.get("grant") if vote.get("verdict") == "approve" else None
         if not change:
             continue
@@ -211,10 +212,10 @@ def grant_in_force(row: Mapping[str, Any]) -> dict | None:
                  "ttl_s": min(float(grant["ttl_s"]), float(voted["ttl_s"]))}
     return {"host": grant["host"], "port": grant["port"], "methods": list(grant["methods"]),
             "path_prefix": grant["path_prefix"], "expires_at": float(decided) + float(grant["ttl_s"]),
-            "approval": row["id"]}
+            "approval": row.id}
 
 
-def live_grants(rows: Iterable[Mapping[str, Any]], now: float) -> list[dict]:
+def live_grants(rows: Iterable[Approval], now: float) -> list[dict]:
     """The grants in force at `now`, ordered by approval id (a stable policy input)."""
     out = [g for g in (grant_in_force(r) for r in rows) if g is not None and g["expires_at"] > now]
     return sorted(out, key=lambda g: g["approval"])

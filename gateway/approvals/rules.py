@@ -6,7 +6,7 @@ import json
 import secrets
 from typing import Any, Iterable, Mapping
 
-from gateway.store.records import Approval
+from gateway.store.records import Approval, Session
 
 KINDS = ("toolcall", "egress", "access")
 FINAL_STATES = ("approved", "denied", "expired", "cancelled")       # an item in one of these never changes again
@@ -28,12 +28,12 @@ def binding_hash(session: str, kind: str, target: str, canonical: str, via: str 
     return hashlib.sha256(canonical_json(parts).encode()).hexdigest()
 
 
-def reusable(row: Mapping[str, Any], session: Mapping[str, Any] | None, now: float, window_s: float) -> bool:
+def reusable(row: Approval, session: Session | None, now: float, window_s: float) -> bool:
     """Whether an approved, unused item may let an identical action through again: within `window_s` of the
     decision, and only while its session is live and not frozen."""
-    decided = row.get("decided_at")
-    return (row.get("status") == "approved" and row.get("used_at") is None and decided is not None
-            and now - float(decided) <= window_s and session is not None and not session.get("frozen"))
+    decided = row.decided_at
+    return (row.status == "approved" and row.used_at is None and decided is not None
+            and now - float(decided) <= window_s and session is not None and not session.frozen)
 
 
 def overdue(row: Approval, now: float) -> bool:

@@ -10,6 +10,7 @@ from hypothesis import given, settings, strategies as st
 from gateway.approvals.access import (METHODS, AccessRules, BadAccess, covers, grant_in_force, live_grants, narrow,
                                       parse_access_request)
 from gateway.net.paths import AMBIGUOUS, normalise_path, path_covered
+from gateway.store.records import Approval
 
 RULES = AccessRules(max_ttl_s=600, resolve={"inside.test": ["10.0.0.5"], "lo.test": ["127.0.0.1"],
                                             "ok.test": ["127.0.0.1"]},
@@ -103,8 +104,9 @@ def test_narrow_and_never_widen():
 
 
 def row(votes, **kw):
-    return {"id": "a_1", "kind": "access", "status": "approved", "used_at": None, "decided_at": 1000.0,
-            "action": {"grant": REQUESTED}, "votes": votes, **kw}
+    return Approval(**{"id": "a_1", "kind": "access", "status": "approved", "used_at": None, "decided_at": 1000.0,
+                       "action": {"grant": REQUESTED}, "votes": votes, "session": "s_1", "binding": "b",
+                       "created_at": 900.0, "expires_at": 4500.0, **kw})
 
 
 def test_grant_in_force_narrowest_vote_wins_and_runs_from_the_decision():
