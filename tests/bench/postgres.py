@@ -20,6 +20,8 @@ Figures: transactions/s and p50 latency (pgbench `-l` per-transaction log); the 
 `--memory N` (default 100,000; 0 skips it) then sends N more select-only statements through the gateway
 (`pgbench -S -M simple -c 8 -t N/8`: a new text each time) and samples the gateway's RSS every second: flat
 means the RSS after the first tenth of them stays where it is to the end.
+CPU ms a statement: the process's CPU time (user + system, the gateway's policy workers included) over the
+statements it served: what the load of the machine moves least.
 Goals (issue N): >= 0.7x the relay's throughput; <= 0.2 ms p50 added over the relay for a cached decision.
 Nothing is asserted.
 """
@@ -49,6 +51,19 @@ def rss_kb(pid: int) -> int:
         if line.startswith("VmRSS:"):
             return int(line.split()[1])
     raise RuntimeError("no VmRSS")
+
+
+def cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) of a process and its children (the gateway's policy workers), so far."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for p in [pid] + [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]:
+        try:
+            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += int(fields[11]) + int(fields[12])
+    return total / ticks
 
 
 def pgbench(conninfo: dict, mode: str, seconds: int, env: dict, logdir: Path) -> dict:
@@ -91,9 +106,11 @@ def memory(sg: Sandgate, path: tuple[dict, dict], statements: int, logdir: Path)
     settled = next((kb for t, kb in samples if t >= elapsed / 10), samples[-1][1])
     last, peak = samples[-1][1], max(kb for _, kb in samples)
     growth = (last - settled) * 1024 / (statements * 0.9)
+    quarters = " -> ".join(str(next((kb for t, kb in samples if t >= elapsed * q), last) // 1024)
+                           for q in (0.25, 0.5, 0.75))
     print(f"| gateway RSS over {statements:,} more statements ({elapsed:.0f} s, sampled every second) | "
-          f"{samples[0][1] // 1024} -> {settled // 1024} (after a tenth) -> {last // 1024} MiB, peak {peak // 1024} "
-          f"| | | | {growth:.1f} B/statement after the first tenth | |")
+          f"{samples[0][1] // 1024} -> {settled // 1024} (a tenth) -> {quarters} (quarters) -> {last // 1024} MiB, "
+          f"peak {peak // 1024} | | | | {growth:.1f} B/statement after the first tenth | |")
 
 
 def main() -> int:
@@ -141,13 +158,18 @@ def main() -> int:
         }
         results: dict = {}
         rss: dict = {}
+        pids = {"gateway": sg.proc.pid, "adapter": adapter.pid, "relay": relay.pid}
         for mode in ("simple", "prepared"):
             for name, (conninfo, env) in paths.items():
+                cpu_before = cpu_s(pids[name]) if name in pids else 0.0
                 if name == "gateway":
                     rss.setdefault("before", sg.rss_kb())
                 if name == "adapter":
                     rss.setdefault("adapter_before", rss_kb(adapter.pid))
                 results[(name, mode)] = pgbench(conninfo, mode, seconds, env, tmp)
+                if name in pids:
+                    results[(name, mode)]["cpu_ms"] = ((cpu_s(pids[name]) - cpu_before) * 1000
+                                                       / max(results[(name, mode)]["txns"], 1))
                 if name == "gateway":
                     rss["after"] = sg.rss_kb()
                 if name == "adapter":
@@ -163,6 +185,8 @@ def main() -> int:
                   f"{g['tps'] / r['tps']:.2f}x | {a['tps'] / r['tps']:.2f}x |")
             print(f"| p50 ms, {mode} | {g['p50_ms']:.3f} | {a['p50_ms']:.3f} | {r['p50_ms']:.3f} | "
                   f"{d['p50_ms']:.3f} | +{g['p50_ms'] - r['p50_ms']:.3f} ms | +{a['p50_ms'] - r['p50_ms']:.3f} ms |")
+            print(f"| CPU ms a statement, {mode} | {g['cpu_ms']:.3f} | {a['cpu_ms']:.3f} | {r['cpu_ms']:.3f} | | "
+                  f"{g['cpu_ms'] / r['cpu_ms']:.1f}x | {a['cpu_ms'] / r['cpu_ms']:.1f}x |")
         growth = (rss["after"] - rss["before"]) * 1024
         print(f"| gateway RSS over {served:,} statements | {rss['before'] // 1024} -> {rss['after'] // 1024} MiB | "
               f"| | | {growth / max(served, 1):.1f} B/statement | |")
