@@ -1,4 +1,4 @@
-"""A PostgreSQL cluster of the module's own and a sandgate whose PostgreSQL gateway fronts it as `prod`."""
+"""A PostgreSQL cluster of the test process's own and a sandgate whose PostgreSQL gateway fronts it as `prod`."""
 from __future__ import annotations
 
 import shutil
@@ -23,8 +23,10 @@ def gateway_config(cluster: PgCluster, pg_port: int, **db) -> dict:
     }
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def pgcluster():
+    """One cluster for the test process (initdb and a start cost seconds each): the tests that change it go
+    through `cluster`, which puts table `t` back as it was."""
     need(cluster_available(), "initdb under /usr/lib/postgresql/*/bin and a postgres user")
     with PgCluster() as cluster:
         yield cluster
