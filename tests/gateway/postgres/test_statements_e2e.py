@@ -68,6 +68,26 @@ def test_a_cancel_request_withdraws_a_held_statement(pg_gateway, cluster):
     conn.close()
 
 
+def test_a_pipeline_with_a_refused_statement_gets_its_answers_without_waiting(pg_gateway, cluster):
+    """psycopg's pipeline mode (Parse/Bind/Execute of several statements, answers asked with Flush before the
+    Sync): a refused statement's error and the statements before it come back while the client waits (the
+    gateway sends what it queued when the client has nothing more to send); what follows it up to the Sync
+    does not run, and the next pipeline works."""
+    _, url = db_session(pg_gateway)
+    with psycopg.connect(url, autocommit=True) as conn:
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            with conn.pipeline():
+                first = conn.execute("SELECT count(*) FROM t WHERE id < %s", (5,))
+                conn.execute("SELECT count(*) FROM t WHERE 1=1")
+                conn.execute("INSERT INTO t VALUES (%s, %s)", (99, "after"))
+                assert first.fetchone() == (4,)
+        with conn.pipeline():
+            a = conn.execute("SELECT count(*) FROM t")
+            b = conn.execute("SELECT v FROM t WHERE id = %s", (3,))
+        assert a.fetchone() == (10,) and b.fetchone() == ("row3",)
+    assert cluster.count() == 10
+
+
 def test_drop_table_asks_and_a_denial_is_42501(pg_gateway, cluster):
     sess, url = db_session(pg_gateway)
     th, out = in_thread(psql, url, "DROP TABLE t")
