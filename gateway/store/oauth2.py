@@ -59,11 +59,11 @@ class StoreTokenState:
                         f"(lease_until < {m} OR lease_owner = {m})", (self.owner, now + LEASE_S, name, now,
                                                                      self.owner))
             return cur.rowcount == 1
-        return self.store._driver(work, commit=True)
+        return self.store.driver(work, commit=True)
 
     def _release_sync(self, name: str) -> None:
         m = self._mark
-        self.store._driver(lambda cur: cur.execute(
+        self.store.driver(lambda cur: cur.execute(
             f"UPDATE oauth2_tokens SET lease_until = 0, lease_owner = '' WHERE name = {m} AND lease_owner = {m}",
             (name, self.owner)), commit=True)
 
@@ -80,7 +80,7 @@ class StoreTokenState:
             await self.store.run(self._release_sync, name)
 
     def _load_sync(self, name: str) -> Optional[tuple[str, float, str]]:
-        rows = self.store._driver_rows(f"SELECT access, refresh_at, refresh_token FROM oauth2_tokens WHERE name = "
+        rows = self.store.driver_rows(f"SELECT access, refresh_at, refresh_token FROM oauth2_tokens WHERE name = "
                                        f"{self._mark}", (name,))
         return (rows[0][0] or "", float(rows[0][1] or 0), rows[0][2] or "") if rows else None
 
@@ -98,7 +98,7 @@ class StoreTokenState:
 
     def _save_sync(self, name: str, access: str, refresh_at: float, refresh: str, now: float) -> None:
         m = self._mark
-        self.store._driver(lambda cur: cur.execute(
+        self.store.driver(lambda cur: cur.execute(
             f"UPDATE oauth2_tokens SET access = {m}, refresh_at = {m}, refresh_token = {m}, updated_at = {m} "
             f"WHERE name = {m}", (access, refresh_at, refresh, now, name)), commit=True)
 

@@ -84,13 +84,13 @@ class Outbox:
         def work(cur: Any) -> list[tuple]:
             cur.execute(sql, (self.owner, now + LEASE_S, now, now, now))
             return cur.fetchall()
-        rows = self.store._driver(work, commit=True)
+        rows = self.store.driver(work, commit=True)
         claimed = [Claimed(int(r[0]), r[1], r[2], json.loads(r[3]), float(r[4]), int(r[5])) for r in rows]
         return sorted(claimed, key=lambda c: c.id)
 
     def _due_sync(self, now: float) -> bool:
         m = self._mark
-        return bool(self.store._driver_rows(f"SELECT id FROM notify_outbox WHERE next_at <= {m} AND lease_until < {m} "
+        return bool(self.store.driver_rows(f"SELECT id FROM notify_outbox WHERE next_at <= {m} AND lease_until < {m} "
                                             f"LIMIT 1", (now, now)))
 
     async def claim(self, limit: int = 20, now: float | None = None) -> list[Claimed]:
@@ -104,7 +104,7 @@ class Outbox:
         def work(cur: Any) -> int:
             cur.execute(sql, params)
             return cur.rowcount
-        return self.store._driver(work, commit=True)
+        return self.store.driver(work, commit=True)
 
     async def delivered(self, row_id: int) -> bool:
         """The row was delivered: it leaves the outbox. False when this process no longer held it."""
@@ -141,14 +141,14 @@ class Outbox:
                             f"LIMIT {int(excess)}) RETURNING delivery, event")
                 dropped += [(d, e, "outbox full") for d, e in cur.fetchall()]
             return dropped
-        return self.store._driver(work, commit=True)
+        return self.store.driver(work, commit=True)
 
     async def trim(self, max_rows: int, max_age_s: float, now: float | None = None) -> list[tuple[str, str, str]]:
         now = time.time() if now is None else now
         return await self.store.run(self._trim_sync, max_rows, now - max_age_s)
 
     def _count_sync(self) -> int:
-        rows = self.store._driver_rows("SELECT COUNT(*) FROM notify_outbox", ())
+        rows = self.store.driver_rows("SELECT COUNT(*) FROM notify_outbox", ())
         return int(rows[0][0])
 
     async def count(self) -> int:

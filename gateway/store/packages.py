@@ -86,7 +86,7 @@ class PackageStore:
                                                  max_params=4000 if mark == "?" else 32000, suffix=suffix):
                 cur.execute(sql, params)
             return rev
-        return self.store._driver(work, commit=True), len(rows)
+        return self.store.driver(work, commit=True), len(rows)
 
     def put_exception_sync(self, ecosystem: str, name: str, version: str, reason: str, by: str, now: float,
                            removed: bool = False) -> int:
@@ -102,10 +102,10 @@ class PackageStore:
                                                  suffix=suffix):
                 cur.execute(sql, params)
             return rev
-        return self.store._driver(work, commit=True)
+        return self.store.driver(work, commit=True)
 
     def revision_sync(self) -> int:
-        rows = self.store._driver_rows("SELECT rev FROM package_revisions WHERE id = 1", ())
+        rows = self.store.driver_rows("SELECT rev FROM package_revisions WHERE id = 1", ())
         return int(rows[0][0]) if rows else 0
 
     def changes_sync(self, after: int) -> tuple[int, list[EntryTuple], list[tuple[str, str, str, bool]]]:
@@ -126,7 +126,7 @@ class PackageStore:
             exceptions = [(e, n, v, bool(r)) for e, n, v, r in cur.fetchall()]
             return rev, entries, exceptions
         # A read that must see one revision whole: a transaction (committed only to end it).
-        return self.store._driver(work, commit=True)
+        return self.store.driver(work, commit=True)
 
     async def revision(self) -> int:
         return await self.store.read(self.revision_sync)

@@ -223,7 +223,7 @@ class Store:
                             f"({', '.join([mark] * len(chunk))})", tuple(chunk))
                 for row in cur.fetchall():
                     totals[row[0]] = {k: int(v) for k, v in zip(STAT_KEYS, row[1:])}
-        self._driver(work, commit=True)
+        self.driver(work, commit=True)
         return totals
 
     async def sync_stats(self, deltas: dict[str, dict[str, int]], read: list[str]) -> dict[str, dict[str, int]]:
@@ -265,7 +265,7 @@ class Store:
                 where.append(f"{col} = {mark}")
                 params.append(value)
         cols = self._APPROVAL_COLS
-        fetched = self._driver_rows(
+        fetched = self.driver_rows(
             f"SELECT {', '.join(cols)} FROM approvals{' WHERE ' + ' AND '.join(where) if where else ''} "
             f"ORDER BY created_at, id LIMIT {int(limit)}", tuple(params))
         rows = []
@@ -284,7 +284,7 @@ class Store:
 
     def _count_pending(self, session: str) -> int:
         mark = placeholder(self.engine.dialect.paramstyle)
-        rows = self._driver_rows(f"SELECT COUNT(*) FROM approvals WHERE status = 'pending' AND session = {mark}",
+        rows = self.driver_rows(f"SELECT COUNT(*) FROM approvals WHERE status = 'pending' AND session = {mark}",
                                  (session,))
         return int(rows[0][0]) if rows else 0
 
@@ -474,7 +474,7 @@ class Store:
 
     _RECENT_COLS = ("id", "seq", "ts", "session", "step", "kind", "action", "codes", "request_id", "detail")
 
-    def _driver(self, work: Callable[[Any], T], commit: bool) -> T:
+    def driver(self, work: Callable[[Any], T], commit: bool) -> T:
         """`work(cursor)` on a pooled DBAPI connection, nothing between it and the driver (hot paths only);
         with `commit`, in one transaction (rolled back on any error). The driver's errors are StoreErrors."""
         try:
@@ -497,12 +497,12 @@ class Store:
         except self.engine.dialect.dbapi.Error as exc:       # the driver's own errors: the store is unavailable
             raise StoreError(f"store unavailable: {exc.__class__.__name__}") from exc
 
-    def _driver_rows(self, sql: str, params: tuple) -> list[tuple]:
+    def driver_rows(self, sql: str, params: tuple) -> list[tuple]:
         """A SELECT: the rows as the driver gives them."""
         def work(cur: Any) -> list[tuple]:
             cur.execute(sql, params)
             return cur.fetchall()
-        return self._driver(work, commit=False)
+        return self.driver(work, commit=False)
 
     def _driver_write(self, table: str, cols: tuple[str, ...], rows: list[tuple]) -> None:
         """An INSERT of many rows in one transaction (multi-row statements: bulk.py)."""
@@ -511,12 +511,12 @@ class Store:
         def work(cur: Any) -> None:
             for sql, params in statements:
                 cur.execute(sql, params)
-        self._driver(work, commit=True)
+        self.driver(work, commit=True)
 
     def _toolcall_memory(self, session: str, events: int, paths: int,
                          max_paths: int = MAX_PATHS) -> tuple[list[ToolCallRecord], PathRows]:
         mark = placeholder(self.engine.dialect.paramstyle)
-        fetched = self._driver_rows(
+        fetched = self.driver_rows(
             f"SELECT {', '.join(self._RECENT_COLS)} FROM events WHERE session = {mark} AND kind = {mark} "
             f"ORDER BY seq DESC LIMIT {int(events)}", (session, "toolcall"))
         recent = []
@@ -536,14 +536,14 @@ class Store:
         # history.paths_from_rows keeps of them (a later row for a path replaces the earlier ones), without
         # reading the replaced contents.
         cols = ("id",) + _PATH_COLS
-        newest = self._driver_rows(
+        newest = self.driver_rows(
             f"SELECT {', '.join(cols)} FROM session_paths WHERE id IN (SELECT max(id) FROM (SELECT id, path "
             f"FROM session_paths WHERE session = {mark} ORDER BY id DESC LIMIT {int(paths)}) AS recent "
             f"GROUP BY path) ORDER BY id", (session,))
         # Every other path the session left (up to max_paths), its last row without content: a file written
         # before the window is still written (content not seen), a link made before it still followed.
         bare = tuple(c for c in cols if c != "content")
-        every = self._driver_rows(
+        every = self.driver_rows(
             f"SELECT {', '.join(bare)} FROM session_paths WHERE id IN (SELECT max(id) FROM session_paths WHERE "
             f"session = {mark} GROUP BY path) ORDER BY id DESC LIMIT {int(max_paths) + 1}", (session,))
         truncated = len(every) > max_paths

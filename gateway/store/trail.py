@@ -26,12 +26,12 @@ class TrailStore:
 
     def head_sync(self) -> tuple[int, int, str]:
         """(rows chained, last row id, its hash)."""
-        rows = self.store._driver_rows("SELECT count, last_id, hash FROM audit_chain WHERE id = 1", ())
+        rows = self.store.driver_rows("SELECT count, last_id, hash FROM audit_chain WHERE id = 1", ())
         count, last_id, chain_hash = rows[0]
         return int(count), int(last_id), str(chain_hash)
 
     def checkpoints_sync(self) -> list[Checkpoint]:
-        rows = self.store._driver_rows(f"SELECT {', '.join(CHECKPOINT_COLS)} FROM audit_checkpoints ORDER BY count",
+        rows = self.store.driver_rows(f"SELECT {', '.join(CHECKPOINT_COLS)} FROM audit_checkpoints ORDER BY count",
                                        ())
         return [Checkpoint(int(c), int(i), h, float(t), k or "", s or "", kind) for c, i, h, t, k, s, kind in rows]
 
@@ -45,7 +45,7 @@ class TrailStore:
             cur.execute(sql, (point.count, point.last_id, point.hash, point.ts, point.key_id, point.signature,
                               point.kind))
             return cur.rowcount
-        return self.store._driver(work, commit=True) == 1
+        return self.store.driver(work, commit=True) == 1
 
     def rows_sync(self, after_id: int = 0, chunk: int = 5000) -> Iterator[dict]:
         """Every event row past `after_id`, in id order, read a chunk at a time (a generator: call it on one
@@ -55,7 +55,7 @@ class TrailStore:
               f"ORDER BY id LIMIT {int(chunk)}"
         last = after_id
         while True:
-            fetched = self.store._driver_rows(sql, (last,))
+            fetched = self.store.driver_rows(sql, (last,))
             for values in fetched:
                 yield dict(zip(ROW_COLS, values))
             if len(fetched) < chunk:

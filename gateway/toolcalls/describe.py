@@ -524,7 +524,7 @@ class _Command:
         elif line.sockets:
             sinks += [{"kind": "dev_tcp", "host": t.split("/")[3] if t.count("/") >= 3 else "", "port": 0}
                       for t in line.sockets[:4]]
-        sources = sf._dedupe(sources)
+        sources = sf.dedupe(sources)
         if sources:
             rec["sources"] = sources
             if self.name in _READS_VARS:

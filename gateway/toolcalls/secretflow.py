@@ -351,7 +351,7 @@ def command_sinks(name: str, words: list[str], operands: list[str], values: dict
                           "port": 0})
     if code_text:
         sinks += code_sinks(code_text)
-    return _dedupe(_local(sinks))
+    return dedupe(_local(sinks))
 
 
 def _first_host(sinks: list[dict]) -> str:
@@ -370,7 +370,8 @@ def _local(sinks: list[dict]) -> list[dict]:
     return sinks
 
 
-def _dedupe(items: list[dict]) -> list[dict]:
+def dedupe(items: list[dict]) -> list[dict]:
+    """`items` without repeats (dicts equal item by item), in their first order."""
     seen: set = set()
     out = []
     for item in items:
@@ -415,7 +416,7 @@ def command_sources(name: str, words: list[str], values: dict[str, list[str]], p
             out.append({"kind": "archive", "name": fact.get("raw", ""), "via": "argument"})
         elif fact.get("raw") not in skip and sensitive_path(norm, site.files):
             out.append({"kind": "file", "name": norm, "via": "argument"})
-    return _dedupe(out)
+    return dedupe(out)
 
 
 def environment_dump(name: str, operands: list[str], flags: list[str], wrappers: list[str], eff: list[str]) -> bool:

@@ -149,7 +149,7 @@ async def test_https_receiver_verified_against_the_trusted_roots(world, tmp_path
             await asyncio.gather(task, return_exceptions=True)
         assert receiver.snapshot() == []
         assert "Certificate" in (await audit.read(kind="notify.failed"))[0]["reasons"][0]
-        await store.run(lambda: store._driver(lambda cur: cur.execute("UPDATE notify_outbox SET next_at = 0"),
+        await store.run(lambda: store.driver(lambda cur: cur.execute("UPDATE notify_outbox SET next_at = 0"),
                                               commit=True))            # the failed row: due again at once
         trusted = notifier(store, audit, receiver.url, tls=ssl.create_default_context(cafile=cert.cert))
         task = asyncio.create_task(trusted.run())

@@ -27,9 +27,9 @@ async def store(request, tmp_path):
         url = f"sqlite:///{tmp_path / 'sandgate.db'}"
     s = Store(url)
     await s.open()
-    await s.run(lambda: s._driver(lambda cur: cur.execute("DELETE FROM notify_outbox"), commit=True))
+    await s.run(lambda: s.driver(lambda cur: cur.execute("DELETE FROM notify_outbox"), commit=True))
     yield s
-    await s.run(lambda: s._driver(lambda cur: cur.execute("DELETE FROM notify_outbox"), commit=True))
+    await s.run(lambda: s.driver(lambda cur: cur.execute("DELETE FROM notify_outbox"), commit=True))
     s.close()
 
 

@@ -74,7 +74,7 @@ async def test_replicas_refresh_once_and_never_burn_a_refresh_token_twice(url, t
             assert len(auth.state.grants) == round_ + 1 and auth.state.refused_grants == 0
             clock.now += 200                                  # past its refresh time
         # the rotated refresh token is kept sealed: the row never holds it (nor the access token) in clear
-        rows = s1._driver_rows("SELECT access, refresh_token FROM oauth2_tokens WHERE name = "
+        rows = s1.driver_rows("SELECT access, refresh_token FROM oauth2_tokens WHERE name = "
                                + ("?" if url.startswith("sqlite") else "%s"), (name,))
         current = next(iter(auth.state.refresh_tokens))
         assert rows and current not in repr(rows) and got[0] not in repr(rows) and rows[0][1]
