@@ -28,7 +28,8 @@ def gw(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("access")
     cert = make_cert(tmp / "certs", ["secure.test"])
     cfg["egress"]["upstream_ca"] = cert.cert
-    with Sandgate(tmp, cfg) as sg:
+    cfg["secrets"] = {"demo": {"source": "env:SANDGATE_TEST_DEMO", "hosts": ["secure.test"], "env": "DEMO_TOKEN"}}
+    with Sandgate(tmp, cfg, env={"SANDGATE_TEST_DEMO": "ghp_" + "D" * 36}) as sg:
         sg.tls_cert = cert
         sg.approver = sg.token("approver", "alice")
         sg.approver2 = sg.token("approver", "bob")
@@ -75,6 +76,9 @@ def test_denied_sandbox_asks_from_inside_and_a_narrowed_grant_allows_exactly_it(
     assert [g["approval"] for g in grants] == [aid]
     ok = requests.get(f"{base}/v1/x", proxies=sess["proxies"], timeout=10)
     assert ok.status_code == 200, ok.text
+    # audited on use: the allow names the grant's rule and its approval
+    used = [e for e in gw.events(sess["id"]) if e["host"] == "api.partner.test" and e["action"] == "allow"]
+    assert used and "egress.granted" in used[-1]["codes"] and aid in " ".join(used[-1]["reasons"]), used
     assert requests.post(f"{base}/v1/x", data=b"x", proxies=sess["proxies"], timeout=10).status_code == 403
     assert requests.get(f"{base}/admin", proxies=sess["proxies"], timeout=10).status_code == 403
     assert requests.get(f"{base}/v1-admin", proxies=sess["proxies"], timeout=10).status_code == 403
@@ -327,6 +331,33 @@ def test_caller_matrix_for_grants(gw, upstream):
                    json={"host": "x.partner.test", "reason": "x"}).status_code == 404
     pending = file_inside(sess, {"host": "p.partner.test", "reason": "x"}).json()["id"]
     assert gw.call("DELETE", f"/v1/sessions/{sess['id']}/grants/{pending}", gw.approver).status_code == 409
+    # no self-approval: admin files one for the session, and cannot approve it itself
+    mine = gw.call("POST", f"/v1/sessions/{sess['id']}/access-requests", admin,
+                   json={"host": "q.partner.test", "reason": "admin asks"})
+    assert mine.status_code == 202, mine.text
+    assert approve(gw, mine.json()["id"], token=admin).status_code == 403
+    assert approve(gw, mine.json()["id"]).status_code == 200
+
+
+def test_the_sandbox_waits_for_the_decision(gw):
+    import threading
+
+    sess = gw.session(allow=[])
+    aid = file_inside(sess, {"host": "wait.partner.test", "reason": "x", "methods": ["GET"]}).json()["id"]
+    decider = threading.Timer(1.5, approve, args=(gw, aid), kwargs={"grant": {"ttl_s": 30}})
+    started = time.monotonic()
+    decider.start()
+    try:
+        seen = requests.get(f"{ENDPOINT}/{aid}?wait=20", proxies=sess["proxies"], timeout=30)
+    finally:
+        decider.join()
+    waited = time.monotonic() - started
+    assert seen.status_code == 200 and seen.json()["status"] == "approved", seen.text
+    assert seen.json()["grant"]["methods"] == ["GET"] and 1.0 < waited < 15, waited
+    # a wait that is not a number is a 400; a huge one is capped (answered at once: it is decided)
+    assert requests.get(f"{ENDPOINT}/{aid}?wait=x", proxies=sess["proxies"], timeout=10).status_code == 400
+    assert requests.get(f"{ENDPOINT}/{aid}?wait=nan", proxies=sess["proxies"], timeout=10).status_code == 400
+    assert requests.get(f"{ENDPOINT}/{aid}?wait=1e999", proxies=sess["proxies"], timeout=10).status_code == 200
 
 
 def test_quorum_one_approver_widening_is_refused(tmp_path, upstream):
@@ -350,3 +381,41 @@ def test_quorum_one_approver_widening_is_refused(tmp_path, upstream):
         assert requests.get(f"{url}/v1/x/1", proxies=sess["proxies"], timeout=10).status_code == 200
         assert requests.get(f"{url}/v1/y", proxies=sess["proxies"], timeout=10).status_code == 403
         assert requests.post(f"{url}/v1/x/1", proxies=sess["proxies"], timeout=10).status_code == 403
+
+
+def test_a_grant_keeps_every_deny_rule_a_secret_bound_elsewhere(gw, upstream):
+    """Under a grant of the whole host, a secret bound to another host is still refused there."""
+    sess = gw.session(allow=[], secrets=["demo"])
+    placeholder = sess["env"]["DEMO_TOKEN"]
+    aid = file_inside(sess, {"host": "api.partner.test", "reason": "all of it"}).json()["id"]
+    assert approve(gw, aid, grant={"ttl_s": 60}).status_code == 200
+    url = f"http://api.partner.test:{upstream.port}/v1/x"
+    assert requests.get(url, proxies=sess["proxies"], timeout=10).status_code == 200
+    refused = requests.get(url, headers={"Authorization": f"Bearer {placeholder}"}, proxies=sess["proxies"],
+                           timeout=10)
+    assert refused.status_code == 403 and refused.json()["access_request"] == ENDPOINT, refused.text
+    assert all("authorization" not in r.headers for r in upstream.recorder.requests)
+
+
+def test_ask_rules_still_apply_under_a_grant(gw, upstream):
+    """A grant that covers DELETE does not skip the ask of DELETE: the request is held for a person."""
+    import threading
+
+    sess = gw.session(allow=[])
+    aid = file_inside(sess, {"host": "api.partner.test", "reason": "x", "methods": ["GET", "DELETE"]}).json()["id"]
+    assert approve(gw, aid, grant={"ttl_s": 60}).status_code == 200
+    url = f"http://api.partner.test:{upstream.port}/v1/x"
+    got = {}
+    sender = threading.Thread(target=lambda: got.update(r=requests.delete(url, proxies=sess["proxies"], timeout=60)))
+    sender.start()
+    deadline = time.time() + 20
+    held = []
+    while not held and time.time() < deadline:
+        held = [a for a in gw.call("GET", f"/v1/approvals?session={sess['id']}&kind=egress&status=pending",
+                                   gw.approver).json()]
+        time.sleep(0.2)
+    assert len(held) == 1 and "DELETE" in held[0]["summary"], held
+    assert gw.call("POST", f"/v1/approvals/{held[0]['id']}/deny", gw.approver, json={"reason": "no"}).status_code == 200
+    sender.join(30)
+    assert got["r"].status_code == 403
+    assert [r.method for r in upstream.recorder.requests] == []
