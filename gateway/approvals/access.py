@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import re
+import unicodedata
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -26,6 +27,7 @@ METHODS = ("DELETE", "GET", "HEAD", "OPTIONS", "PATCH", "POST", "PUT")
 FIELDS = frozenset({"host", "port", "methods", "path_prefix", "reason", "ttl_s"})
 GRANT_FIELDS = frozenset({"methods", "path_prefix", "ttl_s"})
 MAX_REASON = 1000
+_INVISIBLE = frozenset({"Cc", "Cf", "Zl", "Zp", "Co", "Cn", "Cs"})
 MAX_PREFIX = 512
 DEFAULT_TTL_S = 3600.0
 # Names that mean this machine by convention (/etc/hosts on most systems), refused by their text like "localhost"
@@ -69,8 +71,9 @@ def _prefix(value: Any) -> str:
     path = normalise_path(value)
     if not path:
         raise BadAccess("path_prefix must not hold encoded separators or dot segments")
-    if any(ord(c) < 0x20 or ord(c) == 0x7f for c in path):       # "%00", "%0a": decoded, a control character
-        raise BadAccess("path_prefix must not contain spaces, control characters, '?' or '#' (encoded or not)")
+    if any(unicodedata.category(c) in _INVISIBLE for c in path):   # "%00", "%0a", "%E2%80%AE" (bidi) decoded
+        raise BadAccess("path_prefix must not contain control characters or invisible formatting (bidi, "
+                        "zero-width), encoded or not")
     return path
 
 
