@@ -90,6 +90,14 @@ def test_one_destination_per_request_and_secrets_in_transparent_mode(lab):
     assert "sandgate: denied allowed.test: secret demo is not bound to allowed.test" in lab["secret"]["err"]
 
 
+def test_transparent_403s_name_the_access_endpoint(lab):
+    docs = [json.loads(line) for line in lines(lab["denied_bodies"]["out"])]
+    assert len(docs) == 2, lab["denied_bodies"]
+    for doc in docs:
+        assert doc["access_request"] == "http://sandgate.internal/v1/access-requests", doc
+        assert doc["hint"] and "\n" not in doc["hint"], doc
+
+
 def test_exit_code_denial_lines_and_session_end(lab):
     assert lab["exit_code"]["rc"] == 7
     out = lab["denied_line"]

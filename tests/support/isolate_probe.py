@@ -158,6 +158,11 @@ def main(tmp: Path) -> int:
                           f"https://secure.test:{secure.port}/with-secret -o /dev/null -w '%{{http_code}} '; "
                           f"curl -s {ca} -H \"Authorization: Bearer $DEMO_TOKEN\" "
                           f"http://allowed.test:{plain.port}/exfil -o /dev/null -w '%{{http_code}}'", "--secret", "demo")
+            # transparent mode's 403s carry the access endpoint too: plain HTTP, and inside intercepted TLS
+            run("denied_bodies", f"curl -s -H \"Authorization: Bearer $DEMO_TOKEN\" "
+                                 f"http://allowed.test:{plain.port}/exfil; echo; "
+                                 f"curl -s {ca} -H 'Host: allowed.test' https://secure.test:{secure.port}/mismatch",
+                "--secret", "demo")
             run("denied_line", f"curl -s -S --max-time 10 http://other.test:{plain.port}/ ; "
                                f"curl -s --max-time 10 -o /dev/null http://192.0.2.10/ ; exit 3")
             # sandgate.internal from inside: no proxy credentials, the source binding names the session
