@@ -433,7 +433,8 @@ async def open_egress(cfg: Config, svc: Services, resolver: Resolver) -> Egress:
     gate = LayerGate(raw_tcp=cfg.egress.raw_tcp, passthrough=cfg.egress.passthrough, audit=svc.audit,
                      session_of=egress.session_of, connection_valid=egress.connection_valid,
                      on_refused=lambda code: svc.metrics.decision("egress", "deny"), tunnel_of=egress.tunnel_of,
-                     proxied=_proxied(cfg.egress.upstream_proxy), vetted=egress.vetted_now)
+                     proxied=_proxied(cfg.egress.upstream_proxy), vetted=egress.vetted_now,
+                     granted_only=egress.granted_only)
     extra: list[object] = []
     up, proxy_secrets = cfg.egress.upstream_proxy, svc.proxy_secrets
     if svc.broker.oauth2 is not None:

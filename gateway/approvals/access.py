@@ -20,6 +20,7 @@ from gateway.net.paths import normalise_path, path_covered
 from gateway.store.records import Approval
 
 INTERNAL_HOST = "sandgate.internal"
+GRANTED = "egress.granted"          # the default egress policy's code for a request a live grant covers
 ENDPOINT = f"http://{INTERNAL_HOST}/v1/access-requests"
 HINT = f"to ask a person for access, POST {{\"host\", \"reason\"}} to {ENDPOINT}"
 

@@ -24,7 +24,7 @@ from wsproto.handshake import WEBSOCKET_VERSION
 from broker.aws_ops import ServiceModels
 from broker.broker import AWS_SECRET_PART
 from broker.scrub import scrubber_for
-from gateway.approvals.access import INTERNAL_HOST
+from gateway.approvals.access import GRANTED, INTERNAL_HOST
 from gateway.audit.log import AuditLog
 from gateway.auth.tokens import AuthError, Principal, TokenVerifier
 from gateway.config import EgressSettings
@@ -138,6 +138,11 @@ class EgressAddon:
         """A transparent connection's session, known by its source address (transparent.py); nothing the client
         sends changes it. Never called for a regular-mode connection, which authenticates with credentials."""
         self.conns[client] = ConnState(principal)
+
+    def granted_only(self, client: connection.Client) -> bool:
+        """Whether only an access grant opened this connection's tunnel (layers.py then intercepts it)."""
+        state = self.conns.get(client)
+        return state is not None and state.granted_only
 
     def tunnel_of(self, client: connection.Client) -> tuple[str, int] | None:
         """The decided destination of a client connection (CONNECT target or transparent destination)."""
@@ -306,6 +311,9 @@ class EgressAddon:
         if is_connect:
             if state is not None:
                 state.tunnel = (host, req.port)
+                # a grant covers methods under a path prefix: only requests decided one by one honour it, so a
+                # tunnel it alone opened is never relayed unread (egress.raw_tcp, egress.passthrough)
+                state.granted_only = set(outcome.decision.codes) == {GRANTED}
             st.audited = True
             deps.recorder.audit(flow, st, action="allow", codes=list(outcome.decision.codes),
                                 reasons=list(outcome.decision.reasons), status=200)

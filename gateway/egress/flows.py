@@ -24,6 +24,7 @@ class ConnState:
     credential: str | None = None                  # the Proxy-Authorization value `principal` was verified from
     vetted: dict[tuple[str, int], tuple[AddressVerdict, float]] = field(default_factory=dict)  # -> (verdict, until)
     tunnel: tuple[str, int] | None = None          # the CONNECT target, once a tunnel is open on this connection
+    granted_only: bool = False                     # an access grant alone opened it: intercepted, never relayed
 
 
 @dataclass

@@ -156,7 +156,8 @@ class LayerGate:
                  connection_valid: Callable[[connection.Client], bool],
                  tunnel_of: Callable[[connection.Client], tuple[str, int] | None] = lambda client: None,
                  proxied: Callable[[str, int], bool] = lambda host, port: False,
-                 vetted: Callable[[connection.Client, tuple[str, int]], bool] = lambda client, target: False):
+                 vetted: Callable[[connection.Client, tuple[str, int]], bool] = lambda client, target: False,
+                 granted_only: Callable[[connection.Client], bool] = lambda client: False):
         self.raw_tcp = list(raw_tcp)
         self.passthrough = list(passthrough)
         self.audit = audit
@@ -166,6 +167,7 @@ class LayerGate:
         self.tunnel_of = tunnel_of
         self.proxied = proxied            # egress.upstream_proxy applies to a (host, port) (not bypassed)
         self.vetted = vetted              # the connection's decision vetted the addresses of a (host, port)
+        self.granted_only = granted_only  # only an access grant opened the tunnel: never raw TCP or passthrough
         self.flows: "weakref.WeakKeyDictionary[tcp.TCPFlow, TcpState]" = weakref.WeakKeyDictionary()
         self._modes: "weakref.WeakKeyDictionary[connection.Server, str]" = weakref.WeakKeyDictionary()
 
@@ -173,10 +175,12 @@ class LayerGate:
         context = nextlayer.context
         level = stack_level(context)
         target = target_of(context) if level in (Level.TUNNEL, Level.TRANSPARENT) else None
+        # a grant's methods and path prefix hold only for requests decided one by one: never relayed unread
+        relayed = target if target is not None and not self.granted_only(context.client) else None
         return LayerArgs(
             level=level, data=nextlayer.data_client(), alpn=context.client.alpn,
-            raw_tcp=bool(target and match_allowlist(self.raw_tcp, *target)),
-            passthrough=bool(target and match_allowlist(self.passthrough, *target)),
+            raw_tcp=bool(relayed and match_allowlist(self.raw_tcp, *relayed)),
+            passthrough=bool(relayed and match_allowlist(self.passthrough, *relayed)),
             decided=level is not Level.TRANSPARENT or (target is not None
                                                          and self.tunnel_of(context.client) == target))
 

@@ -22,11 +22,12 @@ ENDPOINT = "http://sandgate.internal/v1/access-requests"
 def gw(tmp_path_factory):
     cfg = {**LOOPBACK_CONFIG, "egress": {**LOOPBACK_CONFIG["egress"], "resolve": {
         **LOOPBACK_CONFIG["egress"]["resolve"], "api.partner.test": ["127.0.0.1"], "lo.partner.test": ["127.0.0.1"],
-        "meta.partner.test": ["169.254.169.254"], "v6.partner.test": ["::1"]}},
+        "meta.partner.test": ["169.254.169.254"], "v6.partner.test": ["::1"],
+        "pinned.partner.test": ["127.0.0.1"]}, "passthrough": ["pinned.partner.test"]},
         "approvals": {"max_grant_ttl_s": 3600}}
     cfg["egress"]["private_allow"] = ["127.0.0.0/8"]
     tmp = tmp_path_factory.mktemp("access")
-    cert = make_cert(tmp / "certs", ["secure.test"])
+    cert = make_cert(tmp / "certs", ["secure.test", "pinned.partner.test"])
     cfg["egress"]["upstream_ca"] = cert.cert
     cfg["secrets"] = {"demo": {"source": "env:SANDGATE_TEST_DEMO", "hosts": ["secure.test"], "env": "DEMO_TOKEN"}}
     with Sandgate(tmp, cfg, env={"SANDGATE_TEST_DEMO": "ghp_" + "D" * 36}) as sg:
@@ -419,3 +420,25 @@ def test_ask_rules_still_apply_under_a_grant(gw, upstream):
     sender.join(30)
     assert got["r"].status_code == 403
     assert [r.method for r in upstream.recorder.requests] == []
+
+
+def test_a_tunnel_only_a_grant_opened_is_intercepted_even_to_a_passthrough_host(gw, tmp_path):
+    """egress.passthrough relays TLS unread: a grant narrowed to GET under /v1/ would then cover everything. A tunnel
+    that only a grant opened is intercepted, so each request is decided against the grant; a session whose allow
+    list names the host still gets the passthrough."""
+    ca = tmp_path / "ca.pem"
+    with Upstream(tls=gw.tls_cert) as pinned:
+        base = f"https://pinned.partner.test:{pinned.port}"
+        sess = gw.session(allow=[])
+        ca.write_text(sess["ca_pem"])
+        aid = file_inside(sess, {"host": "pinned.partner.test", "reason": "x", "methods": ["GET"],
+                                 "path_prefix": "/v1/"}).json()["id"]
+        assert approve(gw, aid, grant={"ttl_s": 60}).status_code == 200
+        kw = {"proxies": sess["proxies"], "verify": str(ca), "timeout": 10}       # sandgate's certificate: read
+        assert requests.get(f"{base}/v1/x", **kw).status_code == 200
+        assert requests.get(f"{base}/admin", **kw).status_code == 403
+        assert requests.post(f"{base}/v1/x", data=b"x", **kw).status_code == 403
+        assert [r.path for r in pinned.recorder.requests] == ["/v1/x"]
+        listed = gw.session(allow=["pinned.partner.test"])
+        relayed = requests.get(f"{base}/admin", proxies=listed["proxies"], verify=gw.tls_cert.cert, timeout=10)
+        assert relayed.status_code == 200                     # the upstream's own certificate: relayed unread
