@@ -9,6 +9,7 @@ from gateway.audit.log import AuditLog
 from gateway.auth.tokens import Revocations
 from gateway.store.changes import Change, ChangeFeed, LocalChangeFeed
 from gateway.store import Store
+from gateway.store.records import Revocation
 
 log = logging.getLogger("sandgate")
 
@@ -25,7 +26,7 @@ class RevocationService:
     async def load(self) -> None:
         self._revocations.merge(await self._store.list_revocations())
 
-    async def revoke(self, jti: str, by: str) -> dict:
+    async def revoke(self, jti: str, by: str) -> Revocation:
         """Revoke one token id: on this replica at once, on the others within a second (`poll`)."""
         row = await self._store.revoke(jti, by)
         self._revocations.add(jti)
@@ -40,7 +41,7 @@ class RevocationService:
     async def resync(self) -> None:
         self._revocations.merge(await self._store.list_revocations())
 
-    async def list(self) -> list[dict]:
+    async def list(self) -> list[Revocation]:
         return await self._store.list_revocations()
 
     async def poll(self, interval_s: float = POLL_S) -> None:

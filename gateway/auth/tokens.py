@@ -12,6 +12,8 @@ from typing import Iterable
 
 import jwt
 
+from gateway.store.records import Revocation
+
 ROLES = ("harness", "approver", "admin", "session")
 ISSUER = "sandgate"
 _ALG = "HS256"
@@ -108,10 +110,10 @@ class Revocations:
     def add(self, jti: str) -> None:
         self._jtis.add(jti)
 
-    def merge(self, rows: Iterable[dict]) -> None:
+    def merge(self, rows: Iterable[Revocation]) -> None:
         for row in rows:
-            self._jtis.add(row["jti"])
-            self.last_id = max(self.last_id, int(row["id"]))
+            self._jtis.add(row.jti)
+            self.last_id = max(self.last_id, int(row.id or 0))
 
     def revoked(self, principal: Principal) -> bool:
         return principal.jti in self._jtis or (principal.source_jti is not None and principal.source_jti in self._jtis)

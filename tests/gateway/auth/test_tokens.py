@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given, strategies as st
 
 from gateway.auth.tokens import (DEFAULT_TTL_S, AuthError, Principal, Revocations, TokenSigner, TokenVerifier)
+from gateway.store.records import Revocation
 
 KEY = b"k" * 64
 
@@ -51,7 +52,7 @@ def test_verifier_honours_revocation_of_cached_tokens_and_page_cookies():
     principal = verifier.verify(token)
     cookie = signer.mint("approver", "alice", 600, purpose="page", source_jti=principal.jti)
     assert verifier.verify(cookie).source_jti == principal.jti
-    revoked.merge([{"id": 7, "jti": principal.jti}])
+    revoked.merge([Revocation(id=7, jti=principal.jti, revoked_at=0.0)])
     assert revoked.last_id == 7
     for t in (token, cookie):
         with pytest.raises(AuthError, match="revoked"):
