@@ -113,12 +113,12 @@ def parse_source(value: Any, networks: Sequence[IPNetwork]) -> str:
     return str(addr)
 
 
-def renewed_expiry(row: Mapping[str, Any], ttl_s: Any, now: float, ceiling_s: int = MAX_TTL_S) -> float:
+def renewed_expiry(row: Session, ttl_s: Any, now: float, ceiling_s: int = MAX_TTL_S) -> float:
     """The new `expires_at` for a renewal (PATCH `ttl_s`): `now + ttl_s`, never past `created_at + ceiling_s`
     (`lifetime_ceiling`: the session token's own expiry)."""
     if not isinstance(ttl_s, int) or isinstance(ttl_s, bool) or ttl_s <= 0:
         raise BadRequest("ttl_s must be a positive integer")
-    limit = float(row["created_at"]) + ceiling_s
+    limit = float(row.created_at) + ceiling_s
     if now + ttl_s > limit:
         raise BadRequest(f"a session lives at most {ceiling_s} s from its creation (sessions.max_lifetime_s, "
                          f"sessions.ephemeral_max_lifetime_s); ttl_s may be at most {max(0, int(limit - now))} now")

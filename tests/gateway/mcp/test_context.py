@@ -6,6 +6,7 @@ from hypothesis import given, strategies as st
 
 from gateway.mcp.context import McpContext, parse_mcp_context
 from gateway.sessions.spec import MAX_TTL_S, BadRequest, renewed_expiry
+from gateway.store.records import Session
 
 
 def test_to_input_marks_annotations_untrusted():
@@ -44,7 +45,7 @@ def test_parse_raises_only_value_error(value):
     (0, 0.0, False), (-5, 0.0, False), (True, 0.0, False), ("60", 0.0, False), (1.5, 0.0, False), (None, 0.0, False),
 ])
 def test_renewed_expiry(ttl, now, ok):
-    row = {"created_at": 0.0}
+    row = Session(id="s_1", workload="persistent", created_at=0.0, expires_at=1.0)
     if ok:
         assert renewed_expiry(row, ttl, now) == now + ttl
     else:

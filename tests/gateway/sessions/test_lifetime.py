@@ -5,6 +5,7 @@ import pytest
 from hypothesis import given, strategies as st
 
 from gateway.sessions.spec import MAX_TTL_S, BadRequest, lifetime_ceiling, parse_session_spec, renewed_expiry
+from gateway.store.records import Session
 
 DAY = 86400
 
@@ -32,7 +33,7 @@ def test_an_ephemeral_session_lives_a_day_at_most():
 
 @given(st.integers(1, 10 ** 10), st.floats(0, 10 ** 9), st.integers(1, MAX_TTL_S))
 def test_renewal_never_passes_the_ceiling(ttl, now, ceiling):
-    row = {"created_at": 0.0}
+    row = Session(id="s_1", workload="persistent", created_at=0.0, expires_at=1.0)
     try:
         expires = renewed_expiry(row, ttl, now, ceiling)
     except BadRequest:
@@ -42,4 +43,5 @@ def test_renewal_never_passes_the_ceiling(ttl, now, ceiling):
 
 
 def test_renewal_past_thirty_days_without_a_ceiling():
-    assert renewed_expiry({"created_at": 0.0}, 10 * DAY, 60 * DAY) == 70 * DAY
+    assert renewed_expiry(Session(id="s_1", workload="persistent", created_at=0.0, expires_at=1.0), 10 * DAY,
+                          60 * DAY) == 70 * DAY
