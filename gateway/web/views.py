@@ -11,6 +11,7 @@ import unicodedata
 from datetime import datetime, timezone
 from typing import Any, Iterable, Mapping
 
+from gateway.approvals.access import grant_in_force
 from gateway.approvals.rules import FINAL_STATES, KINDS
 from gateway.store.records import Approval, AuditEvent, Session
 
@@ -160,6 +161,15 @@ def hold_note(row: Approval, hold_s: float | None, now: float) -> str:
 MAX_DENIALS = 10
 
 
+def granted_view(row: Approval) -> dict | None:
+    """An approved access request's grant as decided (methods, prefix, expiry); None for anything else."""
+    grant = grant_in_force(row) if row.kind == "access" else None
+    if grant is None:
+        return None
+    return {"methods": ", ".join(grant.get("methods") or ()), "path_prefix": grant.get("path_prefix", "/"),
+            "expires": when(grant.get("expires_at"))}
+
+
 def host_denials(events: Iterable[AuditEvent], host: str) -> list[dict]:
     """An access request's context: the session's recent denials of the host it asks for, newest first."""
     shown = [e for e in events if e.action == "deny" and e.host == host]
@@ -207,6 +217,7 @@ def detail_view(row: Approval, session: Session | None, session_status: str, eve
     return {
         "denials": host_denials(denials, str((action.get("grant") or {}).get("host") or ""))
         if row.kind == "access" else [],
+        "grant": granted_view(row),
         "hold_note": hold_note(row, hold_s, now),
         "requested_by": row.requested_by or "", "reason_items": reason_items(row),
         "effects": [str(e) for e in action.get("effects") or []][:20],

@@ -111,3 +111,9 @@ def test_crafted_form_fields_cannot_widen(sg, upstream, page):
     grant = sg.call("GET", f"/v1/approvals/{aid}", sg.approver).json()["grant"]
     assert grant["host"] == "allowed.test" and grant["methods"] == ["GET"] and grant["path_prefix"] == "/v1/"
     assert grant["expires_at"]
+    # the decided page shows the grant; once withdrawn, when
+    expect(page.locator("#grant")).to_contain_text("GET under /v1/, until ")
+    assert sg.call("DELETE", f"/v1/sessions/{sess['id']}/grants/{aid}", sg.approver).status_code == 200
+    page.reload()
+    expect(page.get_by_text("Withdrawn", exact=True)).to_be_visible()
+    expect(page.locator("#grant")).to_have_count(0)
