@@ -312,6 +312,9 @@ def test_caller_matrix_for_grants(gw, upstream):
     assert gw.call("GET", f"/v1/approvals/{aid}", sess["token"]).status_code in (401, 403)
     assert gw.call("DELETE", path, other_harness).status_code == 404
     assert gw.call("GET", f"/v1/approvals/{aid}", other_harness).status_code == 404
+    assert gw.call("GET", f"/v1/sessions/{sess['id']}", other_harness).status_code == 404     # nor its grants
+    assert aid not in [a["id"] for a in gw.call("GET", "/v1/approvals", other_harness).json()]
+    assert gw.call("POST", f"/v1/approvals/{aid}/approve", other_harness, json={}).status_code == 403
     assert gw.call("DELETE", f"/v1/sessions/{other_sess['id']}/grants/{aid}").status_code == 404
     assert gw.call("DELETE", f"/v1/sessions/{sess['id']}/grants/a_nosuchthing", gw.approver).status_code == 404
     assert [g["approval"] for g in gw.call("GET", f"/v1/sessions/{sess['id']}").json()["grants"]] == [aid]
