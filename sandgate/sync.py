@@ -124,6 +124,7 @@ class SyncSession:
         return dict(self.info.env)
 
     def check(self, tool: str, args: Mapping[str, Any] | None = None, **kw: Any) -> Decision:
+        """`SyncClient.check` for this session (the same keywords: step, mcp, wait_s, on_ask)."""
         return self.sync.check(self.id, tool, args, **kw)
 
     def guard(self, tool: str | None = None, *, wait_s: float = 600.0,

@@ -140,6 +140,32 @@ def test_an_erroring_test_exits_2(tmp_path):
     assert proc.stdout.splitlines()[-1] == "6 passed, 1 failed, 1 errors"      # the error counted once
 
 
+def test_a_test_erroring_on_a_builtin_is_counted_once(tmp_path):
+    """A site rule calling endswith on a null host: the test is an ERROR, counted once (not also a failure)."""
+    files = {"site/p.rego": """
+        package p
+
+        import rego.v1
+
+        deny contains "x" if endswith(input.host, ".x")
+        """, "site/p_test.rego": """
+        package p_test
+
+        import rego.v1
+
+        test_null_host if {
+            count(data.p.deny) == 0 with input as {"host": null}
+        }
+
+        test_ok if count(data.p.deny) == 0 with input as {"host": "a.y"}
+        """}
+    proc = sandgate("policy", "test", str(write(tmp_path, files)), "-v")
+    assert proc.returncode == 2, proc.stdout
+    assert re.search(r"^ERROR data\.p_test\.test_null_host site/p_test\.rego:5 \(.*endswith", proc.stdout, re.M)
+    assert "FAIL" not in proc.stdout and "PASS data.p_test.test_ok" in proc.stdout
+    assert proc.stdout.splitlines()[-1] == "1 passed, 0 failed, 1 errors"
+
+
 def test_a_policy_that_does_not_parse_exits_2(tmp_path):
     proc = sandgate("policy", "test", str(write(tmp_path, {"p.rego": "package p\nimport rego.v1\nx := {\n"})))
     assert proc.returncode == 2
