@@ -66,20 +66,35 @@ def _action(row: Approval) -> Mapping[str, Any]:
     return row.action if isinstance(row.action, Mapping) else {}
 
 
-def _reasons(row: Approval) -> list[tuple[str, str]]:
-    """(reason, codes) pairs: the reasons with the codes beside them (the action's `codes`, in the policy's
-    order), a reason repeated word for word shown once. Codes are paired by position when their numbers agree,
-    else listed on the first."""
+def _pairing(row: Approval) -> tuple[list[tuple[str, str]], list[str]]:
+    """(reason, codes) pairs, and the codes no reason could be given. The shipped decision lists reasons in their
+    codes' order, so codes are paired by position when their numbers agree; one code stands beside every reason
+    and one reason beside every code. Otherwise (a code with several reasons) which code is whose is not known,
+    and the codes are listed on their own rather than beside the wrong reason."""
     reasons = [str(r) for r in row.reasons or []]
     codes = [str(c) for c in _action(row).get("codes") or [] if not str(c).startswith("approval.")]
-    paired = list(zip(reasons, codes)) if len(codes) == len(reasons) else \
-        [(r, ", ".join(codes) if i == 0 else "") for i, r in enumerate(reasons)]
+    if len(codes) == len(reasons):
+        return list(zip(reasons, codes)), []
+    if len(codes) == 1:
+        return [(r, codes[0]) for r in reasons], []
+    if len(set(reasons)) == 1:
+        return [(reasons[0], ", ".join(codes))], []
+    return [(r, "") for r in reasons], codes
+
+
+def _reasons(row: Approval) -> list[tuple[str, str]]:
+    """(reason, codes) pairs as the page shows them: a reason repeated word for word shown once."""
     folded: dict[str, list[str]] = {}
-    for reason, code in paired:
+    for reason, code in _pairing(row)[0]:
         folded.setdefault(reason, [])
         if code and code not in folded[reason]:
             folded[reason].append(code)
     return [(r, ", ".join(c)) for r, c in folded.items()]
+
+
+def unpaired_codes(row: Approval) -> str:
+    """The codes that could not be put beside a reason ("" when every code is beside one)."""
+    return ", ".join(_pairing(row)[1])
 
 
 def reason_items(row: Approval) -> list[dict]:
@@ -220,6 +235,7 @@ def detail_view(row: Approval, session: Session | None, session_status: str, eve
         "grant": granted_view(row),
         "hold_note": hold_note(row, hold_s, now),
         "requested_by": row.requested_by or "", "reason_items": reason_items(row),
+        "unpaired_codes": unpaired_codes(row),
         "effects": [str(e) for e in action.get("effects") or []][:20],
         "approve_note": approve_note(row, reuse_s), "clocks_note": clocks_note(row, hold_s),
         "id": row.id, "status": row.status, "kind": row.kind, "summary": row.summary,

@@ -12,10 +12,24 @@ combine(deny, ask, allow) := _result("deny", deny) if {
 	count(allow) > 0
 } else := {"action": "deny", "reasons": ["no rule allows this"], "codes": ["policy.default_deny"]}
 
+# Reasons in the order of their codes (then by text), each once: where every code has one reason, the i-th
+# reason is the i-th code's (the approval page shows each code beside its reason).
 _result(action, items) := {
 	"action": action,
-	"reasons": sort({item.reason | some item in items}),
+	"reasons": _reasons_by_code(items),
 	"codes": sort({item.code | some item in items}),
+}
+
+_reasons_by_code(items) := [pair[1] |
+	pairs := sort({[item.code, item.reason] | some item in items})
+	some i, pair in pairs
+	not _said_before(pairs, i)
+]
+
+_said_before(pairs, i) if {
+	some j, earlier in pairs
+	j < i
+	earlier[1] == pairs[i][1]
 }
 
 _with_ttl(result, items) := object.union(result, {"ttl_s": min(ttls)}) if {

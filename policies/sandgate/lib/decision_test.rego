@@ -43,3 +43,15 @@ test_deny_items_with_same_code_are_listed_once if {
 	r.codes == ["x.a"]
 	r.reasons == ["because x.a", "other"]
 }
+
+test_reasons_follow_their_codes_order if {
+	r := decision.combine(set(), {{"code": "x.a", "reason": "zz: the first code's"}, {"code": "x.b", "reason": "aa: the second code's"}}, set())
+	r.codes == ["x.a", "x.b"]
+	r.reasons == ["zz: the first code's", "aa: the second code's"]
+}
+
+test_a_reason_given_by_two_rules_is_listed_once if {
+	r := decision.combine({{"code": "x.b", "reason": "same"}, {"code": "x.a", "reason": "same"}, d("x.c")}, set(), set())
+	r.codes == ["x.a", "x.b", "x.c"]
+	r.reasons == ["same", "because x.c"]
+}

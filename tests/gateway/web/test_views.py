@@ -79,9 +79,19 @@ def test_reasons_carry_their_codes_and_a_repeated_reason_is_shown_once():
                     action={"codes": ["toolcall.delete", "toolcall.delete", "toolcall.frozen"]})
     assert views.reason_items(row) == [{"reason": "deleting needs approval: rm x", "code": "toolcall.delete"},
                                        {"reason": "frozen", "code": "toolcall.frozen"}]
-    # codes that cannot be paired by position are listed on the first reason; an approval's own code is left out
+    # one code stands beside every reason (each item of the policy's sets has a code); an approval's own code is
+    # left out; one reason given by two rules carries both codes
     odd = _approval(reasons=["a", "b"], action={"codes": ["x.one", "approval.approved"]})
-    assert views.reason_items(odd) == [{"reason": "a", "code": "x.one"}, {"reason": "b", "code": ""}]
+    assert views.reason_items(odd) == [{"reason": "a", "code": "x.one"}, {"reason": "b", "code": "x.one"}]
+    assert views.unpaired_codes(odd) == ""
+    shared = _approval(reasons=["same"], action={"codes": ["x.a", "x.b"]})
+    assert views.reason_items(shared) == [{"reason": "same", "code": "x.a, x.b"}]
+    # a code with several reasons: which code is whose is not known, so none is put beside the wrong reason
+    many = _approval(reasons=["deleting needs approval: rm a", "deleting needs approval: rm b", "the session is frozen"],
+                     action={"codes": ["toolcall.delete", "toolcall.frozen"]})
+    assert [i["code"] for i in views.reason_items(many)] == ["", "", ""]
+    assert views.unpaired_codes(many) == "toolcall.delete, toolcall.frozen"
+    assert views.detail_view(many, None, "unknown", [], 160.0)["unpaired_codes"] == "toolcall.delete, toolcall.frozen"
     assert views.reason_items(_approval(action="not an object")) == [
         {"reason": "deleting needs approval: rm -rf /w/b", "code": ""}]
 
