@@ -216,9 +216,14 @@ deny contains item if {
 	class := ip_class_name
 	item := {
 		"code": sprintf("address.%s", [class]),
-		"reason": sprintf("destination address class %s is not allowed", [class]),
+		"reason": sprintf("destination address class %s is not allowed%s", [class, private_allow_hint(class)]),
 	}
 }
+
+# The classes an operator can allow by range name the key that does it (as the proxy's address check does).
+private_allow_hint(class) := " (egress.private_allow can allow its range)" if {
+	class in {"private", "loopback", "link_local", "cgnat"}
+} else := ""
 
 ip_class_name := ip_class if is_string(ip_class) else := "invalid"
 

@@ -76,7 +76,7 @@ test_deny_private_ip_class if {
 	d := egress.decision with input as inp({"ip": "10.0.0.1", "ip_class": "private"}, {})
 	d.action == "deny"
 	d.codes == ["address.private"]
-	d.reasons == ["destination address class private is not allowed"]
+	d.reasons == ["destination address class private is not allowed (egress.private_allow can allow its range)"]
 }
 
 test_allow_allowed_private_ip_class if {

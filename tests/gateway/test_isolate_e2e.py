@@ -105,8 +105,8 @@ def test_exit_code_denial_lines_and_session_end(lab):
     refusals = [line for line in lines(out["err"]) if line.startswith("sandgate: ")]
     assert refusals == [
         "sandgate: denied other.test: other.test is not on this session's allow list (DNS)",
-        "sandgate: denied 192.0.2.10: 192.0.2.10 is not on this session's allow list; destination address class "
-        "documentation is not allowed"]
+        "sandgate: denied 192.0.2.10: destination address class documentation is not allowed; 192.0.2.10 is not "
+        "on this session's allow list"]
     assert lab["sessions"] and all(s == {"status": "deleted", "source": None} for s in lab["sessions"])
 
 

@@ -113,6 +113,8 @@ def test_loopback_destinations_refused_without_contact(strict_gateway, upstream,
     resp = get(sess, f"http://{host}:{upstream.port}/")
     assert resp.status_code == 403
     assert resp.json()["code"].startswith("address."), resp.text
+    if resp.json()["code"] == "address.loopback":           # the refusal names the key that would allow it
+        assert "egress.private_allow" in resp.json()["reason"], resp.text
     time.sleep(0.1)
     assert upstream.recorder.connections == 0
 
