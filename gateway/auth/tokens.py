@@ -8,11 +8,12 @@ import uuid
 from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable
+from typing import TYPE_CHECKING, Iterable
 
 import jwt
 
-from gateway.store.records import Revocation
+if TYPE_CHECKING:          # an annotation only: importing gateway.store loads SQLAlchemy into every CLI command
+    from gateway.store.records import Revocation
 
 ROLES = ("harness", "approver", "admin", "session")
 ISSUER = "sandgate"
