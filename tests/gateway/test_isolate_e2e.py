@@ -72,7 +72,8 @@ def test_direct_connections_to_other_addresses_fail(lab):
     rcs = [line.strip() for line in lines(lab["direct_ip"]["out"])]
     assert rcs == ["rc=52", "rc=35", "rc=52"]       # closed before any byte was forwarded (plain, TLS, the gateway)
     err = lab["direct_ip"]["err"]
-    assert "sandgate: denied 192.0.2.10: 192.0.2.10 is not on this session's allow list" in err
+    assert ("sandgate: denied 192.0.2.10: destination address class documentation is not allowed; 192.0.2.10 is "
+            "not on this session's allow list") in err
     assert "sandgate: denied 10.200.0.1: " in err   # the gateway's own address: sandgate's API is out of reach
     assert "/direct" not in lab["plain_paths"] and all(p != "/direct-sni" for p, _ in lab["secure_seen"])
     assert lab["udp"]["out"].strip() == "noanswer"  # UDP that is not DNS goes nowhere
