@@ -249,6 +249,12 @@ class ToolCallGate:
             policy_rev=decision.rev, detail=detail))
         return ToolCallOutcome(tcid, action, tuple(reasons), tuple(codes), approval_id, decision.rev, reused)
 
+    def stamp(self, session: str) -> tuple:
+        """The policy revision and the session's last change (a freeze, labels, a renewal): a decision made
+        earlier for this session stands while they are the same (the PostgreSQL gateway's prepared statements)."""
+        row = self._sessions.live_now(session)
+        return self._engine.rev, row.updated_at if row is not None else None
+
     async def probe(self, session: str, tools: Sequence[tuple[str, McpContext]],
                     principal: Principal | None = None) -> list[ProbeOutcome]:
         """Which of an MCP server's tools the policy always denies (hidden from the agent): each tool decided once

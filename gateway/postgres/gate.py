@@ -41,6 +41,9 @@ class GateJudge:
         return Verdict(out.id, out.action, out.reasons, out.codes, out.approval_id,
                        out.rev)
 
+    def stamp(self, session: str) -> object:
+        return self._gate.stamp(session)
+
     async def wait(self, approval_id: str, timeout_s: float) -> str:
         row = await self._approvals.wait(approval_id, timeout_s)
         if row is None:
