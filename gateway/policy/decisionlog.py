@@ -301,6 +301,9 @@ class DecisionLog(BatchWriter[tuple[list[tuple], list[dict]]]):
     def _has_pending(self) -> bool:
         return bool(self._decisions or self._divergences)
 
+    def _full(self) -> bool:
+        return len(self._decisions) >= self._max_batch
+
     def _take(self) -> tuple[list[tuple], list[dict]]:
         decisions, self._decisions = self._decisions[: self._max_batch], self._decisions[self._max_batch:]
         divergences, self._divergences = self._divergences, []

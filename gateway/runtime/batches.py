@@ -11,6 +11,11 @@ failed write (`_put_back`); this class runs the loop, and keeps its subtleties i
 - A failed write puts the batch back in front (nothing lost, nothing reordered) and ends that flush; `writing`
   is false until a flush succeeds again. After a failed flush the loop waits `retry_s` more.
 - A full batch wakes the loop at once (`_wake()`, from `record()`), so a burst never waits for the interval.
+- The background loop writes what was pending when it woke, and goes on only while a full batch waits (`_full`):
+  rows recorded while a batch is being written wait for the next tick. Draining everything at once made the
+  batches as small as the rows one write lets in (11-18 rows at 1,000 tool calls/s, each its own transaction
+  and two thread hops), and the writer's fixed cost per batch was a third of its time. `flush()` and `close()`
+  still write everything, and so does the first flush after a failed one (the backlog of an outage).
 """
 from __future__ import annotations
 
@@ -52,6 +57,10 @@ class BatchWriter(Generic[B]):
     def _failed(self, batch: B, exc: Exception) -> None:
         """A write failed (the batch is back in the queue; `writing` still tells whether the last one worked)."""
 
+    def _full(self) -> bool:
+        """Whether at least a whole batch is pending (the background loop writes it without waiting)."""
+        return False
+
     def _resumed(self) -> None:
         """A flush succeeded after a failed one."""
 
@@ -62,10 +71,15 @@ class BatchWriter(Generic[B]):
     def _wake(self) -> None:
         self._wakeup.set()
 
-    async def flush(self) -> bool:
-        """Write what is pending, batch by batch; stop at the first failure (rows kept). True when all written."""
+    async def flush(self, everything: bool = True) -> bool:
+        """Write what is pending, batch by batch; stop at the first failure (rows kept). True when all written.
+        `everything` False (the background loop): one batch, then more only while a full batch is pending (or
+        while the last write failed: the backlog goes at once)."""
         async with self._lock:
-            while self._has_pending():
+            everything = everything or not self.writing
+            first = True
+            while self._has_pending() and (everything or first or self._full()):
+                first = False
                 batch = self._take()
                 try:
                     await self._write(batch)
@@ -90,7 +104,7 @@ class BatchWriter(Generic[B]):
             self._wakeup.clear()
             # Shielded: close() cancels this task, and a batch taken for writing must be stored or put back, not
             # dropped half way. The flush runs on; close()'s own flush waits for it on the lock.
-            if not await asyncio.shield(self.flush()) and self._retry_s:
+            if not await asyncio.shield(self.flush(everything=False)) and self._retry_s:
                 await asyncio.sleep(self._retry_s)
 
     async def close(self) -> bool:

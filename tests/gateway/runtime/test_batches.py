@@ -27,6 +27,9 @@ class ListWriter(BatchWriter[list[int]]):
     def _has_pending(self) -> bool:
         return bool(self.pending)
 
+    def _full(self) -> bool:
+        return len(self.pending) >= self._max_batch
+
     def _take(self) -> list[int]:
         batch, self.pending = self.pending[: self._max_batch], self.pending[self._max_batch:]
         return batch
@@ -105,3 +108,33 @@ async def test_close_writes_what_is_left_and_says_whether_it_could():
     w2.add(1)
     w2.fail = 5
     assert await w2.close() is False and w2.pending == [1]
+
+
+async def test_the_loop_writes_what_was_pending_and_leaves_rows_that_came_during_the_write_for_the_next_tick():
+    """Rows recorded while a batch is being written are not chased one small batch after another (each its own
+    transaction): they wait for the next tick, unless a whole batch is pending. flush() still writes all."""
+    class Slow(ListWriter):
+        async def _write(self, batch: list[int]) -> None:
+            await super()._write(batch)
+            if batch == [1]:
+                self.add(2)                          # came while [1] was being written
+            if batch == [10]:
+                self.add(11, 12, 13, 14)             # a whole batch came: written without waiting
+
+    w = Slow(max_batch=3, flush_interval_s=3600)
+    w.add(1)
+    assert await w.flush(everything=False) is True
+    assert w.writes == [[1]] and w.pending == [2]
+    assert await w.flush() is True and w.writes == [[1], [2]]
+    w.add(10)
+    assert await w.flush(everything=False) is True
+    assert w.writes == [[1], [2], [10], [11, 12, 13]] and w.pending == [14]
+
+
+async def test_after_a_failed_write_the_loop_writes_the_whole_backlog():
+    w = ListWriter(max_batch=2)
+    w.add(1, 2, 3, 4, 5)
+    w.fail = 1
+    assert await w.flush(everything=False) is False
+    assert await w.flush(everything=False) is True
+    assert w.stored == [1, 2, 3, 4, 5] and w.pending == []
