@@ -11,6 +11,7 @@ from hypothesis import settings
 from xdist.scheduler import LoadScopeScheduling
 
 from gateway.runtime.eventloop import ServeLoop
+from tests.support.durations import load as load_durations
 from tests.support.gateway import TIER as SANDGATE_TIER
 from tests.support.gateway import Sandgate
 from tests.support.upstream import Upstream, make_cert
@@ -62,10 +63,30 @@ def _scope_of(path: str) -> str:
     return path
 
 
+def expected_seconds(units: dict[str, list[str]]) -> dict[str, float]:
+    """scope -> the seconds its files are expected to take: the committed table's (tests/durations.json, refreshed
+    by `python -m tests.support.durations table RUN.xml`), scaled by its test count; a file the table lacks is
+    its test count times the mean seconds per test of its tier in the table."""
+    recorded = load_durations()
+    rate = {}
+    for tier in (True, False):
+        known = [(secs, n) for path, (secs, n) in recorded.items() if is_e2e(_TESTS.parent / path) is tier]
+        rate[tier] = sum(s for s, _ in known) / max(1, sum(n for _, n in known)) if known else (10.0 if tier else 0.1)
+    out = {}
+    for scope, nodeids in units.items():
+        files: dict[str, int] = {}
+        for nodeid in nodeids:
+            path = nodeid.split("::", 1)[0]
+            files[path] = files.get(path, 0) + 1
+        out[scope] = sum(recorded[path][0] * n / max(1, recorded[path][1]) if path in recorded
+                         else n * rate[is_e2e(_TESTS.parent / path)] for path, n in files.items())
+    return out
+
+
 class _ByFile(LoadScopeScheduling):
     """`--dist loadfile` for this suite: a file's tests stay on one worker (its module fixtures start once), the
-    files of a serial group share one, and the end-to-end files are handed out first (they are the long ones; a
-    long file starting last would be the run's tail)."""
+    files of a serial group share one, and the longest files are handed out first (by recorded durations: a long
+    file starting last would be the run's tail)."""
 
     _ordered = False
 
@@ -75,9 +96,8 @@ class _ByFile(LoadScopeScheduling):
     def _assign_work_unit(self, node) -> None:
         if not self._ordered:
             self._ordered = True
-            units = sorted(self.workqueue.items(),
-                           key=lambda unit: (not any(is_e2e(_TESTS.parent / n.split("::", 1)[0]) for n in unit[1]),
-                                             -len(unit[1])))
+            seconds = expected_seconds({scope: list(unit) for scope, unit in self.workqueue.items()})
+            units = sorted(self.workqueue.items(), key=lambda unit: -seconds[unit[0]])
             self.workqueue.clear()
             self.workqueue.update(units)
         super()._assign_work_unit(node)

@@ -66,10 +66,11 @@ class AuditLog(BatchWriter[list[dict]]):
             self._wake()
         return row
 
-    def queued(self, kind: str, session: str) -> list[dict]:
-        """Rows of this kind and session recorded but not yet written, oldest first (the batch being written
-        included: a reader never misses a row between the queue and the store)."""
-        return [dict(r) for r in self._inflight + self._pending if r["kind"] == kind and r["session"] == session]
+    def queued(self, kind: str | tuple[str, ...], session: str) -> list[dict]:
+        """Rows of this kind (or these kinds) and session recorded but not yet written, oldest first (the batch
+        being written included: a reader never misses a row between the queue and the store)."""
+        kinds = (kind,) if isinstance(kind, str) else kind
+        return [dict(r) for r in self._inflight + self._pending if r["kind"] in kinds and r["session"] == session]
 
     # -- the batched writer (gateway/runtime/batches.py) ----------------------------------------------------
     def _has_pending(self) -> bool:

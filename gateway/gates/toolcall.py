@@ -72,6 +72,10 @@ class ToolCallRequest:
     via: str = "api"                      # "api" | "mcp" | "postgres"
     mcp: McpContext | None = None
     principal: Principal | None = None
+    # False: the adapter writes the call's one audit row itself (the PostgreSQL gateway's `sql` row per statement,
+    # DESIGN v3): the gate records no `toolcall` row, only the session's history entry, and hands the row's
+    # fields over in the outcome (`row`)
+    audited: bool = True
 
     @property
     def requester(self) -> str:
@@ -90,6 +94,7 @@ class ToolCallOutcome:
     approval_id: str | None = None
     rev: str = ""                         # the policy revision that decided
     reused: bool = False
+    row: Mapping[str, Any] | None = None  # the `toolcall` row's fields, when the request was not `audited`
 
 
 @dataclass(frozen=True)
@@ -244,10 +249,20 @@ class ToolCallGate:
                 detail["approval_id"] = approval_id
         if action == "deny":
             sessions.count(sid, denied=1)        # with egress denials: what `denials_per_10m` watches
-        sessions.toolcall_recorded(sid, audit.record(
-            "toolcall", session=sid, step=step, action=action, reasons=reasons, codes=codes, request_id=tcid,
-            policy_rev=decision.rev, detail=detail))
-        return ToolCallOutcome(tcid, action, tuple(reasons), tuple(codes), approval_id, decision.rev, reused)
+        fields = dict(session=sid, step=step, action=action, reasons=reasons, codes=codes, request_id=tcid,
+                      policy_rev=decision.rev, detail=detail)
+        if req.audited:
+            sessions.toolcall_recorded(sid, audit.record("toolcall", **fields))
+            return ToolCallOutcome(tcid, action, tuple(reasons), tuple(codes), approval_id, decision.rev, reused)
+        sessions.toolcall_recorded(sid, {**fields, "kind": "toolcall", "ts": now})    # the history's entry
+        return ToolCallOutcome(tcid, action, tuple(reasons), tuple(codes), approval_id, decision.rev, reused,
+                               fields)
+
+    def stamp(self, session: str) -> tuple:
+        """The policy revision and the session's last change (a freeze, labels, a renewal): a decision made
+        earlier for this session stands while they are the same (the PostgreSQL gateway's prepared statements)."""
+        row = self._sessions.live_now(session)
+        return self._engine.rev, row.updated_at if row is not None else None
 
     async def probe(self, session: str, tools: Sequence[tuple[str, McpContext]],
                     principal: Principal | None = None) -> list[ProbeOutcome]:

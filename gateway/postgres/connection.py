@@ -44,6 +44,7 @@ AUTH_TIMEOUT_S = 30.0
 MAX_PREPARED = 1000                 # prepared statements and portals kept (their text, for Bind and the audit)
 MAX_PREPARED_BYTES = 16 * 1024 * 1024
 MAX_PIPELINE = 10_000               # statements and Describes sent without reaching ReadyForQuery
+PARSE_ANSWER_TIMEOUT_S = 30.0       # how long a Bind waits for the server's answer to its statement's Parse
 
 
 @dataclass(frozen=True)
@@ -89,6 +90,10 @@ class Prepared:
     rebind: bool                # every Bind is decided again, with the values
     spent: bool = False         # an approved statement ran once: its next Bind is decided again
     positions: list[tuple[int, int, int]] | None = None     # where its $n stand (found once, at the first Bind)
+    stamp: object = None        # the judge's stamp at Parse: a Bind after a policy or session change decides again
+    run: int = 0                # how many Syncs and Queries went upstream before its Parse
+    confirmed: bool = False     # the server answered its Parse with ParseComplete
+    dropped: bool = False       # the server failed or skipped its Parse: it holds no such statement
 
 
 @dataclass
@@ -131,6 +136,10 @@ class Connection:
         self._skipping = False      # a refusal in the extended protocol: the server skips to Sync, so do we
         self._failed = False        # the server reported an error since the last ReadyForQuery
         self._pending_ready = 0     # Query and Sync messages sent whose ReadyForQuery has not come back
+        self._ends_sent = 0         # Syncs and Queries sent upstream, and ReadyForQuery messages come back
+        self._ends_seen = 0
+        self._unconfirmed: deque[Prepared] = deque()    # Parses sent, in order, not yet answered
+        self._parse_answered = asyncio.Event()
         self._executed = False      # an Execute sent since the last Sync
         self._settings: dict[str, str] = {}      # what the server reports of the settings its lexer reads
         self._held: asyncio.Event | None = None      # set by a CancelRequest while a statement waits for approval
@@ -316,11 +325,13 @@ class Connection:
 
     async def _on_sync(self, kind: bytes, body: bytes) -> None:
         self._pending_ready += 1
+        self._ends_sent += 1
         self._executed = False
         await self._forward(kind, body)
 
     async def _send_query(self, text_or_body: bytes) -> None:
         self._pending_ready += 1
+        self._ends_sent += 1
         await self._forward(b"Q", text_or_body)
 
     async def _settle(self) -> None:
@@ -455,8 +466,11 @@ class Connection:
             await self._forward_raw(wire.encode_parse(wire.Parse(parse.name, self._stand_in(error), ())))
             self._skipping = True
             return
-        self._prepared[parse.name] = Prepared(parse.query, verdict, list(parse.param_types), rebind)
+        prepared = Prepared(parse.query, verdict, list(parse.param_types), rebind,
+                            stamp=self.deps.judge.stamp(self.session), run=self._ends_sent)
+        self._prepared[parse.name] = prepared
         self._prepared_bytes += len(parse.query)
+        self._unconfirmed.append(prepared)
         await self._forward(kind, body)
 
     def _forget_prepared(self, name: str) -> None:
@@ -473,6 +487,8 @@ class Connection:
         if len(self._portals) >= MAX_PREPARED:
             self._portals.clear()       # named portals end with their transaction: forget the oldest knowledge
         prepared = self._prepared.get(bind.statement)
+        if prepared is not None and not prepared.confirmed and prepared.run < self._ends_sent:
+            prepared = await self._answered(bind.statement, prepared)
         if prepared is None:
             # a statement the gateway did not see parsed (an SQL PREPARE's): what it runs was decided with the
             # PREPARE; Bind it only through EXECUTE, where the policy sees it
@@ -487,9 +503,10 @@ class Connection:
             prepared.positions = statements.param_positions(prepared.query)
         bound = statements.bind_statement(prepared.query, values, prepared.positions) if bind.params \
             else prepared.query
-        if not (prepared.rebind or prepared.spent):
+        if not (prepared.rebind or prepared.spent) and prepared.stamp == self.deps.judge.stamp(self.session):
             # what it does cannot depend on the values: the Parse's decision covers it (the audit row shows them);
-            # an approval covers one run
+            # an approval covers one run. A policy revision or a change of the session since (a freeze) decides
+            # it again.
             prepared.spent = prepared.verdict.action != "allow"
             self._portals[bind.portal] = (bound, prepared.verdict)
             await self._forward(kind, body)
@@ -503,6 +520,38 @@ class Connection:
             return
         self._portals[bind.portal] = (bound, verdict)
         await self._forward(kind, body)
+
+    async def _answered(self, name: str, prepared: Prepared) -> Prepared | None:
+        """The statement a Bind names, once the server has answered its Parse. A Parse the server failed or
+        skipped (an error earlier in its pipeline) left the server with no statement of that name, or with an
+        older one the gateway no longer knows: bound only after ParseComplete, never on the Parse's say-so. A
+        Bind in the Parse's own pipeline needs no wait (the server skips it if the Parse failed)."""
+        await self._flush()
+        deadline = time.monotonic() + PARSE_ANSWER_TIMEOUT_S
+        while not (prepared.confirmed or prepared.dropped):
+            self._parse_answered.clear()
+            try:
+                await asyncio.wait_for(self._parse_answered.wait(), max(0.0, deadline - time.monotonic()))
+            except asyncio.TimeoutError:
+                break
+        return prepared if prepared.confirmed and self._prepared.get(name) is prepared else None
+
+    def _parse_done(self, ok: bool) -> None:
+        """ParseComplete (ok) for the oldest Parse sent; or an error: every Parse of the pipeline it ended is
+        not the server's (failed, or skipped up to Sync), and is forgotten."""
+        if ok:
+            if self._unconfirmed:
+                self._unconfirmed.popleft().confirmed = True
+        else:
+            while self._unconfirmed and self._unconfirmed[0].run <= self._ends_seen:
+                self._drop(self._unconfirmed.popleft())
+        self._parse_answered.set()
+
+    def _drop(self, prepared: Prepared) -> None:
+        prepared.dropped = True
+        for name, known in list(self._prepared.items()):
+            if known is prepared:
+                self._forget_prepared(name)
 
     @staticmethod
     def _type_of(prepared: Prepared, i: int) -> int:
@@ -578,8 +627,11 @@ class Connection:
     def _on_backend(self, kind: bytes, body: bytes) -> bytes | None:
         """Follow one backend message; the bytes that replace it, or None to pass it on as it is."""
         if kind == b"E":
+            self._parse_done(False)
             return self._on_error(body)
-        if kind == b"C":
+        if kind == b"1":
+            self._parse_done(True)
+        elif kind == b"C":
             self._finish(wire.parse_command_tag(body), "")
         elif kind == b"Z":
             assert self.up is not None
@@ -631,11 +683,16 @@ class Connection:
             self._copy_in = False
 
     def _ready(self) -> None:
+        self._ends_seen += 1
+        while self._unconfirmed and self._unconfirmed[0].run < self._ends_seen:
+            self._drop(self._unconfirmed.popleft())     # no ParseComplete before its ReadyForQuery: not the server's
+        self._parse_answered.set()
         while self._runs:
             self._finish("", "not run")
         self._failed = False
         self._pending_ready = max(0, self._pending_ready - 1)
-        self._stand_ins.clear()
+        if self._ends_seen >= self._ends_sent:      # a later pipeline's stand-ins are still to be answered
+            self._stand_ins.clear()
         self._describes.clear()
         self._copy_in = False
 

@@ -1,6 +1,8 @@
 """The StatementJudge over the tool-call gate: a wire statement is decided by the same path as a `sql` tool call
 (gateway/gates/toolcall.py: session history and counts, the SQL facts of the one classifier, the policy, the
-approval flow, the `toolcall` audit row), in this process, with `via = "postgres"`. The policy sees `input.via`,
+approval flow), in this process, with `via = "postgres"`. The gate writes no `toolcall` row for it: what that
+row would say (the call's id, tool, summary, decision, codes) rides on the verdict (`extra`) into the statement's
+one `sql` row (DESIGN v3), and the session's history takes its entry at the decision. The policy sees `input.via`,
 and an approval of a wire statement is bound to the via: an approved `sql` tool call never lets a wire
 statement through, or the reverse.
 """
@@ -31,15 +33,21 @@ class GateJudge:
     async def decide(self, request: StatementRequest) -> Verdict:
         try:
             out = await self._gate.decide(ToolCallRequest(session=request.session, tool=request.tool,
-                                                          args=request.args, via=VIA))
+                                                          args=request.args, via=VIA, audited=False))
         except ToolCallRefused as exc:
             log.info("a statement of session %s was not decided: %s", request.session, exc.code)
             return refused_verdict(exc)
         except Exception:  # noqa: BLE001 - an engine or store failure is a denial, never an exception
             log.warning("the decision of a statement of session %s failed: denied", request.session)
             return Verdict("", "deny", ("sandgate could not decide this statement",), ("postgres.undecided",))
-        return Verdict(out.id, out.action, out.reasons, out.codes, out.approval_id,
-                       out.rev)
+        detail = dict(out.row["detail"]) if out.row is not None else {}
+        detail.pop("via", None)
+        detail.pop("approval_id", None)
+        detail["decision"] = out.action
+        return Verdict(out.id, out.action, out.reasons, out.codes, out.approval_id, out.rev, detail)
+
+    def stamp(self, session: str) -> object:
+        return self._gate.stamp(session)
 
     async def wait(self, approval_id: str, timeout_s: float) -> str:
         row = await self._approvals.wait(approval_id, timeout_s)

@@ -50,6 +50,11 @@ class StatementJudge(Protocol):
     async def decide(self, request: StatementRequest) -> Verdict:
         """The decision for one statement (an engine or store failure is a deny, never an exception)."""
 
+    def stamp(self, session: str) -> object:
+        """What a decision read that can change under a statement prepared earlier: equal stamps, the same
+        policy revision and session (a freeze, new labels: a different stamp, and the statement is decided
+        again at its next Bind)."""
+
     async def wait(self, approval_id: str, timeout_s: float) -> str:
         """Wait for an approval: its status ("approved", "denied", "expired", "pending" when the wait ran out,
         "missing")."""

@@ -81,7 +81,8 @@ class SessionLogins:
 
 
 class StatementRecorder:
-    """One audit row of kind `sql` per statement, and the statement counters."""
+    """One audit row of kind `sql` per statement (with what the decision's `toolcall` row would have said: the
+    call's id, tool, summary and decision, the verdict's `extra`), and the statement counters."""
 
     def __init__(self, audit: AuditLog, metrics: Metrics) -> None:
         self._audit, self._metrics = audit, metrics
@@ -93,8 +94,8 @@ class StatementRecorder:
             action = "allow" if not error else "deny"      # what happened: approved and run, or not
         self._metrics.decision("sql", action)
         text = statement if len(statement) <= MAX_STATEMENT_AUDIT else statement[:MAX_STATEMENT_AUDIT] + "…"
-        detail = {"database": database, "statement": text, "tag": tag, "rows": rows,
-                  "duration_ms": round(duration_ms, 3), "via": "postgres"}
+        detail = {**(verdict.extra if verdict is not None else {}), "database": database, "statement": text,
+                  "tag": tag, "rows": rows, "duration_ms": round(duration_ms, 3), "via": "postgres"}
         if error:
             detail["error"] = error
         if verdict is not None and verdict.approval_id:

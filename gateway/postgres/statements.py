@@ -11,7 +11,7 @@ import struct
 import uuid
 
 from pglast import ast, parser
-from pglast.enums import A_Expr_Kind
+from pglast.enums import A_Expr_Kind, BoolExprType
 from pglast.visitors import Visitor
 
 MAX_STATEMENT_CHARS = 1_000_000     # longer texts are decided whole, unsplit (they stay one statement)
@@ -50,16 +50,17 @@ def has_params(statement: str) -> bool:
     return bool(param_positions(statement))
 
 
-_COMPARISONS = frozenset(("=", "<>", "!=", "<", ">", "<=", ">=", "~~", "~~*", "!~~", "!~~*"))
+# LIKE and ILIKE (~~, ~~*) are not here: `name LIKE '%'` matches every row, so their pattern matters
+_COMPARISONS = frozenset(("=", "<>", "!=", "<", ">", "<=", ">=", "!~~", "!~~*"))
 
 
 def params_matter(statement: str) -> bool:
     """Whether what `statement` does can depend on its parameters' values, so a Bind must be decided again with
     them. False only when every `$n` stands where a value cannot change what the statement is: compared with a
-    column (`id = $1`, `id IN ($1, $2)`, `id = ANY($1)`, `id BETWEEN $1 AND $2`, `name LIKE $1`), a value of an
-    INSERT's VALUES, the new value of an UPDATE's `SET col = $1`, a SELECT's output column, LIMIT or OFFSET.
-    Anything else (`WHERE $1`, `id = $1 OR $2`, `1 = $1`, a function's argument, a statement that does not
-    parse) matters."""
+    column (`id = $1`, `id IN ($1, $2)`, `id = ANY($1)`, `id BETWEEN $1 AND $2`) outside any OR or NOT, a value
+    of an INSERT's VALUES, the new value of an UPDATE's `SET col = $1`, a SELECT's output column, LIMIT or
+    OFFSET. Anything else (`WHERE $1`, `id = $1 OR $2`, `id = $1 OR id <> $2` (bound 5, 5: every row),
+    `name LIKE $1` (bound '%'), `1 = $1`, a function's argument, a statement that does not parse) matters."""
     if not has_params(statement):
         return False
     try:
@@ -77,8 +78,19 @@ class _Params(Visitor):
         self.matter = False
 
     def visit_ParamRef(self, ancestors, node) -> None:  # noqa: ANN001 - pglast's visitor signature
-        if not _value_position(ancestors):
+        if not _value_position(ancestors) or _alternative(ancestors):
             self.matter = True
+
+
+def _alternative(ancestors) -> bool:  # noqa: ANN001
+    """Whether the parameter stands under an OR or a NOT: values there can make arms that cover every row
+    (`id = $1 OR id <> $2`), which a comparison alone cannot."""
+    a = ancestors
+    while a is not None:
+        if isinstance(a.node, ast.BoolExpr) and a.node.boolop != BoolExprType.AND_EXPR:
+            return True
+        a = a.parent
+    return False
 
 
 def _unwrap(node):  # noqa: ANN001, ANN202

@@ -28,7 +28,7 @@ from gateway.sessions.spec import STAT_KEYS, SessionSpec, lifetime_ceiling, new_
 from gateway.store import Store
 from gateway.store.models import SessionRow
 from gateway.store.records import Record, Session
-from gateway.toolcalls.history import HISTORY_SIZE, MAX_SESSION_PATHS
+from gateway.toolcalls.history import HISTORY_KINDS, HISTORY_SIZE, MAX_SESSION_PATHS, in_history
 
 
 class SessionCache:
@@ -145,7 +145,7 @@ class SessionRegistry:
         # session's tool-call memory is kept here once loaded; otherwise every call reads the store.
         self._memory = SessionMemory(
             lambda sid: store.toolcall_memory(sid, HISTORY_SIZE, max_paths=MAX_SESSION_PATHS),
-            lambda sid: audit.queued("toolcall", sid), authoritative=store.sole_writer, events=HISTORY_SIZE)
+            lambda sid: [r for r in audit.queued(HISTORY_KINDS, sid) if in_history(r)], authoritative=store.sole_writer, events=HISTORY_SIZE)
 
     # -- the one write sequence --------------------------------------------------------------------
     def _remember(self, row: Session) -> None:

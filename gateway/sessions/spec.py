@@ -29,7 +29,14 @@ def lifetime_ceiling(workload: str, max_lifetime_s: int = 0, ephemeral_max_lifet
 
 def sum_stats(*parts: Mapping[str, int] | None) -> dict[str, int]:
     """Counters added key by key (missing parts and keys count 0)."""
-    return {k: sum(int((p or {}).get(k, 0)) for p in parts) for k in STAT_KEYS}
+    out = dict.fromkeys(STAT_KEYS, 0)
+    for part in parts:
+        if part:
+            for k in STAT_KEYS:
+                value = part.get(k)
+                if value:
+                    out[k] += int(value)
+    return out
 
 
 class BadRequest(ValueError):

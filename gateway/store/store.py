@@ -516,9 +516,19 @@ class Store:
     def _toolcall_memory(self, session: str, events: int, paths: int,
                          max_paths: int = MAX_PATHS) -> tuple[list[ToolCallRecord], PathRows]:
         mark = placeholder(self.engine.dialect.paramstyle)
-        fetched = self.driver_rows(
-            f"SELECT {', '.join(self._RECENT_COLS)} FROM events WHERE session = {mark} AND kind = {mark} "
-            f"ORDER BY seq DESC LIMIT {int(events)}", (session, "toolcall"))
+        # Tool calls' rows, and wire statements' `sql` rows that name their decision (history.in_history): a
+        # prepared statement run again repeats its decision's id, so read further back until `events` distinct
+        # decisions are found (or the session's rows end).
+        limit = int(events)
+        while True:
+            fetched = self.driver_rows(
+                f"SELECT {', '.join(self._RECENT_COLS)} FROM events WHERE session = {mark} AND (kind = {mark} OR "
+                f"(kind = {mark} AND request_id <> {mark})) ORDER BY seq DESC LIMIT {limit}",
+                (session, "toolcall", "sql", ""))
+            if len(fetched) < limit or limit >= 64 * int(events) or \
+                    len({values[8] for values in fetched}) >= int(events):
+                break
+            limit *= 4
         recent = []
         for values in reversed(fetched):
             row = dict(zip(self._RECENT_COLS, values))

@@ -1,7 +1,7 @@
 """A session's tool-call history and what its calls left behind, to and from the store. Pure: rows in, rows out.
 
-`history_entries` turns the session's audit events of kind `toolcall` into `input.history` (oldest first, the
-last HISTORY_SIZE): `{"id", "step", "age_s", "tool", "summary", "decision", "codes", "frozen", "writes"}`.
+`history_entries` turns the session's audit events of kind `toolcall` (and the `sql` rows of wire statements,
+which carry their decision's fields: `in_history`) into `input.history` (oldest first, the last HISTORY_SIZE): `{"id", "step", "age_s", "tool", "summary", "decision", "codes", "frozen", "writes"}`.
 `audit_facts` is what a decided call adds to its audit row for that (`frozen`, `writes`). `path_rows` /
 `paths_from_rows` carry the links a call made and the files it wrote (content when visible) through the
 store, so later calls of the session follow those links and read those scripts.
@@ -19,6 +19,15 @@ MAX_WRITES = 20
 # The distinct paths (files written, links made) a session's memory keeps; past it a path missing from the
 # memory may still have been written or linked, and the session's tool calls are refused (gates/toolcall.py).
 MAX_SESSION_PATHS = 5000
+# The audit kinds a session's history is read from: a PostgreSQL wire statement's decision has no `toolcall` row,
+# its `sql` rows carry it (the call's id as request_id; a prepared statement run again repeats the id)
+HISTORY_KINDS = ("toolcall", "sql")
+
+
+def in_history(row: Mapping[str, Any]) -> bool:
+    """Whether an audit row is a history entry: a tool call's row, or a wire statement's row that names the
+    decision that let it run (a refusal the gateway made itself, before any decision, names none)."""
+    return row.get("kind") == "toolcall" or (row.get("kind") == "sql" and bool(row.get("request_id")))
 
 
 def history_entries(events: Iterable[Mapping[str, Any]], now: float) -> list[dict]:
@@ -55,7 +64,7 @@ def _entry(event: Mapping[str, Any]) -> Shared:
     detail = event.get("detail") or {}
     return Shared({"id": event.get("request_id") or "", "step": event.get("step"), "age_s": 0.0,
                    "tool": detail.get("tool", ""), "summary": detail.get("summary", ""),
-                   "decision": event.get("action", ""), "codes": list(event.get("codes") or []),
+                   "decision": detail.get("decision") or event.get("action", ""), "codes": list(event.get("codes") or []),
                    "frozen": bool(detail.get("frozen", False)), "writes": list(detail.get("writes") or [])})
 
 

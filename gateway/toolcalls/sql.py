@@ -103,6 +103,12 @@ class ShapeMemo:
         lowered = query.lower()
         if "set_config" in lowered or "u&" in lowered:      # the one function whose constant is read (its facts
             return None                                     # may not show it: an empty name is dropped)
+        if _PLAIN_TEXT.fullmatch(query):
+            # No quote, comment, dollar, backslash or operator that starts one: the lexer reads words, symbols and
+            # numbers only. A run of at most 9 digits touching no word character, dot or digit is an integer
+            # constant (ICONST) in every spelling; blanked, the rest of the text is the shape (a scan costs
+            # ~50 us, this ~3 us). Its own key space: it never equals a scanned shape's key.
+            return "\x01" + _PLAIN_INT.sub("\x02", query)
         try:
             tokens = pg_parser.scan(query)
         except Exception:  # noqa: BLE001 - does not scan: no shape (classify_pg says what it is)
@@ -132,6 +138,10 @@ class ShapeMemo:
                 self._items.popitem(last=False)
 
 
+# Text made of words, integers, blanks and a few one-character symbols only (no quote, comment, `$`, `:`, `-`, `/`,
+# backslash, `&` or `?`), and its integer constants (ShapeMemo.key)
+_PLAIN_TEXT = re.compile(r"[A-Za-z0-9_ \t\r\n=<>,.;()*+]*")
+_PLAIN_INT = re.compile(r"(?<![A-Za-z0-9_$.])[0-9]{1,9}(?![A-Za-z0-9_$.])")
 _CONSTANTS = frozenset(("SCONST", "ICONST", "FCONST", "BCONST", "XCONST", "USCONST"))
 
 

@@ -2,8 +2,9 @@
 
 `psql -c`, `mysql -e`, `sqlite3 DB 'SQL'`, `duckdb -c`, `clickhouse-client -q`, `cqlsh -e`, `sqlcmd -Q`, ...;
 here-docs, here-strings and known stdin; `-f FILE` (visible only when written earlier in the line or session,
-else the SQL is invisible); client meta-commands that run programs or write files (`\\!`, `\\o |cmd`,
-`.shell`, `.output`, `system`, `COPY ... PROGRAM`). Pure; never raises.
+else the SQL is invisible); client meta-commands and options that run programs or write files (`\\!`, `\\o |cmd`,
+`psql -o '|cmd'`, `-L FILE`, `mysql --pager`, `.shell`, `.output`, `system`, `COPY ... PROGRAM`); psql's `\\copy`
+read as the COPY it runs and its `\\lo_*` as the server's large-object functions. Pure; never raises.
 """
 from __future__ import annotations
 
@@ -24,15 +25,18 @@ class _Client:
     meta: str = ""                   # meta-command style: "psql", "sqlite", "mysql"
     dialect: str = "sql"
     grammar: str | None = None       # the SQL dialect when the client speaks one only ("postgres" for psql)
+    outputs: tuple[str, ...] = ()    # options naming a file it writes, or `|command` it runs (psql -o, -L)
+    pagers: tuple[str, ...] = ()     # options naming a program it runs (mysql --pager)
 
 
 _COMMON_INFO = ("--version", "-V", "--help", "-?", "-version", "-help")
 CLIENTS: dict[str, _Client] = {
     "psql": _Client(("-c", "--command"), ("-f", "--file"), _COMMON_INFO + ("-l", "--list"), meta="psql",
-                    grammar="postgres"),
+                    grammar="postgres", outputs=("-o", "--output", "-L", "--log-file")),
     "usql": _Client(("-c", "--command"), ("-f", "--file"), _COMMON_INFO, meta="psql"),
-    "mysql": _Client(("-e", "--execute"), (), _COMMON_INFO, meta="mysql"),
-    "mariadb": _Client(("-e", "--execute"), (), _COMMON_INFO, meta="mysql"),
+    "mysql": _Client(("-e", "--execute"), (), _COMMON_INFO, meta="mysql", outputs=("--tee",), pagers=("--pager",)),
+    "mariadb": _Client(("-e", "--execute"), (), _COMMON_INFO, meta="mysql", outputs=("--tee",),
+                       pagers=("--pager",)),
     "sqlite3": _Client(("-cmd",), ("-init",), _COMMON_INFO, sql_operands=True, meta="sqlite"),
     "sqlite": _Client(("-cmd",), ("-init",), _COMMON_INFO, sql_operands=True, meta="sqlite"),
     "duckdb": _Client(("-c", "-cmd", "-s"), ("-init", "-f"), _COMMON_INFO, sql_operands=True, meta="sqlite"),
@@ -103,6 +107,14 @@ def sql_client(name: str, values: dict[str, list[str]], operands: list[str], fla
     if client is None or any(f in client.info for f in flags):
         return None
     use = SqlUse(client.dialect, grammar=client.grammar)
+    for option in client.outputs:                   # `psql -o '|sh'`, `--log-file=/etc/x`
+        for target in values.get(option, []):
+            if target.startswith("|"):
+                use.spawns.append(target[1:].strip() or None)
+            elif target:
+                use.writes.append(target)
+    for option in client.pagers:
+        use.spawns += [p or None for p in values.get(option, [])]
     raw: list[str] = []
     for option in client.inline:
         raw += values.get(option, [])
@@ -181,13 +193,45 @@ def _meta_command(line: str, style: str, use: SqlUse) -> None:
         use.spawns.append(arg)
     elif name in ("e", "edit", "ef", "ev", "setenv"):
         use.spawns.append(None)
+    elif name in ("lo_unlink", "lo_import", "lo_export"):
+        # psql's client-side large-object calls: the server functions of the same names (lo_unlink deletes, the
+        # others move a local file); the file lo_export writes is the client's
+        use.texts.append(f"SELECT {name}()")
+        if name == "lo_export":
+            target = arg.split(None, 1)[1:] if arg else []
+            use.writes.append(target[0].strip("'\"") if target else None)
     elif name == "copy":
+        use.texts.append(_copy_statement(arg))      # the COPY it runs, its file the client's: what it reads or changes
         program = re.search(r"(?i)\bprogram\s+'([^']*)'", arg)
         target = re.search(r"(?i)\bto\s+'?([^'\s]+)", arg)
         if program:
             use.spawns.append(program.group(1))
         elif target and target.group(1).lower() not in ("stdout", "pstdout"):
             use.writes.append(target.group(1))
+
+
+def _copy_statement(arg: str) -> str:
+    """`\\copy SOURCE from|to TARGET ...` as the server's statement (`COPY SOURCE FROM STDIN ...`): what it
+    reads or changes (`\\copy (DELETE FROM t RETURNING *) to f` deletes); a text it cannot split is returned as
+    it is, and does not parse (asks)."""
+    rest = arg.strip()
+    if rest.startswith("("):
+        depth, end = 0, len(rest)
+        for i, ch in enumerate(rest):
+            depth += (ch == "(") - (ch == ")")
+            if depth == 0:
+                end = i + 1
+                break
+        source, tail = rest[:end], rest[end:]
+    else:
+        match = re.match(r"(?is)(.*?)\s+(?=(?:from|to)\b)", rest)
+        source, tail = (match.group(1), rest[match.end():]) if match else (rest, "")
+    match = re.match(r"(?is)\s*(from|to)\s+('[^']*'|\S+)(.*)$", tail)
+    if not match:
+        return "\\copy " + arg
+    direction = match.group(1).upper()
+    options = "" if match.group(2).lower() == "program" else match.group(3)
+    return f"COPY {source} {direction} {'STDIN' if direction == 'FROM' else 'STDOUT'}{options}"
 
 
 _MONGO = [(r"\.dropDatabase\s*\(|\.drop\s*\(|\.dropIndex(?:es)?\s*\(|dropAllUsers|dropUser", "DROP"),

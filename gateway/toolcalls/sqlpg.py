@@ -9,9 +9,11 @@ parse the text. Each statement gets a class:
   SET / RESET, DISCARD, DEALLOCATE, LISTEN, UNLISTEN); the settings a SET names are listed in `settings` for the
   policy to check against `sql_safe_settings`;
 - `write`: INSERT, COPY ... FROM STDIN, UPDATE, MERGE without DELETE; an UPDATE (or MERGE's update) whose WHERE (ON) is trivially
-  true is also listed in `unbounded`;
+  true is also listed in `unbounded` (a join of the table with itself counts as its own columns: each row meets
+  itself), and so is an upsert (`ON CONFLICT DO UPDATE`) whose rows come from its own table;
 - `delete`: DELETE, TRUNCATE, DROP, MERGE with DELETE;
-- `other`: everything else (and what made it so is listed in `unsafe`).
+- `other`: everything else (and what made it so is listed in `unsafe`), an UPDATE of `pg_settings` included (its
+  rule calls set_config: a setting changed with no SET for `sql_safe_settings` to read).
 
 `kind` is the least safe class of all statements (read < session < write < delete < other); every function a
 statement calls, wherever it stands, is listed in `functions` (but `set_config('name', ...)` in `settings`) (pg_catalog's unqualified, others as
@@ -204,18 +206,23 @@ class _Facts:
             return "write"
         if name == "UpdateStmt":
             self.kinds.append("UPDATE")
-            if unbounded_where(node.whereClause, _targets(node.relation)):
+            if _is_settings(node.relation):
+                # pg_settings' update rule calls set_config: `SET name = value` spelt as an UPDATE
+                self.unsafe.append("UPDATE pg_settings")
+                self.kinds.append("SET")
+                return "other"
+            if unbounded_where(node.whereClause, _targets(node.relation, node.fromClause)):
                 self.unbounded.append("UPDATE")
             return "write"
         if name == "DeleteStmt":
             self.kinds.append("DELETE")
-            if unbounded_where(node.whereClause, _targets(node.relation)):
+            if unbounded_where(node.whereClause, _targets(node.relation, node.usingClause)):
                 self.unbounded.append("DELETE")
             return "delete"
         # MergeStmt: WHEN ... THEN DELETE deletes; THEN UPDATE over a trivially true ON updates every row
         self.kinds.append("MERGE")
         actions = {getattr(w.commandType, "name", "") for w in node.mergeWhenClauses or ()}
-        if unbounded_where(node.joinCondition, ()):
+        if unbounded_where(node.joinCondition, _targets(node.relation, (node.sourceRelation,))):
             self.unbounded += [k for k, c in (("UPDATE", "CMD_UPDATE"), ("DELETE", "CMD_DELETE")) if c in actions]
         if "CMD_DELETE" in actions:
             self.kinds.append("DELETE")
@@ -314,7 +321,24 @@ def _rewrites_every_row(node: Any) -> bool:
         return False
     target = node.relation.relname if node.relation is not None else None
     tables = [r for r in source.fromClause or () if isinstance(r, ast.RangeVar)]
-    return any(r.relname == target for r in tables) and unbounded_where(source.whereClause)
+    if any(r.relname == target for r in tables):
+        return unbounded_where(source.whereClause)
+    # the table read deeper (a subquery, a CTE, a UNION): its rows come back whatever bounds them there
+    reads = _Reads(target)
+    reads(source)
+    if node.withClause is not None:
+        reads(node.withClause)
+    return reads.found
+
+
+class _Reads(_Visitor):
+    def __init__(self, name: str | None) -> None:
+        super().__init__()
+        self.name, self.found = name, False
+
+    def visit_RangeVar(self, ancestors, n) -> None:  # noqa: ANN001
+        if n.relname == self.name:
+            self.found = True
 
 
 def function_name(parts: Any) -> str:
@@ -333,14 +357,20 @@ def _uniq(items: list) -> list:
     return list(dict.fromkeys(i for i in items if i))
 
 
-def _targets(relation: Any) -> tuple[str, ...]:
-    """Names a column of the statement's own table may be qualified with (`t.id` in `UPDATE t`)."""
+def _targets(relation: Any, joined: Any = ()) -> tuple[str, ...]:
+    """Names a column of the statement's own table may be qualified with (`t.id` in `UPDATE t`), and those of
+    the same table joined to it (`UPDATE t ... FROM t AS u WHERE t.id = u.id`, `MERGE INTO t USING t AS u ON
+    t.id = u.id`: each row meets itself)."""
     if relation is None:
         return ()
-    names = [relation.relname]
-    if relation.alias is not None:
-        names = [relation.alias.aliasname]
+    names = []
+    for rel in (relation, *[r for r in joined or () if isinstance(r, ast.RangeVar) and r.relname == relation.relname]):
+        names.append(rel.alias.aliasname if rel.alias is not None else rel.relname)
     return tuple(n for n in names if n)
+
+
+def _is_settings(relation: Any) -> bool:
+    return relation is not None and relation.relname == "pg_settings" and relation.schemaname in (None, "pg_catalog")
 
 
 # -- trivially true predicates --------------------------------------------------------------------------------
@@ -385,9 +415,11 @@ class _Trivial:
         if isinstance(value, dict):
             if value.get("@") == "ColumnRef":
                 fields = [f.get("sval") if isinstance(f, dict) else f for f in value.get("fields", ())]
-                if len(fields) == 2 and fields[0] in self.targets:
-                    fields = fields[1:]
+                if 2 <= len(fields) <= 4 and fields[-2] in self.targets:    # t.id, public.t.id, app.public.t.id
+                    fields = fields[-1:]
                 return {"@": "ColumnRef", "fields": fields}
+            if value.get("@") == "CollateClause" and value.get("arg") is not None:   # x = x COLLATE "C"
+                return self._strip(value["arg"])
             return {k: self._strip(v) for k, v in value.items() if k != "location"}
         if isinstance(value, (list, tuple)):
             return [self._strip(v) for v in value]

@@ -93,12 +93,14 @@ def memory(sg: Sandgate, path: tuple[dict, dict], statements: int, logdir: Path)
     cmd = ["pgbench", "-n", "-S", "-c", "8", "-j", "2", "-t", str(max(1, statements // 8)), "-M", "simple",
            "-h", conninfo["host"], "-p", str(conninfo["port"]), "-U", conninfo["user"], conninfo["dbname"]]
     samples = [(0.0, sg.rss_kb())]
+    pending = [audit_pending(sg)]
     started = time.monotonic()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env={**os.environ, **env}, cwd=logdir)
     while proc.poll() is None:
         time.sleep(1.0)
         samples.append((time.monotonic() - started, sg.rss_kb()))
+        pending.append(audit_pending(sg))
     out, err = proc.communicate()
     if proc.returncode != 0:
         raise RuntimeError(f"pgbench failed: {err[-2000:]}")
@@ -111,6 +113,16 @@ def memory(sg: Sandgate, path: tuple[dict, dict], statements: int, logdir: Path)
     print(f"| gateway RSS over {statements:,} more statements ({elapsed:.0f} s, sampled every second) | "
           f"{samples[0][1] // 1024} -> {settled // 1024} (a tenth) -> {quarters} (quarters) -> {last // 1024} MiB, "
           f"peak {peak // 1024} | | | | {growth:.1f} B/statement after the first tenth | |")
+    print(f"| sandgate_audit_pending over them (sampled every second) | max {max(pending):,}, last "
+          f"{pending[-1]:,}, quarters {' -> '.join(f'{pending[int((len(pending) - 1) * q)]:,}' for q in (0.25, 0.5, 0.75))}"
+          f" | | | | | |")
+
+
+def audit_pending(sg: Sandgate) -> int:
+    """The gateway's audit rows waiting to be written (`sandgate_audit_pending` on /metrics)."""
+    text = sg.call("GET", "/metrics").text
+    found = re.search(r"^sandgate_audit_pending (\S+)$", text, re.M)
+    return int(float(found.group(1))) if found else -1
 
 
 def main() -> int:
@@ -118,6 +130,8 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--seconds", type=int, default=0)
     ap.add_argument("--memory", type=int, default=100_000)
+    ap.add_argument("--profile", default="", help="a directory: py-spy records the gateway during its runs "
+                                                  "(py-spy installed beside the interpreter, not a dependency)")
     args = ap.parse_args()
     seconds = args.seconds or (5 if args.quick else 20)
     tmp = Path(tempfile.mkdtemp(prefix="sandgate-pgbench-"))
@@ -166,7 +180,16 @@ def main() -> int:
                     rss.setdefault("before", sg.rss_kb())
                 if name == "adapter":
                     rss.setdefault("adapter_before", rss_kb(adapter.pid))
+                spy = None
+                if name == "gateway" and args.profile:
+                    spy = subprocess.Popen([str(Path(sys.executable).with_name("py-spy")), "record", "-s", "-r",
+                                            "200", "-f", "raw", "-o", f"{args.profile}/gateway-{mode}.txt",
+                                            "-p", str(sg.proc.pid)],
+                                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
                 results[(name, mode)] = pgbench(conninfo, mode, seconds, env, tmp)
+                if spy is not None:
+                    spy.send_signal(2)
+                    spy.wait(60)
                 if name in pids:
                     results[(name, mode)]["cpu_ms"] = ((cpu_s(pids[name]) - cpu_before) * 1000
                                                        / max(results[(name, mode)]["txns"], 1))

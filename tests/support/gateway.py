@@ -1,6 +1,7 @@
 """Run a real `sandgate serve` process for tests and talk to it through its real interfaces."""
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import signal
@@ -52,6 +53,21 @@ def write_toml(path: Path, config: dict) -> None:
 # benchmarks) every start is allowed.
 TIER = {"e2e": True}
 
+# SANDGATE_TEST_STARTS=FILE: every start appends one JSON line to FILE (the test that asked for it, how long it took
+# to listen, its configuration's digest), so `python -m tests.support.durations starts FILE` counts starts per file
+# and shows which share a configuration (docs/testing.md, Durations).
+STARTS_LOG = os.environ.get("SANDGATE_TEST_STARTS")
+
+
+def record_start(what: str, seconds: float, **detail: Any) -> None:
+    """Append one start of an expensive process (a sandgate, bao, a cluster, a browser) to SANDGATE_TEST_STARTS."""
+    if not STARTS_LOG:
+        return
+    test = os.environ.get("PYTEST_CURRENT_TEST", "").rsplit(" (", 1)[0]
+    line = json.dumps({"what": what, "test": test, "seconds": round(seconds, 3), "pid": os.getpid(), **detail})
+    with open(STARTS_LOG, "a") as out:          # one short write per line: lines of parallel workers never mix
+        out.write(line + "\n")
+
 
 class Sandgate:
     """A sandgate process. `config` is merged into a loopback-friendly test configuration."""
@@ -73,6 +89,11 @@ class Sandgate:
         for key, val in (config or {}).items():
             base[key] = {**base.get(key, {}), **val} if isinstance(val, dict) else val
         self.config_path = tmp / "sandgate.toml"
+        # what decides the started process's behaviour, ports and this start's own paths left out: starts with
+        # one digest could share one process (SANDGATE_TEST_STARTS)
+        self.digest = hashlib.sha256(json.dumps([config, sorted((env or {}).items()), self.serve_args, proxy_host],
+                                                sort_keys=True, default=str).replace(str(tmp.parent), "TMP")
+                                     .encode()).hexdigest()[:12]
         write_toml(self.config_path, base)
         self.env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
         self.log_path = tmp / "sandgate.log"
@@ -93,6 +114,7 @@ class Sandgate:
         listen = self.data_dir / "listen.json"
         if listen.exists():
             listen.unlink()
+        began = time.monotonic()
         self._log = open(self.log_path, "ab")
         self.proc = subprocess.Popen([self.python, "-m", "gateway", "serve", "--config", str(self.config_path),
                                       "--data-dir", str(self.data_dir), *self.serve_args], stdout=self._log, stderr=self._log,
@@ -112,6 +134,8 @@ class Sandgate:
             self.stop()
             raise RuntimeError(f"sandgate did not start: {self.log()}")
         self.harness_token = (self.data_dir / "harness.token").read_text().strip()
+        record_start("sandgate", time.monotonic() - began, config=self.digest, args=self.serve_args,
+                     own_python=self.python != sys.executable)
         return self
 
     def log(self) -> str:

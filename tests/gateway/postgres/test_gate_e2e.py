@@ -1,6 +1,7 @@
 """Wire statements are decided by the tool-call gate in sandgate's own process, with `via = "postgres"`: the
-policy sees the via, the decision's `toolcall` row says it, each statement has one `sql` row that names that
-decision, and an approved `sql` tool call never lets the same statement through on the wire."""
+policy sees the via, each statement has one audit row, of kind `sql`, that names that decision and says what its
+`toolcall` row would have (DESIGN v3: no `toolcall` row for a wire statement), and an approved `sql` tool call never
+lets the same statement through on the wire."""
 from __future__ import annotations
 
 import threading
@@ -16,16 +17,25 @@ def test_a_statement_is_decided_with_via_postgres_and_audited_once(pg_gateway, c
         assert conn.execute("SELECT count(*) FROM t").fetchone() == (10,)
         assert conn.execute("SELECT v FROM t WHERE id = 2").fetchone() == ("row2",)
     events = pg_gateway.events(sess["id"])
-    calls = [e for e in events if e["kind"] == "toolcall"]
+    assert [e for e in events if e["kind"] == "toolcall"] == []       # one row per statement: its `sql` row
     sql = [e for e in events if e["kind"] == "sql"]
-    assert {c["detail"]["via"] for c in calls} == {"postgres"}
-    assert all(c["detail"]["tool"] == "sql" and c["detail"]["summary"].startswith("postgres sql: ") for c in calls)
     statements = [e["detail"]["statement"] for e in sql]
     assert statements.count("SELECT count(*) FROM t") == 1 and statements.count("SELECT v FROM t WHERE id = 2") == 1
-    by_id = {c["request_id"]: c for c in calls}
-    for row in sql:                    # each sql row names the gate decision that let it run
+    for row in sql:                    # each sql row names the gate decision that let it run, and says it
         if row["detail"]["statement"].startswith("SELECT"):
-            assert row["request_id"] in by_id and row["action"] == by_id[row["request_id"]]["action"] == "allow"
+            d = row["detail"]
+            assert row["request_id"].startswith("t_") and d["toolcall_id"] == row["request_id"]
+            assert (row["action"], d["decision"], d["via"], d["tool"]) == ("allow", "allow", "postgres", "sql")
+            assert d["summary"] == "postgres sql: " + d["statement"]
+    again = pg_gateway.call("POST", "/v1/toolcalls", json={"session": sess["id"], "tool": "sql",
+                                                           "args": {"query": "SELECT 1", "database": "prod"}})
+    assert again.status_code == 200, again.text
+    admin = pg_gateway.token("admin", "pg-history")
+    logged = pg_gateway.call("GET", f"/v1/decisions?request_id={again.json()['id']}", token=admin).json()
+    doc = logged["decisions"][0]["input"]         # the wire statements are in the session's history and counts
+    summaries = [h["summary"] for h in doc["history"]]
+    assert "postgres sql: SELECT count(*) FROM t" in summaries and "postgres sql: SELECT v FROM t WHERE id = 2" in summaries
+    assert doc["session"]["stats"]["toolcalls"] >= 3
 
 
 def test_an_approved_sql_tool_call_does_not_let_the_wire_statement_through(pg_gateway, cluster):

@@ -146,7 +146,12 @@ def test_deallocated(stmt, dropped):
     ("SELECT * FROM t WHERE id = ANY($1) LIMIT $2 OFFSET $3", False),
     ("DELETE FROM t WHERE id IN ($1, $2)", False),
     ("DELETE FROM t WHERE id BETWEEN $1 AND $2", False),
-    ("SELECT * FROM t WHERE v LIKE $1", False),
+    ("SELECT * FROM t WHERE v NOT LIKE $1", False),
+    ("UPDATE t SET v = 'x' WHERE v LIKE $1", True),              # bound '%': every row
+    ("UPDATE t SET v = 'x' WHERE v ILIKE $1", True),
+    ("UPDATE t SET v = 'x' WHERE id = $1 OR id <> $2", True),   # bound 5, 5: every row
+    ("UPDATE t SET v = 'x' WHERE id < $1 OR id >= $2", True),
+    ("UPDATE t SET v = 'x' WHERE NOT (id <> $1)", True),
     ("SELECT $1", False),
     ("SELECT 1", False),
     ("DELETE FROM t WHERE id = $1 OR $2", True),

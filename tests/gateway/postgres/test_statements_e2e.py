@@ -321,3 +321,72 @@ def test_bounded_writes_and_transactions_flow(pg_gateway, cluster):
         conn.execute("SET statement_timeout = '5s'")
         assert conn.execute("SELECT lower(v) FROM t WHERE id = %s", (11,)).fetchone() == ("eleven",)
     assert cluster.count() == 11
+
+
+def _pipeline_results(pg, syncs: int) -> list[list]:
+    """(status, SQLSTATE) of each result of a libpq pipeline, one list per Sync."""
+    import select
+
+    out: list[list] = [[]]
+    while len(out) <= syncs:
+        pg.consume_input()
+        while pg.is_busy():
+            select.select([pg.socket], [], [], 5)
+            pg.consume_input()
+        res = pg.get_result()
+        if res is None:
+            continue
+        if res.status == psycopg.pq.ExecStatus.PIPELINE_SYNC:
+            out.append([])
+            continue
+        out[-1].append((res.status, res.error_field(psycopg.pq.DiagnosticField.SQLSTATE)))
+    return out[:syncs]
+
+
+@pytest.mark.parametrize("name", [b"", b"s1"])
+def test_a_parse_the_server_skipped_never_carries_a_bind(pg_gateway, cluster, name):
+    """A Parse after a failing statement of its pipeline is skipped by the server, which keeps its older statement
+    of that name: the gateway's decision of the skipped text (a read of its values) must not cover a Bind of the
+    older one (an UPDATE whose `OR $2` made every Bind decided). Sent as one write: the Bind reaches the gateway
+    before the server's answer to the Parse, and waits for it."""
+    _, url = db_session(pg_gateway)
+    pg = psycopg.pq.PGconn.connect(url.encode())
+    pg.enter_pipeline_mode()
+    pg.send_prepare(name, b"UPDATE t SET v = 'gone' WHERE id = $1::int OR $2::bool")
+    pg.pipeline_sync()
+    pg.send_prepare(b"bad", b"SELECT * FROM no_such_table")      # parses, allowed; the server fails it
+    if name:
+        pg.send_close_prepared(name)
+    pg.send_prepare(name, b"SELECT $1::int, $2::bool")
+    pg.pipeline_sync()
+    pg.send_query_prepared(name, [b"1", b"t"])
+    pg.pipeline_sync()
+    results = _pipeline_results(pg, 3)
+    pg.finish()
+    assert results[2] == [(psycopg.pq.ExecStatus.FATAL_ERROR, b"42501")], results
+    assert cluster.psql_local("SELECT count(*) FROM t WHERE v = 'gone'").strip() == "0"
+
+
+def test_a_prepared_statement_is_decided_again_when_the_session_changes(pg_gateway, cluster):
+    """A statement prepared while the session was not frozen asks once it is (its Parse's decision read the
+    session as it was); a LIKE's bound pattern is decided with its value (`%` matches every row)."""
+    sess, url = db_session(pg_gateway)
+    conn = psycopg.connect(url, autocommit=True)
+    update = "UPDATE t SET v = %s WHERE id = %s"
+    assert conn.execute(update, ("one", 1), prepare=True).rowcount == 1
+    th, out = in_thread(conn.execute, "UPDATE t SET v = 'gone' WHERE v LIKE %s", ("%",))
+    items = pending(pg_gateway, sess["id"])
+    assert len(items) == 1 and "LIKE (E'%')" in str(items[0]["action"]), items
+    decide(pg_gateway, items[0]["id"], "deny")
+    th.join(30)
+    assert isinstance(out.get("error"), psycopg.errors.InsufficientPrivilege), out
+    resp = pg_gateway.call("PATCH", f"/v1/sessions/{sess['id']}", json={"frozen": True})
+    assert resp.status_code == 200, resp.text
+    th, out = in_thread(lambda: conn.execute(update, ("gone", 2), prepare=True))
+    items = [i for i in pending(pg_gateway, sess["id"]) if "frozen" in str(i)]
+    assert len(items) == 1, items
+    decide(pg_gateway, items[0]["id"], "deny")
+    th.join(30)
+    assert isinstance(out.get("error"), psycopg.errors.InsufficientPrivilege), out
+    conn.close()
+    assert cluster.psql_local("SELECT count(*) FROM t WHERE v = 'gone'").strip() == "0"

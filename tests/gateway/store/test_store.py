@@ -163,6 +163,29 @@ async def test_toolcall_memory_keeps_what_the_full_reads_keep(store, seed):
         assert paths.truncated == (len(distinct) > max_paths)
 
 
+async def test_toolcall_memory_reads_wire_statements_sql_rows_as_history(store):
+    """A wire statement's decision has no `toolcall` row: its `sql` rows carry it (the call's id as request_id;
+    a prepared statement run again repeats it). The history read from the store is the last 20 distinct
+    decisions of both kinds, read past repeats; a refusal the gateway made before any decision (no request_id)
+    is no entry."""
+    from gateway.toolcalls.history import history_entries
+
+    sid = "s_" + uuid.uuid4().hex[:12]
+    now = time.time()
+    rows = [{"ts": now, "session": sid, "kind": "toolcall", "action": "allow", "request_id": "t_api",
+             "detail": {"tool": "shell", "summary": "shell: ls"}}]
+    for i in range(30):
+        for _ in range(1 if i < 25 else 40):                        # the last five run again and again
+            rows.append({"ts": now, "session": sid, "kind": "sql", "action": "allow", "request_id": f"t_{i}",
+                         "detail": {"tool": "sql", "summary": f"postgres sql: SELECT {i}", "decision": "allow"}})
+    rows.append({"ts": now, "session": sid, "kind": "sql", "action": "deny", "request_id": "", "detail": {}})
+    await store.append_events(rows)
+    recent, _ = await store.run(store._toolcall_memory, sid, 20, 500)
+    history = history_entries(recent, now)
+    assert [h["id"] for h in history] == [f"t_{i}" for i in range(10, 30)]
+    assert history[-1]["summary"] == "postgres sql: SELECT 29" and history[-1]["tool"] == "sql"
+
+
 def _event(sid, i):
     return {"session": sid, "step": i, "kind": "egress", "action": "allow", "reasons": [], "codes": [],
             "request_id": f"r{i}", "detail": {}, "ts": time.time()}

@@ -13,7 +13,7 @@ from tests.gateway.toolcalls.test_corpus_benign import SQL_BENIGN
 from tests.gateway.toolcalls.test_corpus_sql import SQL_DESTRUCTIVE
 
 CONSTANTS = ["1", "2", "0", "-1", "1.5", "'a'", "'b'", "''", "'1'", "true", "false", "null", "x'ff'", "B'01'",
-             "$$a$$", "E'z'", "'search_path'", "'application_name'", "'%'", "'a''b'"]
+             "$$a$$", "E'z'", "'search_path'", "'application_name'", "'%'", "'a''b'", "12345678901", "1e5"]
 # each `?` takes a constant: the first filling is kept, every later one must still get its own facts
 TEMPLATES = [
     "SELECT abalance FROM pgbench_accounts WHERE aid = ?",
@@ -93,3 +93,10 @@ def test_pgbench_statements_are_one_shape():
     for aid in range(100):
         describe_sql(f"SELECT abalance FROM pgbench_accounts WHERE aid = {aid * 7919 % 100000};", "postgres")
     assert SHAPES.hits - before >= 99
+    # plain text (words, integers, a few symbols) is keyed without a scan: only its short integers are blanked
+    assert SHAPES.key("SELECT abalance FROM pgbench_accounts WHERE aid = 7;") == \
+        SHAPES.key("SELECT abalance FROM pgbench_accounts WHERE aid = 123456789;")
+    for other in ("SELECT abalance FROM pgbench_accounts WHERE aid = 1234567890;", "SELECT abalance FROM "
+                  "pgbench_accounts WHERE aid = 7.5;", "SELECT abalance FROM pgbench_accounts WHERE aid = 7e1;",
+                  "SELECT abalance FROM pgbench_accounts WHERE aid = a7;"):
+        assert SHAPES.key(other) != SHAPES.key("SELECT abalance FROM pgbench_accounts WHERE aid = 7;"), other

@@ -140,3 +140,39 @@ def test_half_lines_that_meet():
         assert unbounded_pg(where), where
     for where in ("id > 5 OR id < 5", "id > 5 OR id < 3", "id > 1 OR x < 10", "id >= 5 OR id < 5 AND x = 1"):
         assert not unbounded_pg(where), where
+
+
+def test_the_own_table_joined_to_itself_or_fully_qualified():
+    """Each row meets itself: a join of the table with itself on one column bounds nothing; `public.t.id` and
+    `x COLLATE "C"` are the same expression as `id` and `x`."""
+    for stmt in ("UPDATE t SET v = 'x' FROM t AS u WHERE t.id = u.id",
+                 "MERGE INTO t USING t AS u ON t.id = u.id WHEN MATCHED THEN UPDATE SET v = 'x'",
+                 "UPDATE t SET v = 'x' WHERE public.t.id = t.id", "UPDATE public.t SET v = 'x' WHERE app.public.t.id = id",
+                 "UPDATE t SET v = 'x' WHERE v = v COLLATE \"C\""):
+        assert classify_pg(stmt)["unbounded"] == ["UPDATE"], stmt
+    for stmt in ("UPDATE t SET v = 'x' FROM u WHERE t.id = u.id",
+                 "UPDATE t SET v = 'x' FROM t AS u WHERE t.id = u.parent",
+                 "MERGE INTO t USING u ON t.id = u.id WHEN MATCHED THEN UPDATE SET v = 'x'"):
+        assert classify_pg(stmt)["unbounded"] == [], stmt
+
+
+def test_an_upsert_reading_its_own_table_anywhere_updates_every_row():
+    for stmt in ("INSERT INTO t SELECT * FROM (SELECT * FROM t) s ON CONFLICT (id) DO UPDATE SET v = 'x'",
+                 "WITH s AS (SELECT * FROM t) INSERT INTO t SELECT * FROM s ON CONFLICT (id) DO UPDATE SET v = 'x'",
+                 "INSERT INTO t SELECT * FROM u UNION SELECT * FROM t ON CONFLICT (id) DO UPDATE SET v = 'x'",
+                 "INSERT INTO t TABLE t ON CONFLICT (id) DO UPDATE SET v = 'x'"):
+        assert classify_pg(stmt)["unbounded"] == ["UPDATE"], stmt
+    for stmt in ("INSERT INTO t VALUES (1, 'a') ON CONFLICT (id) DO UPDATE SET v = 'x'",
+                 "INSERT INTO t SELECT * FROM u ON CONFLICT (id) DO UPDATE SET v = 'x'"):
+        assert classify_pg(stmt)["unbounded"] == [], stmt
+
+
+def test_an_update_of_pg_settings_is_a_setting_change():
+    """pg_settings' update rule calls set_config: `UPDATE pg_settings SET setting = ...` changes a setting with no
+    SET for sql_safe_settings to read."""
+    for stmt in ("UPDATE pg_settings SET setting = 'replica' WHERE name = 'session_replication_role'",
+                 "update PG_CATALOG.PG_SETTINGS set setting = 'off' where name = 'row_security'",
+                 "WITH s AS (UPDATE pg_settings SET setting = '0' WHERE name = 'x' RETURNING 1) SELECT 1"):
+        facts = classify_pg(stmt)
+        assert facts["kind"] == "other" and "UPDATE pg_settings" in facts["unsafe"], stmt
+    assert classify_pg("UPDATE settings SET setting = 'x' WHERE name = 'y'")["kind"] == "write"

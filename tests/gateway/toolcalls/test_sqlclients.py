@@ -94,3 +94,36 @@ def test_never_raises(text):
 @pytest.mark.parametrize("query", ["UPDATE t SET a = 1 WHERE 1 = 1", "DELETE FROM t WHERE true", "UPDATE t SET a = 1 WHERE 'x' = 'x'"])
 def test_a_where_naming_no_column_is_unbounded(query):
     assert describe_sql(query)["unbounded"] != []
+
+
+@pytest.mark.parametrize("name, values, spawns, writes", [
+    ("psql", {"-o": ["|sh"]}, ["sh"], []),
+    ("psql", {"--output": ["| rm -rf ~"]}, ["rm -rf ~"], []),
+    ("psql", {"-o": ["/etc/out"]}, [], ["/etc/out"]),
+    ("psql", {"-L": ["/etc/log"], "--log-file": ["/tmp/l"]}, [], ["/etc/log", "/tmp/l"]),
+    ("mysql", {"--pager": ["sh -c id"], "--tee": ["/etc/t"]}, ["sh -c id"], ["/etc/t"]),
+])
+def test_client_options_that_write_or_run(name, values, spawns, writes):
+    """The client's own options: its output as a file or a pipe to a program (psql -o '|sh'), its log file."""
+    got = use(name, {"-c": ["SELECT 1"], "-e": ["SELECT 1"], **values})
+    assert (got.spawns, got.writes) == (spawns, writes)
+
+
+@pytest.mark.parametrize("text, function, writes", [
+    ("\\lo_unlink 16400", "lo_unlink", []),
+    ("\\lo_import /etc/passwd", "lo_import", []),
+    ("\\lo_export 16400 /etc/x", "lo_export", ["/etc/x"]),
+])
+def test_psql_large_object_meta_commands(text, function, writes):
+    """psql's \\lo_* call the server's large-object functions (lo_unlink deletes one): read as those calls."""
+    got = use("psql", {"-c": [text]})
+    assert function in got.facts()["functions"] and got.writes == writes
+
+
+@pytest.mark.parametrize("text, kind", [
+    ("\\copy t from /etc/passwd", "write"),
+    ("\\copy (DELETE FROM t RETURNING *) to /tmp/out", "delete"),
+    ("\\copy (SELECT * FROM t) to stdout with csv", "read"),
+])
+def test_psql_copy_is_read_as_its_statement(text, kind):
+    assert use("psql", {"-c": [text]}).facts()["kind"] == kind
