@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import datetime
 import decimal
+import re
 import struct
 import uuid
 
@@ -15,6 +16,8 @@ from pglast.enums import A_Expr_Kind, BoolExprType
 from pglast.visitors import Visitor
 
 MAX_STATEMENT_CHARS = 1_000_000     # longer texts are decided whole, unsplit (they stay one statement)
+# No quote, comment, dollar or backslash, and no `;` but a last one: split without parsing (pgbench's -M simple)
+_ONE_PLAIN = re.compile(r"[A-Za-z0-9_ \t\r\n=<>,.()*+]*(;[ \t\r\n]*)?")
 
 
 def split_statements(query: str) -> list[str]:
@@ -22,6 +25,12 @@ def split_statements(query: str) -> list[str]:
     pglast cannot parse is one statement (its facts then say it did not parse)."""
     if len(query) > MAX_STATEMENT_CHARS:
         return [query]
+    if _ONE_PLAIN.fullmatch(query):
+        # words, numbers, blanks and a few symbols, at most one `;` and only at the end: one statement (or none)
+        # whatever the grammar says of it; pglast's slice of it is the text without the blanks and the `;`
+        text = query.strip()
+        text = text[:-1].rstrip() if text.endswith(";") else text
+        return [text] if text else []
     try:
         slices = parser.split(query, with_parser=True, only_slices=True)
     except Exception:  # noqa: BLE001 - pglast raises ParseError and others: undecidable as parts, decided whole

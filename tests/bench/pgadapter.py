@@ -36,6 +36,9 @@ class AllowAll:
     async def decide(self, request: StatementRequest) -> Verdict:
         return ALLOW
 
+    def stamp(self, session: str) -> object:
+        return None
+
     async def wait(self, approval_id: str, timeout_s: float) -> str:
         return "denied"
 

@@ -168,3 +168,18 @@ def test_deallocated(stmt, dropped):
 ])
 def test_params_matter(stmt, matter):
     assert s.params_matter(stmt) is matter
+
+
+PLAIN_TOKENS = ["SELECT ", "abalance", " FROM ", "pgbench_accounts", " WHERE ", "aid", " = ", "=", "1", "42", ", ",
+                "(", ")", "*", "+", "t.a", ";", " ", "\n", "<>", "1.5"]
+
+
+@given(st.lists(st.sampled_from(PLAIN_TOKENS), max_size=14).map("".join))
+def test_plain_text_is_split_as_the_grammar_splits_it(text):
+    """Text of words, numbers and a few symbols is split without the parser (pgbench's statements): where the
+    grammar reads it, the same statements as pglast's split."""
+    try:
+        slices = parser.split(text, with_parser=True, only_slices=True)
+    except Exception:  # noqa: BLE001 - does not parse: decided whole either way (asks)
+        return
+    assert s.split_statements(text) == [text[sl] for sl in slices if text[sl].strip()]
