@@ -54,8 +54,10 @@ def policy_dir(tmp: Path) -> Path:
     return pol
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def pg_gateway(pgcluster, tmp_path_factory):
+    """One sandgate in front of the cluster for the test process, shared by the modules that take it (a start and a
+    token cost seconds each): every test makes sessions of its own and looks only at what they did."""
     tmp = tmp_path_factory.mktemp("pg-gateway")
     config = gateway_config(pgcluster, free_port()) | {"policy": {"dir": str(policy_dir(tmp))}}
     sg = Sandgate(tmp, config, env={"PROD_DB_PASSWORD": APP_PASSWORD})
