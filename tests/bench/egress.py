@@ -47,7 +47,12 @@ Figures (ratio = sandgate / baseline; throughput: higher is better, latency and 
   trusts its proxy's CA plus the public roots (the same bundle size). Cells: one curl with N URLs on one tunnel,
   as curl comes (offering h2), and with --http1.1; fresh tunnels (one curl per request, so a CONNECT and both TLS
   handshakes each, curl's own start included in every column); and the h2 upstream. req/s = requests ÷ curl's
-  wall time; the median of the rounds, the proxies alternating; the protocol each client got is printed.
+  wall time; the median of the rounds, the proxies alternating; the protocol each client got is printed. Each
+  cell also gives the proxy process's CPU (user + system, /proc/PID/stat, its policy workers included) per
+  request: robust to the machine's load where req/s is not; its ratio is mitmdump's ÷ sandgate's (above 1× is
+  better for sandgate, as for req/s). sandgate's bundle holds its CA alone plus the roots: the session's `ca_pem`
+  already carries the public roots, and curl loading them twice (about 290 certificates against 146) cost a fresh
+  curl some 50 ms at load 10-14.
 
 Nothing is asserted: the script exits non-zero only when something fails (a process does not start,
 a request errors or gets a non-2xx answer).
@@ -623,6 +628,7 @@ class CurlTarget:
     proxy: str              # -x
     bundle: str             # --cacert: the proxy's CA + the public roots (the same size for every proxy)
     host: str               # the URL's host (sandgate resolves allowed.test itself; mitmdump asks the system)
+    pid: int                # the proxy's process: its CPU seconds per cell
     proxy_user: str = ""
 
 
@@ -655,18 +661,21 @@ def curl_run(target: CurlTarget, port: int, n_urls: int, *flags: str) -> tuple[f
     return seconds, versions
 
 
-def https_cell(target: CurlTarget, port: int, kind: str, mode: HttpsMode) -> tuple[float, set[str]]:
-    """req/s of one cell: `keepalive` (N URLs on one tunnel), `http1` (the same with --http1.1), `fresh` (one
-    curl per request, run one after another)."""
+def https_cell(target: CurlTarget, port: int, kind: str, mode: HttpsMode) -> tuple[float, float, set[str]]:
+    """req/s and the proxy's CPU ms per request of one cell: `keepalive` (N URLs on one tunnel), `http1` (the same
+    with --http1.1), `fresh` (one curl per request, run one after another)."""
+    cpu0 = proc_cpu_s(target.pid)
     if kind == "fresh":
         total, versions = 0.0, set()
         for _ in range(mode.fresh_n):
             seconds, got = curl_run(target, port, 1)
             total += seconds
             versions |= got
-        return mode.fresh_n / total, versions
-    seconds, versions = curl_run(target, port, mode.keepalive_n, *(("--http1.1",) if kind == "http1" else ()))
-    return mode.keepalive_n / seconds, versions
+        n = mode.fresh_n
+    else:
+        total, versions = curl_run(target, port, mode.keepalive_n, *(("--http1.1",) if kind == "http1" else ()))
+        n = mode.keepalive_n
+    return n / total, (proc_cpu_s(target.pid) - cpu0) * 1000.0 / n, versions
 
 
 def https_run(mode: HttpsMode, procs: Procs) -> list[tuple]:
@@ -676,46 +685,56 @@ def https_run(mode: HttpsMode, procs: Procs) -> list[tuple]:
     mitm_ca = (tmp / "mitmproxy-conf" / "mitmproxy-ca-cert.pem").read_text()
     eager_ca = (tmp / "mitmproxy-eager-conf" / "mitmproxy-ca-cert.pem").read_text()
     targets = [
-        CurlTarget("sandgate", f"http://127.0.0.1:{procs.sg_proxy}", bundle_file(tmp / "b-sandgate.pem", sess["ca_pem"]),
-                   "allowed.test", proxy_user=f"x:{sess['token']}"),
+        # the session's ca_pem already holds the public roots: its CA alone, as for mitmdump
+        CurlTarget("sandgate", f"http://127.0.0.1:{procs.sg_proxy}",
+                   bundle_file(tmp / "b-sandgate.pem", (procs.data_dir / "mitmproxy-ca-cert.pem").read_text()),
+                   "allowed.test", procs.sandgate.pid, proxy_user=f"x:{sess['token']}"),
         CurlTarget("mitmdump eager", f"http://127.0.0.1:{procs.eager_port}",
-                   bundle_file(tmp / "b-eager.pem", eager_ca), "127.0.0.1"),
+                   bundle_file(tmp / "b-eager.pem", eager_ca), "127.0.0.1", procs.eager.pid),
         CurlTarget("mitmdump lazy", f"http://127.0.0.1:{procs.mitm_port}",
-                   bundle_file(tmp / "b-lazy.pem", mitm_ca), "127.0.0.1"),
+                   bundle_file(tmp / "b-lazy.pem", mitm_ca), "127.0.0.1", procs.mitmdump.pid),
     ]
     print(f"egress bench, HTTPS rows: curl, {mode.keepalive_n} requests per kept-alive tunnel, {mode.fresh_n} fresh "
           f"tunnels, {mode.rounds} round(s); load average {os.getloadavg()[0]:.2f} before start", flush=True)
-    cells = [("keepalive", procs.tls_port, "HTTPS kept-alive tunnel, curl offering h2, HTTP/1.1 upstream (req/s)"),
-             ("http1", procs.tls_port, "HTTPS kept-alive tunnel, curl --http1.1 (req/s)"),
-             ("fresh", procs.tls_port, "HTTPS fresh tunnels, one curl per request, offering h2 (req/s)"),
-             ("keepalive", procs.h2_port, "HTTPS kept-alive tunnel, curl offering h2, h2 upstream (req/s)")]
+    cells = [("keepalive", procs.tls_port, "HTTPS kept-alive tunnel, curl offering h2, HTTP/1.1 upstream"),
+             ("http1", procs.tls_port, "HTTPS kept-alive tunnel, curl --http1.1"),
+             ("fresh", procs.tls_port, "HTTPS fresh tunnels, one curl per request, offering h2"),
+             ("keepalive", procs.h2_port, "HTTPS kept-alive tunnel, curl offering h2, h2 upstream")]
     for t in targets:                                      # warm-up: first TLS contexts, certificates, sessions
         curl_run(t, procs.tls_port, 5)
         curl_run(t, procs.h2_port, 5)
     rows = []
     for kind, port, name in cells:
         rates: dict[str, list[float]] = {t.name: [] for t in targets}
+        cpus: dict[str, list[float]] = {t.name: [] for t in targets}
         versions: dict[str, set[str]] = {t.name: set() for t in targets}
         for r in range(mode.rounds):
             for t in (targets if r % 2 == 0 else targets[::-1]):
-                rate, got = https_cell(t, port, kind, mode)
+                rate, cpu_ms, got = https_cell(t, port, kind, mode)
                 rates[t.name].append(rate)
+                cpus[t.name].append(cpu_ms)
                 versions[t.name] |= got
-                print(f"  round {r + 1} {kind:9} :{port} {t.name:14}: {rate:8.1f} req/s (HTTP/{'+'.join(sorted(got))})",
-                      flush=True)
-        med = {n: statistics.median(v) for n, v in rates.items()}
+                print(f"  round {r + 1} {kind:9} :{port} {t.name:14}: {rate:8.1f} req/s, {cpu_ms:6.2f} ms CPU/req "
+                      f"(HTTP/{'+'.join(sorted(got))})", flush=True)
         got = ", ".join(f"{n.split()[-1] if n != 'sandgate' else n} HTTP/{'+'.join(sorted(versions[n]))}"
                         for n in HTTPS_PROXIES)
-        rows.append((name, med["sandgate"], med["mitmdump eager"], med["mitmdump lazy"], got))
+        rows.append((name, {n: statistics.median(v) for n, v in rates.items()},
+                     {n: statistics.median(v) for n, v in cpus.items()}, got))
     return rows
 
 
 def https_table(rows: list[tuple]) -> str:
+    """req/s (higher is better) and the proxy process's CPU ms per request (lower is better; the ratio is
+    mitmdump's ÷ sandgate's, so above 1× is better for both)."""
     out = ["| figure | sandgate | mitmdump (eager, its default) | ratio | mitmdump (lazy) | ratio | protocol the client got |",
            "| --- | ---: | ---: | ---: | ---: | ---: | --- |"]
-    for name, sg, eager, lazy, got in rows:
-        out.append(f"| {name} | {fmt(sg, 0)} | {fmt(eager, 0)} | {ratio(sg, eager)} | {fmt(lazy, 0)} | "
+    for name, rates, cpus, got in rows:
+        sg, eager, lazy = (rates[n] for n in HTTPS_PROXIES)
+        out.append(f"| {name} (req/s) | {fmt(sg, 0)} | {fmt(eager, 0)} | {ratio(sg, eager)} | {fmt(lazy, 0)} | "
                    f"{ratio(sg, lazy)} | {got} |")
+        sg, eager, lazy = (cpus[n] for n in HTTPS_PROXIES)
+        out.append(f"| {name} (proxy CPU ms/req; ratio: theirs ÷ ours) | {fmt(sg, 2)} | {fmt(eager, 2)} | "
+                   f"{ratio(eager, sg)} | {fmt(lazy, 2)} | {ratio(lazy, sg)} | |")
     return "\n".join(out)
 
 
