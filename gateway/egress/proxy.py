@@ -12,6 +12,7 @@ from mitmproxy.tools.dump import DumpMaster
 
 from gateway.egress.dispatch import HookTableMaster
 from gateway.egress.layers import install_websocket_cap
+from gateway.egress.messages import install_fast_message_check
 from gateway.egress.tls import write_upstream_bundle
 
 
@@ -109,6 +110,7 @@ def build_master(addons: Sequence[object], settings: MasterSettings) -> tuple[Sa
     master.addons.remove(master.addons.get("nextlayer"))
     drop_inert_addons(master)
     install_websocket_cap()                 # a WebSocket message is bounded in memory (layers.py)
+    install_fast_message_check()            # mitmproxy's per-message type check, same verdicts, cheaper (messages.py)
     ready = Ready()
     master.addons.add(ready, *addons)
     return master, ready
