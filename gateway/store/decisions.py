@@ -70,7 +70,7 @@ class DecisionStore:
                         for c, v in zip(cols, map(r.get, cols))) for r in rows]
         mark = placeholder(self.store.engine.dialect.paramstyle)
         with self.store.engine.begin() as conn:
-            for sql, params in insert_statements(table, cols, values, mark):
+            for sql, params in insert_statements(table, cols, values, mark, few_texts=True):
                 conn.exec_driver_sql(sql, params)
 
     def append_decisions_sync(self, rows: list[dict]) -> None:

@@ -403,7 +403,7 @@ class Store:
             values = [tuple(v[c] for c in self._EVENT_COLS) + (n, h)
                       for v, n, h in chained(numbered, int(count), prev)]
             for sql, params in insert_statements("events", self._EVENT_COLS + ("chain_n", "hash"), values,
-                                                 placeholder(self.engine.dialect.paramstyle)):
+                                                 placeholder(self.engine.dialect.paramstyle), few_texts=True):
                 conn.exec_driver_sql(sql, params)
             conn.execute(self._CHAIN_MOVE, {"c": values[-1][-2], "h": values[-1][-1]})
         self._seq_known.update(s or "" for s in counts)

@@ -19,7 +19,10 @@ Figures: transactions/s and p50 latency (pgbench `-l` per-transaction log); the 
 (the statements it served divided into the growth: bytes kept per statement). Ratios are gateway / relay.
 `--memory N` (default 100,000; 0 skips it) then sends N more select-only statements through the gateway
 (`pgbench -S -M simple -c 8 -t N/8`: a new text each time) and samples the gateway's RSS every second: flat
-means the RSS after the first tenth of them stays where it is to the end.
+means the RSS after the first tenth of them stays where it is to the end; `sandgate_audit_pending` is sampled
+beside it (bounded means the store's writer keeps up). `--profile DIR` records the gateway with py-spy during
+its runs (`DIR/gateway-MODE.txt`, raw stacks; py-spy installed beside the interpreter, not a dependency): the
+sampling slows the gateway, so take figures from a run without it.
 CPU ms a statement: the process's CPU time (user + system, the gateway's policy workers included) over the
 statements it served: what the load of the machine moves least.
 Goals (issue N): >= 0.7x the relay's throughput; <= 0.2 ms p50 added over the relay for a cached decision.

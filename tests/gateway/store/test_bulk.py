@@ -63,3 +63,18 @@ def test_the_statements_insert_every_row_on_postgresql():
         for sql, params in insert_statements("bulk_t", ["a", "b", "c"], rows, "%s"):
             conn.execute(sql, params)
         assert conn.execute("SELECT a, b, c FROM bulk_t ORDER BY a").fetchall() == rows
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(1, 12), st.integers(0, 700), st.integers(1, 150), st.integers(1, 1200))
+def test_few_texts_cover_every_row_in_order_with_few_statement_texts(ncols, nrows, max_rows, max_params):
+    """The batched writers' inserts: every row in order within the limits, and at most one text per power of two
+    below the chunk size besides the full chunk's (a driver keeps each text with its last parameters bound)."""
+    cols = [f"c{i}" for i in range(ncols)]
+    rows = [tuple((r, c) for c in range(ncols)) for r in range(nrows)]
+    out = list(insert_statements("t", cols, rows, "?", max_rows=max_rows, max_params=max_params, few_texts=True))
+    assert [v for _, params in out for v in params] == [v for row in rows for v in row]
+    per = max(1, min(max_rows, max_params // ncols))
+    sizes = [len(params) // ncols for _, params in out]
+    assert all(n == per or (n & (n - 1) == 0 and n < per) for n in sizes)
+    assert len(set(sizes)) <= per.bit_length() + 1 and all(sql.count("?") == len(p) for sql, p in out)
