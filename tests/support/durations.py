@@ -81,7 +81,8 @@ def starts(log: Path) -> str:
 
 def main(argv: list[str]) -> int:
     if len(argv) >= 2 and argv[0] == "table":
-        TABLE.write_text(json.dumps(table([Path(a) for a in argv[1:]]), indent=0) + "\n")
+        rows = table([Path(a) for a in argv[1:]])
+        TABLE.write_text("{\n" + ",\n".join(f"{json.dumps(k)}: {json.dumps(v)}" for k, v in rows.items()) + "\n}\n")
         return 0
     if len(argv) in (2, 3) and argv[0] == "top":
         n = int(argv[2]) if len(argv) == 3 else 25
