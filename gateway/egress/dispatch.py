@@ -22,16 +22,28 @@ AddonManager is subclassed, never patched, and no object changes its class.
 """
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import types
 from typing import Any
 
-from mitmproxy import exceptions, hooks
+from mitmproxy import exceptions, flow, hooks
 from mitmproxy.addonmanager import AddonManager, safecall, traverse
 from mitmproxy.master import Master
 
 # per hook name: ((top-level addon, (handler owners...)), ...), or None to use mitmproxy's dispatch
 Entries = tuple[tuple[Any, tuple[Any, ...]], ...] | None
+
+_ARG_NAMES: dict[type, tuple[str, ...]] = {}
+
+
+def hook_args(event: hooks.Hook) -> list[Any]:
+    """`event.args()` (its dataclass fields' values, in order), with the field names looked up once per hook class
+    instead of through `dataclasses.fields` on every event."""
+    names = _ARG_NAMES.get(type(event))
+    if names is None:
+        names = _ARG_NAMES[type(event)] = tuple(f.name for f in dataclasses.fields(event))
+    return [getattr(event, name) for name in names]
 
 
 class HookTable(AddonManager):
@@ -108,6 +120,14 @@ class HookTable(AddonManager):
             self._invalidate()
 
     # -- dispatch ---------------------------------------------------------------------------------
+    async def handle_lifecycle(self, event: hooks.Hook) -> None:
+        """mitmproxy's: the event, then an `update` event for its flow; the `update` event is not even built when
+        no addon handles it (the table says so: its dispatch would call nothing)."""
+        message = hook_args(event)[0]
+        await self.trigger_event(event)
+        if isinstance(message, flow.Flow) and self._entries("update") != ():
+            await self.trigger_event(hooks.UpdateHook([message]))
+
     async def trigger_event(self, event: hooks.Hook) -> None:
         name = event.name
         entries = self._entries(name)
@@ -115,7 +135,7 @@ class HookTable(AddonManager):
             return await super().trigger_event(event)
         if not entries:
             return
-        args = event.args()
+        args = hook_args(event)
         for _top, owners in entries:
             try:
                 for owner in owners:

@@ -268,3 +268,34 @@ async def test_sandgates_master_runs_without_the_addons_that_could_not_act(tmp_p
             drop_inert_addons(fresh)
     finally:
         fresh._legacy_log_events.uninstall()
+
+
+async def test_lifecycle_events_without_an_update_handler():
+    """handle_lifecycle on every flow hook: the same calls; HookTable builds no `update` event nobody handles, and
+    builds it when one addon handles it (the first scenario above)."""
+    async def scenario(master, log, flow):
+        master.addons.add(Rec(log, "a"), Rec(log, "b", sub=[Rec(log, "b-child")]))
+        for name in ("requestheaders", "request", "response"):
+            await master.addons.handle_lifecycle(hooks.all_hooks[name](flow))
+    plain, table = await both(scenario)
+    assert plain == table and len(table) == 9
+    built = []
+    original = hooks.UpdateHook.__init__
+
+    def counting(self, *args, **kwargs):
+        built.append(args)
+        original(self, *args, **kwargs)
+    hooks.UpdateHook.__init__ = counting
+    try:
+        await both(scenario)
+    finally:
+        hooks.UpdateHook.__init__ = original
+    assert len(built) == 3          # mitmproxy's manager's three; none from the HookTable
+
+
+def test_hook_args_are_mitmproxys():
+    from gateway.egress.dispatch import hook_args
+    flow = tflow.tflow(resp=True)
+    for event in (hooks.all_hooks["request"](flow), hooks.UpdateHook([flow]),
+                  hooks.all_hooks["server_connect"](ServerConnectionHookData(flow.server_conn, flow.client_conn))):
+        assert hook_args(event) == event.args() and hook_args(event) == event.args()
