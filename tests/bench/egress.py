@@ -620,6 +620,7 @@ class HttpsMode:
 HTTPS_FULL = HttpsMode(keepalive_n=200, fresh_n=40, rounds=3)
 HTTPS_QUICK = HttpsMode(keepalive_n=100, fresh_n=15, rounds=1)
 HTTPS_PROXIES = ("sandgate", "mitmdump eager", "mitmdump lazy")
+IDLE_S = 3.0               # the proxies' idle CPU is sampled this long before the cells
 
 
 @dataclass
@@ -703,6 +704,12 @@ def https_run(mode: HttpsMode, procs: Procs) -> list[tuple]:
     for t in targets:                                      # warm-up: first TLS contexts, certificates, sessions
         curl_run(t, procs.tls_port, 5)
         curl_run(t, procs.h2_port, 5)
+    idle0 = {t.name: proc_cpu_s(t.pid) for t in targets}  # what each proxy spends with no request at all
+    time.sleep(IDLE_S)
+    idle = {t.name: (proc_cpu_s(t.pid) - idle0[t.name]) * 1000.0 / IDLE_S for t in targets}
+    print("  idle CPU (ms per second, no requests): " + ", ".join(f"{n} {v:.1f}" for n, v in idle.items()) +
+          " (counted in every cell's CPU per request: at 10 fresh tunnels a second, 1 ms/s is 0.1 ms a tunnel)",
+          flush=True)
     rows = []
     for kind, port, name in cells:
         rates: dict[str, list[float]] = {t.name: [] for t in targets}
