@@ -23,6 +23,11 @@ def egress(method="GET", host="example.com", path="/", frozen=False, ip_class=""
                         "headers": {}, "ip": "", "ip_class": ip_class, "secrets": []}}
 
 
+# The engine's timeout in the failure tests: longer than a busy machine takes to answer a decision (or a push: five
+# times this), shorter than the slow fault holds an answer (30 s). A failure must be the one the test injected, never
+# a timeout of an answer that was merely late.
+TIMEOUT_S = 5.0
+
 INPUTS = [egress(), egress("DELETE"), egress(host="evil.test"), egress(host="pypi.org"),
           egress("POST", frozen=True), egress("POST", path="/r.git/git-receive-pack"),
           egress(ip_class="private"), {"kind": "egress"}, {},
@@ -74,7 +79,7 @@ async def test_pushes_and_decides_like_the_embedded_engine(opa):
     ("slow", "policy.timeout"),
 ])
 async def test_server_failures_deny(opa, fault, code):
-    engine = OpaEngine(ROOT / "policies", opa.url, timeout_s=0.5)
+    engine = OpaEngine(ROOT / "policies", opa.url, timeout_s=TIMEOUT_S)
     await engine.start()
     try:
         assert (await engine.decide("egress", egress())).action == "allow"
@@ -91,7 +96,7 @@ async def test_server_failures_deny(opa, fault, code):
 
 
 async def test_server_gone_denies(opa):
-    engine = OpaEngine(ROOT / "policies", opa.url, timeout_s=1)
+    engine = OpaEngine(ROOT / "policies", opa.url, timeout_s=TIMEOUT_S)
     await engine.start()
     try:
         opa.stop()
