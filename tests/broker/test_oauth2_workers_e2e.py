@@ -1,7 +1,8 @@
 """OAuth2 refreshes are single-flight across processes: `sandgate serve --workers 2` on PostgreSQL, a token endpoint
-that rotates refresh tokens (a refresh token used twice is refused, as real providers do) and tokens that live 2 s,
+that rotates refresh tokens (a refresh token used twice is refused, as real providers do) and tokens issued for 2 s,
 many clients on fresh connections (spread over both workers). Every call succeeds and no refresh token is ever
-spent twice."""
+spent twice. The API accepts a token a minute past the expiry it announced: sandgate refreshes by the announced
+lifetime, and a busy machine's late use of a token is not what this test checks."""
 from __future__ import annotations
 
 import asyncio
@@ -23,7 +24,7 @@ from tests.support.upstream import make_cert
 def test_two_workers_never_spend_one_refresh_token_twice(tmp_path):
     need(pg_available(), "PostgreSQL at 127.0.0.1:5432")
     cert = make_cert(tmp_path / "certs", ["auth.test", "api.test"])
-    with OAuthServer(cert, "cid", "cs-" + "W" * 24, lifetime_s=2) as auth:
+    with OAuthServer(cert, "cid", "cs-" + "W" * 24, lifetime_s=2, grace_s=60) as auth:
         asyncio.run(LocalBackend(tmp_path / "gw" / "data").put("rt", auth.state.new_refresh_token(), []))
         cfg = {"store": {"url": PG_URL},
                "egress": {**LOOPBACK_CONFIG["egress"], "upstream_ca": cert.cert,
@@ -54,4 +55,5 @@ def test_two_workers_never_spend_one_refresh_token_twice(tmp_path):
                 t.join(120)
         assert statuses == [200] * 72, sorted(set(statuses))
         assert auth.state.refused_grants == 0
-        assert len(auth.state.grants) >= 2                 # tokens live 2 s, the run about 5 s
+        assert 401 not in auth.state.api_status            # every token was minted before its use, none after a 401
+        assert len(auth.state.grants) >= 2                 # tokens used for 1.6 s, each client's calls span 4.4 s

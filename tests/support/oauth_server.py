@@ -2,7 +2,10 @@
 
 - `POST /token`: client_secret_basic (or client_id/client_secret in the form); `client_credentials` and
   `refresh_token` grants. Refresh tokens rotate: each use issues a new one and retires the old (a retired one is
-  `invalid_grant`, as a replayed refresh token is at real providers). Access tokens live `lifetime_s`.
+  `invalid_grant`, as a replayed refresh token is at real providers). Access tokens are issued for `lifetime_s`
+  (`expires_in`, `expires_at`) and accepted for `grace_s` longer: a test can have sandgate refresh often while a
+  slow machine's late use of a token it still holds is not refused; a token a test wants refused, it expires itself
+  (`expire_access_tokens`).
 - `GET|POST /api/...`: 200 with the request echoed when the bearer token is current, else 401.
 Everything is recorded so that tests can check what the server saw.
 """
@@ -26,8 +29,9 @@ class AuthState:
     client_id: str
     client_secret: str
     lifetime_s: float
+    grace_s: float = 0.0                                          # accepted this long after the announced expiry
     refresh_tokens: set[str] = field(default_factory=set)        # currently valid
-    access: dict[str, float] = field(default_factory=dict)        # token -> expiry
+    access: dict[str, float] = field(default_factory=dict)        # token -> announced expiry
     grants: list[str] = field(default_factory=list)               # grant_type of each token issued
     refused_grants: int = 0
     api_auth: list[str] = field(default_factory=list)             # Authorization headers /api saw
@@ -157,7 +161,7 @@ class _Handler(BaseHTTPRequestHandler):
             token = ""
         with st.lock:
             st.api_auth.append(auth)
-            ok = st.access.get(token, 0) > time.time()
+            ok = st.access.get(token, 0) + st.grace_s > time.time()
             st.api_status.append(200 if ok else 401)
         if not ok:
             return self._send(401, {"error": "invalid_token"}, {"WWW-Authenticate": 'Bearer error="invalid_token"'})
@@ -172,8 +176,9 @@ class _Server(ThreadingHTTPServer):
 class OAuthServer:
     """`with OAuthServer(cert, "cid", "csecret", lifetime_s=2) as auth:` -> auth.port, auth.state."""
 
-    def __init__(self, cert: CertPair, client_id: str, client_secret: str, lifetime_s: float = 2):
-        self.state = AuthState(client_id, client_secret, lifetime_s)
+    def __init__(self, cert: CertPair, client_id: str, client_secret: str, lifetime_s: float = 2,
+                 grace_s: float = 0.0):
+        self.state = AuthState(client_id, client_secret, lifetime_s, grace_s)
         self._server = _Server(("127.0.0.1", 0), _Handler)
         self._server.state = self.state
         ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
