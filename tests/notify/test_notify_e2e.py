@@ -10,7 +10,7 @@ import requests
 
 from tests.conftest import LOOPBACK_CONFIG
 from tests.notify.receiver import Receiver
-from tests.support.gateway import Sandgate
+from tests.support.gateway import START_TIMEOUT_S, Sandgate
 from tests.support.threads import background
 
 SECRET = "notify-test-key-5f1c"          # the HMAC key, given to sandgate as env:SANDGATE_TEST_NOTIFY_KEY
@@ -24,7 +24,7 @@ def notify_config(receiver: Receiver, **extra) -> dict:
 class Started(Sandgate):
     approver = ""
 
-    def start(self, timeout: float = 120.0) -> "Started":
+    def start(self, timeout: float = START_TIMEOUT_S) -> "Started":
         super().start(timeout)
         if not self.approver:                 # minted once: the signing key outlives a restart
             self.approver = self.token("approver", "alice")

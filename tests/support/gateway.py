@@ -69,6 +69,13 @@ def record_start(what: str, seconds: float, **detail: Any) -> None:
         out.write(line + "\n")
 
 
+# How long `Sandgate.start` waits for a sandgate to listen. A loaded machine (a parallel `make test` on 2 cores) can
+# take a minute to import and start one: a start that is slow is not a failure; one that exits or never listens is.
+# The wait stays below pytest's own timeout (pyproject: 120 s), so that a start that never ends fails with the
+# sandgate's log rather than a bare timeout.
+START_TIMEOUT_S = 100.0
+
+
 class Sandgate:
     """A sandgate process. `config` is merged into a loopback-friendly test configuration."""
 
@@ -103,9 +110,7 @@ class Sandgate:
     def api(self) -> str:
         return f"http://127.0.0.1:{self.api_port}"
 
-    # A loaded machine (a parallel `make test` on 2 cores) can take a minute to import and start a sandgate: a start
-    # that is slow is not a failure; one that exits or never listens is.
-    def start(self, timeout: float = 120.0) -> "Sandgate":
+    def start(self, timeout: float = START_TIMEOUT_S) -> "Sandgate":
         if not TIER["e2e"]:
             raise RuntimeError("a sandgate process started for a test outside the end-to-end tier (`make test-fast` "
                                "runs it): move the test to a file named *_e2e.py (docs/testing.md)")
@@ -141,7 +146,9 @@ class Sandgate:
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
 
-    def stop(self, timeout: float = 10.0) -> int | None:
+    # `serve --workers N` gives its workers 15 s to stop before it kills them (gateway/cli/workers.py), and a busy
+    # machine takes its time to flush and close: a stop is a failure when it never ends, not when it is slow.
+    def stop(self, timeout: float = 30.0) -> int | None:
         if self.proc is None or self.proc.poll() is not None:
             return self.proc.returncode if self.proc else None
         self.proc.send_signal(signal.SIGTERM)

@@ -118,7 +118,7 @@ def test_env_override_applies(gw):
 def test_bad_config_refuses_to_start(tmp_path):
     sg = Sandgate(tmp_path, {"egress": {"private_allow": ["not-a-cidr"]}})
     with pytest.raises(RuntimeError, match="configuration error"):
-        sg.start(timeout=20)
+        sg.start()                          # it exits: the wait ends then, however slow the machine
 
 
 @pytest.mark.parametrize("text, named", [

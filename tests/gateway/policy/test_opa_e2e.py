@@ -64,7 +64,7 @@ def test_opa_engine_unreachable_at_start_refuses_to_start(tmp_path):
                                          "timeout_s": 0.5}}
     sg = Sandgate(tmp_path / "gw", cfg)
     try:
-        sg.start(timeout=30)
+        sg.start()                          # it exits: the wait ends then, however slow the machine
     except RuntimeError as exc:
         assert "cannot push the policy to OPA" in str(exc)
     else:

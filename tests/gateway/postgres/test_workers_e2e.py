@@ -23,7 +23,7 @@ def pg_workers(pgcluster, tmp_path_factory):
     config = gateway_config(pgcluster, free_port()) | {"store": {"url": PG_URL}}
     sg = Sandgate(tmp_path_factory.mktemp("pg-workers"), config, env={"PROD_DB_PASSWORD": APP_PASSWORD},
                   serve_args=("--workers", "2"))
-    sg.start(timeout=120)               # two workers, each with its policy processes: slow on a loaded machine
+    sg.start()
     try:
         sg.pids = json.loads((sg.data_dir / "listen.json").read_text())["workers"]
         yield sg
