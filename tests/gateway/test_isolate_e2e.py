@@ -16,6 +16,12 @@ import pytest
 
 from tests.conftest import need
 from tests.support.gateway import ROOT
+from tests.support.isolate_probe import BUDGET_S
+
+# The probe runs twenty sandboxes one after another: minutes on a loaded machine. It stops itself after BUDGET_S
+# (naming the case that hung); this module's wait for it, and pytest's, are longer.
+PROBE_WAIT_S = BUDGET_S + 90
+pytestmark = pytest.mark.timeout(PROBE_WAIT_S + 60)
 
 
 @pytest.fixture(scope="module")
@@ -25,7 +31,7 @@ def lab(tmp_path_factory):
         need(shutil.which(binary) is not None, f"the {binary} binary")
     tmp = tmp_path_factory.mktemp("isolate")
     proc = subprocess.run(["unshare", "-n", "-m", "--", sys.executable, str(ROOT / "tests/support/isolate_probe.py"),
-                           str(tmp)], capture_output=True, text=True, timeout=300)
+                           str(tmp)], capture_output=True, text=True, timeout=PROBE_WAIT_S)
     assert proc.returncode == 0, proc.stderr[-4000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
 

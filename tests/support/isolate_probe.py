@@ -23,6 +23,10 @@ from tests.support.upstream import EchoServer, Upstream, free_port, make_cert  #
 
 SECRET = "ghp_" + "R" * 36
 PY = sys.executable
+# The whole probe's time, and one run's at most. tests/gateway/test_isolate_e2e.py waits longer for the probe (and
+# pytest longer still), so a run that hangs ends here, named, with what the probe saw so far on stderr.
+BUDGET_S = 420.0
+RUN_TIMEOUT_S = 120.0
 
 # A raw client: no proxy, no library, just a socket to NAME:PORT (resolved in the sandbox).
 RAW_GET = ("import socket,sys\n"
@@ -108,7 +112,12 @@ def leftovers() -> dict:
             else []}
 
 
+class OutOfTime(Exception):
+    pass
+
+
 def main(tmp: Path) -> int:
+    deadline = time.monotonic() + BUDGET_S
     sh("ip", "link", "set", "lo", "up")
     cert = make_cert(tmp / "certs", ["secure.test", "allowed.test"])
     results: dict = {}
@@ -129,7 +138,15 @@ def main(tmp: Path) -> int:
             def run(case: str, script: str, *extra: str) -> None:
                 cmd = [PY, "-m", "gateway", "run", "--api-url", sg.api, "--isolate", "--allow", "allowed.test",
                        "--allow", "secure.test", *extra, "--", "sh", "-c", script]
-                proc = sh(*cmd, env=env, timeout=120, cwd=str(tmp))
+                timeout = min(RUN_TIMEOUT_S, deadline - time.monotonic())
+                if timeout <= 0:
+                    raise OutOfTime(f"the probe used its {BUDGET_S:.0f} s before the case {case!r}; done: "
+                                    f"{sorted(results)}")
+                try:
+                    proc = sh(*cmd, env=env, timeout=timeout, cwd=str(tmp))
+                except subprocess.TimeoutExpired as exc:
+                    raise OutOfTime(f"the case {case!r} did not end in {timeout:.0f} s; its output so far: "
+                                    f"{exc.stdout!r} {exc.stderr!r}") from None
                 results[case] = {"rc": proc.returncode, "out": proc.stdout, "err": proc.stderr}
 
             ca = "--cacert \"$CURL_CA_BUNDLE\""
