@@ -31,10 +31,11 @@ class Worker:
         self.pending: dict[int, asyncio.Future] = {}
         self._ids = itertools.count(1)
         self._reader: asyncio.Task | None = None
+        self._ended = False                  # its output ended: it died, even before the loop reaps it
 
     @property
     def alive(self) -> bool:
-        return self.proc is not None and self.proc.returncode is None
+        return self.proc is not None and self.proc.returncode is None and not self._ended
 
     async def start(self) -> str:
         self.proc = await asyncio.create_subprocess_exec(
@@ -64,6 +65,7 @@ class Worker:
                 if fut is not None and not fut.done():
                     fut.set_result(msg)
         finally:
+            self._ended = True               # nothing sent to it from now on would ever be answered
             self._fail_all("the policy worker exited")
 
     def _fail_all(self, why: str) -> None:
