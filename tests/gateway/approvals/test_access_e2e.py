@@ -66,7 +66,8 @@ def test_denied_sandbox_asks_from_inside_and_a_narrowed_grant_allows_exactly_it(
     assert approve(gw, aid, grant={"ttl_s": 4000}).status_code == 400
     assert approve(gw, aid, grant={"host": "other.test"}).status_code == 400
     assert gw.call("GET", f"/v1/approvals/{aid}", gw.approver).json()["status"] == "pending"
-    resp = approve(gw, aid, grant={"methods": ["GET"], "path_prefix": "/v1/", "ttl_s": 3})
+    # a grant long enough for the checks below on a busy machine (all made before it ends), waited out after them
+    resp = approve(gw, aid, grant={"methods": ["GET"], "path_prefix": "/v1/", "ttl_s": 10})
     assert resp.status_code == 200 and resp.json()["status"] == "approved", resp.text
     assert resp.json()["grant"]["methods"] == ["GET"] and resp.json()["grant"]["path_prefix"] == "/v1/"
     # the sandbox reads its decision (waiting)
@@ -85,7 +86,7 @@ def test_denied_sandbox_asks_from_inside_and_a_narrowed_grant_allows_exactly_it(
     assert requests.get(f"{base}/v1-admin", proxies=sess["proxies"], timeout=10).status_code == 403
     assert requests.get(f"{base}/v1/..%2fadmin", proxies=sess["proxies"], timeout=10).status_code == 403
     assert [r.path for r in upstream.recorder.requests] == ["/v1/x"]
-    deadline = time.time() + 10
+    deadline = time.time() + 70
     while time.time() < deadline:       # after the TTL the same GET is denied again
         if requests.get(f"{base}/v1/x", proxies=sess["proxies"], timeout=10).status_code == 403:
             break
@@ -357,7 +358,7 @@ def test_the_sandbox_waits_for_the_decision(gw):
         decider.join()
     waited = time.monotonic() - started
     assert seen.status_code == 200 and seen.json()["status"] == "approved", seen.text
-    assert seen.json()["grant"]["methods"] == ["GET"] and 1.0 < waited < 15, waited
+    assert seen.json()["grant"]["methods"] == ["GET"] and waited > 1.0, waited     # held until the decision
     # a wait that is not a number is a 400; a huge one is capped (answered at once: it is decided)
     assert requests.get(f"{ENDPOINT}/{aid}?wait=x", proxies=sess["proxies"], timeout=10).status_code == 400
     assert requests.get(f"{ENDPOINT}/{aid}?wait=nan", proxies=sess["proxies"], timeout=10).status_code == 400
