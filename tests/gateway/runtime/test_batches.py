@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 
 from gateway.runtime.batches import BatchWriter
+from tests.support.waiting import until
 
 
 class ListWriter(BatchWriter[list[int]]):
@@ -75,10 +76,7 @@ async def test_a_full_batch_wakes_the_loop_before_the_interval():
     w.start()
     try:
         w.add(1, 2, 3)
-        for _ in range(100):
-            if w.stored:
-                break
-            await asyncio.sleep(0.01)
+        await until(lambda: w.stored)
         assert w.stored == [1, 2, 3]
     finally:
         await w.close()
@@ -90,10 +88,7 @@ async def test_the_loop_retries_after_a_failure():
     w.add(1)
     w.start()
     try:
-        for _ in range(200):
-            if w.stored:
-                break
-            await asyncio.sleep(0.01)
+        await until(lambda: w.stored)
         assert w.stored == [1] and len(w.failures) == 2
     finally:
         await w.close()

@@ -14,6 +14,7 @@ import pytest
 from hypothesis import given, strategies as st
 
 from gateway.runtime.eventloop import ReusePortLoop, ServeLoop, is_literal, loop_factory
+from tests.support.waiting import until
 
 
 @pytest.mark.parametrize("host,literal", [
@@ -120,10 +121,7 @@ async def _datagram():
     rec = Recorder(loop, {"dns.test": ["127.0.0.1"]})
     client, _ = await loop.create_datagram_endpoint(asyncio.DatagramProtocol, remote_addr=("dns.test", port))
     client.sendto(b"ping")
-    for _ in range(50):
-        if got:
-            break
-        await asyncio.sleep(0.01)
+    await until(lambda: got)
     client.close()
     server.close()
     return rec.asked, got

@@ -11,6 +11,7 @@ from hypothesis import given, strategies as st
 from gateway.store.changes import KINDS, Change, LocalChangeFeed, PgChangeFeed, decode_change, encode_change
 from tests.conftest import need
 from tests.support.pg import PG_DSN, pg_available
+from tests.support.waiting import until
 
 
 @given(st.sampled_from(KINDS), st.text(min_size=1), st.text(), st.text())
@@ -63,10 +64,7 @@ async def test_pg_feed_carries_changes_to_the_other_replica_only():
         a.publish(Change("session", "s_1", "deleted"))
         a.publish(Change("approval", "a_1", "decided"))
         await asyncio.wait_for(rb.got.wait(), 5)
-        for _ in range(100):
-            if len(rb.changes) == 2:
-                break
-            await asyncio.sleep(0.02)
+        await until(lambda: len(rb.changes) == 2, interval_s=0.02)
         assert rb.changes == [Change("session", "s_1", "deleted"), Change("approval", "a_1", "decided")]
         assert ra.changes == []                       # its own change is not applied twice
         async with await psycopg.AsyncConnection.connect(PG_DSN, autocommit=True) as conn:
@@ -75,10 +73,7 @@ async def test_pg_feed_carries_changes_to_the_other_replica_only():
             before = rb.resyncs
             await conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
                                "WHERE query = 'LISTEN sandgate_test_feed' AND pid <> pg_backend_pid()")
-        for _ in range(200):
-            if rb.resyncs > before and b.connected:
-                break
-            await asyncio.sleep(0.02)
+        await until(lambda: rb.resyncs > before and b.connected, interval_s=0.02)
         assert rb.resyncs > before and b.reconnects >= 1
         rb.got.clear()
         a.publish(Change("session", "s_2", "created"))

@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from gateway.store.groupcommit import GroupCommit
+from tests.support.waiting import until
 
 
 class Table:
@@ -61,10 +62,7 @@ async def test_a_caller_that_goes_away_still_has_its_rows_written():
     await asyncio.sleep(0)
     second.cancel()
     await first
-    for _ in range(100):
-        if "y" in table.rows:
-            break
-        await asyncio.sleep(0.001)
+    await until(lambda: "y" in table.rows, interval_s=0.001)
     assert sorted(table.rows) == ["x", "y"]
 
 
