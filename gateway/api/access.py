@@ -21,7 +21,7 @@ async def file_access_request(queue: ApprovalQueue, session_id: str, body: objec
     try:
         req = queue.access.parse(body)
     except BadAccess as exc:
-        raise ApiError(400, "bad_request", str(exc)) from None
+        raise ApiError(400, exc.code, str(exc)) from None
     try:
         row, filed = await queue.file_access(session_id, req, requested_by)
     except TooManyPending as exc:

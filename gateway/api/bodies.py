@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
 from gateway.api.errors import ApiError
+from gateway.approvals.access import GRANT_FIELDS
+from gateway.config import BUDGET_KEYS
 
 MAX_STEP = 2 ** 31 - 1                  # the store's INTEGER column
 MAX_TOOLS = 1000
@@ -62,6 +64,7 @@ class Field:
     required: bool = False
     problem: str = ""                    # the 400's detail when the value does not fit ("" -> NAME must be TYPE)
     check: Callable[[Any], bool] | None = None     # a further condition on a value of the right type
+    keys: tuple[str, ...] = ()           # an object's known keys (of each object in a list of objects); () = any
 
 
 @dataclass(frozen=True)
@@ -71,6 +74,24 @@ class Body:
     role: str                            # the least role that may call it
     meaning: str
     fields: Mapping[str, Field] = field(default_factory=dict)
+
+
+def _article(type_name: str) -> str:
+    return ("an " if type_name[:1] in "aeiou" else "a ") + type_name
+
+
+def _unknown_key(name: str, spec: Field, value: Any) -> str | None:
+    """`NAME.KEY` (`NAME[i].KEY` in a list) for the first key of `value` that `spec.keys` does not name, or None."""
+    if isinstance(value, dict):
+        for key in value:
+            if key not in spec.keys:
+                return f"{name}.{key}"
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            for key in item:
+                if key not in spec.keys:
+                    return f"{name}[{i}].{key}"
+    return None
 
 
 def check_body(body: Any, schema: Body) -> dict[str, Any]:
@@ -88,7 +109,13 @@ def check_body(body: Any, schema: Body) -> dict[str, Any]:
                 raise ApiError(400, "bad_request", spec.problem or f"{name} is required ({spec.type})")
             continue
         if not TYPES[spec.type](value) or (spec.check is not None and not spec.check(value)):
-            raise ApiError(400, "bad_request", spec.problem or f"{name} must be a {spec.type}")
+            raise ApiError(400, "bad_request", spec.problem or f"{name} must be {_article(spec.type)}")
+        if spec.keys:
+            unknown_key = _unknown_key(name, spec, value)
+            if unknown_key is not None:
+                raise ApiError(400, "unknown_field", f"unknown field {unknown_key[:80]!r} in the body of "
+                                                     f"{schema.method} {schema.path} (known in {name}: "
+                                                     f"{', '.join(spec.keys)})")
     return body
 
 
@@ -138,7 +165,7 @@ CREATE_SESSION = Body("POST", "/v1/sessions", "harness", "create a session: its 
                               "`proxy.transparent_sources`)", problem="source must be an IP address"),
     "budgets": Field("object", "the session's own budgets (`requests`, `bytes_out`, `bytes_in`, `toolcalls`, "
                                "`denials_per_10m`; 0 = none), within the workload's",
-                     problem="budgets must be an object"),
+                     problem="budgets must be an object", keys=BUDGET_KEYS),
 })
 
 PATCH_SESSION = Body("PATCH", "/v1/sessions/{id}", "harness", "change a live session (at least one field)", {
@@ -148,7 +175,7 @@ PATCH_SESSION = Body("PATCH", "/v1/sessions/{id}", "harness", "change a live ses
     "ttl_s": Field("integer", "renew: expire `ttl_s` seconds from now (never past the session's maximum "
                               "lifetime)", problem="ttl_s must be a positive integer"),
     "budgets": Field("object", "replace the budgets given (0 = none); the others stay",
-                     problem="budgets must be an object"),
+                     problem="budgets must be an object", keys=BUDGET_KEYS),
 })
 
 TOOLCALL = Body("POST", "/v1/toolcalls", "harness", "ask before running a tool call: allow, deny or ask", {
@@ -160,7 +187,7 @@ TOOLCALL = Body("POST", "/v1/toolcalls", "harness", "ask before running a tool c
     "step": Field("integer", "the agent's step number (audited)", check=lambda v: 0 <= v <= MAX_STEP,
                   problem=f"step must be an integer from 0 to {MAX_STEP}"),
     "mcp": Field("object", "`{server, annotations}` for a tool of an MCP server (`input.mcp`)",
-                 problem="mcp must be an object"),
+                 problem="mcp must be an object", keys=("server", "annotations")),
 })
 
 MCP_TOOLS = Body("POST", "/v1/mcp/tools", "harness", "which of an MCP server's tools the policy always denies", {
@@ -168,7 +195,7 @@ MCP_TOOLS = Body("POST", "/v1/mcp/tools", "harness", "which of an MCP server's t
     "server": Field("string", "the MCP server's name"),
     "tools": Field("list of objects", f"the server's tools, each `{{name, annotations}}` (at most {MAX_TOOLS})",
                    required=True, check=lambda v: len(v) <= MAX_TOOLS,
-                   problem=f"tools must be a list of at most {MAX_TOOLS} objects"),
+                   problem=f"tools must be a list of at most {MAX_TOOLS} objects", keys=("name", "annotations")),
 })
 
 SCRUB = Body("POST", "/v1/sessions/{id}/scrub", "harness", "replace the session's real secret values in texts "
@@ -182,7 +209,8 @@ DECIDE = Body("POST", "/v1/approvals/{id}/approve", "approver", "approve a pendi
     "reason": Field("string", "why (audited; required by some policies' approvals)",
                     problem="reason must be a string"),
     "grant": Field("object", "an access request only: `{methods?, path_prefix?, ttl_s?}` narrowing what approving "
-                             "grants (never wider than asked)", problem="grant must be an object"),
+                             "grants (never wider than asked)", problem="grant must be an object",
+                   keys=tuple(sorted(GRANT_FIELDS))),
 })
 
 ACCESS_REQUEST = Body("POST", "/v1/sessions/{id}/access-requests", "harness",

@@ -1,10 +1,11 @@
 """Request bodies as strict JSON (RFC 8259), a pure function: bytes in, a value or ValueError out.
 
 Python's `json` accepts what is not JSON and what nothing downstream can hold: `NaN`/`Infinity`, strings with
-lone surrogates (`"\\ud800"` has no UTF-8 spelling: SQLite, PostgreSQL and regorus refuse or crash on it), and
-nesting deep enough to exhaust the interpreter's recursion. NUL is refused too: PostgreSQL text cannot hold it,
-and no command, path or name sandgate decides on can contain one (execve stops at it). A body the API accepts can be stored, audited,
-shown on the page and handed to the policy.
+lone surrogates (`"\\ud800"` has no UTF-8 spelling: SQLite, PostgreSQL and regorus refuse or crash on it),
+nesting deep enough to exhaust the interpreter's recursion, and objects that name a key twice (two readers would
+read two bodies). NUL is refused too: PostgreSQL text cannot hold it, and no command, path or name sandgate
+decides on can contain one (execve stops at it). A body the API accepts can be stored, audited, shown on the
+page and handed to the policy.
 """
 from __future__ import annotations
 
@@ -18,7 +19,21 @@ def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
-_DECODER = json.JSONDecoder(parse_constant=_no_constant)     # json.loads(text, parse_constant=...), built once
+def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """An object whose names are unique: with `{"labels": {...}, "labels": {}}` Python keeps the last, another
+    reader (a proxy, a WAF, the client's own log) the first; the body would mean two things."""
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise ValueError(f"duplicate key {key[:80]!r}")
+            seen.add(key)
+    return out
+
+
+# json.loads(text, parse_constant=..., object_pairs_hook=...), built once
+_DECODER = json.JSONDecoder(parse_constant=_no_constant, object_pairs_hook=_object)
 
 
 def _text_ok(text: str) -> bool:

@@ -37,7 +37,11 @@ LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain", "localhost6", 
 
 
 class BadAccess(ValueError):
-    """An access request or a grant sandgate refuses (a 400 with this text)."""
+    """An access request or a grant sandgate refuses (a 400 with this text; `code` is its error code)."""
+
+    def __init__(self, detail: str, code: str = "bad_request"):
+        super().__init__(detail)
+        self.code = code
 
 
 @dataclass(frozen=True)
@@ -127,7 +131,8 @@ def parse_access_request(body: Any, *, max_ttl_s: float, resolve: Mapping[str, S
         raise BadAccess("the body must be a JSON object")
     unknown = sorted(set(body) - FIELDS)
     if unknown:
-        raise BadAccess(f"unknown field {unknown[0][:40]!r} (allowed: {', '.join(sorted(FIELDS))})")
+        raise BadAccess(f"unknown field {unknown[0][:40]!r} (allowed: {', '.join(sorted(FIELDS))})",
+                        "unknown_field")
     host = check_host(body.get("host"), resolve, private_allow)
     port = body.get("port")
     if port is not None and (isinstance(port, bool) or not isinstance(port, int) or not 0 < port < 65536):
@@ -163,7 +168,8 @@ def narrow(current: Mapping[str, Any], change: Any, max_ttl_s: float) -> dict:
         raise BadAccess("grant must be an object")
     unknown = sorted(set(change) - GRANT_FIELDS)
     if unknown:
-        raise BadAccess(f"grant: unknown field {unknown[0][:40]!r} (allowed: methods, path_prefix, ttl_s)")
+        raise BadAccess(f"grant: unknown field {unknown[0][:40]!r} (allowed: methods, path_prefix, ttl_s)",
+                        "unknown_field")
     out = dict(current)
     if change.get("methods") is not None:
         methods = _methods(change["methods"])

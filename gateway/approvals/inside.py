@@ -44,7 +44,7 @@ async def answer(queue: ApprovalQueue, session_id: str, method: str, path: str, 
         try:
             req = queue.access.parse(doc)
         except BadAccess as exc:
-            return _error(400, "bad_request", str(exc))
+            return _error(400, exc.code, str(exc))
         try:
             row, filed = await queue.file_access(session_id, req, f"session:{session_id}")
         except TooManyPending as exc:

@@ -373,7 +373,7 @@ class ApprovalQueue:
                 try:
                     narrow(row.action["grant"], grant, self.settings.max_grant_ttl_s)
                 except BadAccess as exc:
-                    raise ApprovalError("bad_request", str(exc)) from None
+                    raise ApprovalError(exc.code, str(exc)) from None
                 vote["grant"] = grant
             votes.append(vote)
             now = time.time()

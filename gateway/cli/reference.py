@@ -115,7 +115,8 @@ def render_api() -> str:
                   + ". Body fields (any other field: 400 `unknown_field`):", "",
                   "| field | type | required | meaning |", "|---|---|---|---|"]
         for name, spec in body.fields.items():
-            lines.append(f"| `{name}` | {spec.type} | {'yes' if spec.required else ''} | {_cell(spec.meaning)} |")
+            meaning = spec.meaning + ("; keys: " + ", ".join(f"`{k}`" for k in spec.keys) if spec.keys else "")
+            lines.append(f"| `{name}` | {spec.type} | {'yes' if spec.required else ''} | {_cell(meaning)} |")
         lines.append("")
     lines += ["### Endpoints without a body", "", "| endpoint | role | meaning |", "|---|---|---|"]
     for method, path, role, meaning in OTHER_ENDPOINTS:

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, strategies as st
 
-from gateway.api.bodies import BODIES, CREATE_SESSION, PATCH_SESSION, SCRUB, TOOLCALL, TYPES, check_body
+from gateway.api.bodies import (BODIES, CREATE_SESSION, DECIDE, MCP_TOOLS, PATCH_SESSION, SCRUB, TOOLCALL, TYPES,
+                                 check_body)
 from gateway.api.errors import ApiError
 
 
@@ -53,3 +54,29 @@ def test_every_field_has_a_known_type_and_a_meaning():
     for schema in BODIES:
         for name, spec in schema.fields.items():
             assert spec.type in TYPES and spec.meaning.strip(), (schema.path, name)
+
+
+@pytest.mark.parametrize("body, schema, field", [
+    ({"budgets": {"requestz": 1}}, CREATE_SESSION, "budgets.requestz"),
+    ({"budgets": {"toolcalls": 1, "toolcall": 1}}, PATCH_SESSION, "budgets.toolcall"),
+    ({"session": "s", "tool": "x", "mcp": {"server": "a", "servr": "b"}}, TOOLCALL, "mcp.servr"),
+    ({"tools": [{"name": "a"}, {"name": "b", "annotatons": {}}]}, MCP_TOOLS, "tools[1].annotatons"),
+    ({"grant": {"methodz": ["GET"]}}, DECIDE, "grant.methodz"),
+])
+def test_a_misspelt_nested_field_is_refused_by_name(body, schema, field):
+    status, code, detail = refusal(body, schema)
+    assert (status, code) == (400, "unknown_field") and repr(field) in detail
+
+
+def test_a_type_is_named_with_its_article():
+    assert refusal({"ttl_s": "5"}, CREATE_SESSION)[2] == "ttl_s must be an integer"
+
+
+def test_the_access_parsers_refuse_unknown_fields_as_unknown_field():
+    from gateway.approvals.access import BadAccess, narrow, parse_access_request
+    with pytest.raises(BadAccess) as err:       # the sandbox's own path (sandgate.internal) has no check_body
+        parse_access_request({"host": "example.com", "reason": "r", "hostt": 1}, max_ttl_s=60, resolve={})
+    assert err.value.code == "unknown_field" and "'hostt'" in str(err.value)
+    with pytest.raises(BadAccess) as err:
+        narrow({"methods": ["GET"], "path_prefix": "/", "ttl_s": 60}, {"ttl": 5}, 60)
+    assert err.value.code == "unknown_field"

@@ -14,6 +14,7 @@ from gateway.api.jsonbody import MAX_DEPTH, parse_body
     b"NaN", b'{"a": Infinity}', b"[-Infinity]", b'"\\ud800"', b'{"\\udc80": 1}', b'["ok", ["\\udfff"]]',
     b"[" * (MAX_DEPTH + 1) + b"]" * (MAX_DEPTH + 1), b"[" * 100000 + b"]" * 100000, b'{"a":' * 3000 + b"1" + b"}" * 3000,
     b"\xff", b"\xef\xbb\xbf{}", b"{", b"", b'{"a": "x\\u0000"}', b'{"\\u0000": 1}',
+    b'{"labels": {"a": "b"}, "labels": {}}', b'{"labels": {"a": "b", "a": "c"}}', b'[{"x": 1, "y": 2, "x": 1}]',
 ])
 def test_refused(raw):
     with pytest.raises(ValueError):
