@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import copy
 import difflib
+import ipaddress
 import json
+import math
 import os
 import re
 import tomllib
@@ -215,6 +217,8 @@ def check_document(doc: Mapping[str, Any], schema: Mapping[str, Any] = SCHEMA, w
         kind = entry.type
         if not isinstance(value, _TYPES[kind]) or (isinstance(value, bool) and kind != "bool"):
             raise ValueError(f"{path} must be {_TYPE_WORDS[kind]}, got {_value_word(value)} ({value!r})"[:300])
+        if isinstance(value, float) and not math.isfinite(value):        # TOML's nan and inf, an override's "nan"
+            raise ValueError(f"{path} must be a finite number, got {value!r}")
 
 
 def parse_hostport(text: str) -> tuple[str, int]:
@@ -248,17 +252,24 @@ def _coerce(raw: str, like: Any) -> Any:
         if raw.lower() in ("0", "false", "no", "off", ""):
             return False
         raise ValueError(f"not a boolean: {raw!r}")
-    if isinstance(like, int):
+    if isinstance(like, (int, float)):
         try:
             return int(raw)
         except ValueError:
+            pass
+        try:
             return float(raw)           # the schema's check says whether this key takes a fraction
-    if isinstance(like, float):
-        return float(raw)
+        except ValueError:
+            raise ValueError(f"want a number, got {raw[:80]!r}") from None
     if isinstance(like, (list, dict)):
-        value = json.loads(raw)
+        example = '["a", "b"]' if isinstance(like, list) else '{"name": ["value"]}'
+        word = "list" if isinstance(like, list) else "object"
+        try:
+            value = json.loads(raw)
+        except ValueError:
+            value = None
         if not isinstance(value, type(like)):
-            raise ValueError(f"expected JSON {type(like).__name__}: {raw!r}")
+            raise ValueError(f"want a JSON {word}, e.g. {example}, got {raw[:80]!r}")
         return value
     return raw
 
@@ -301,7 +312,7 @@ def env_overrides(environ: Mapping[str, str], base: Mapping) -> dict:
         like = _lookup(base, path)
         try:
             value = _coerce(raw, like) if like is not None else raw
-        except (ValueError, json.JSONDecodeError) as exc:
+        except ValueError as exc:
             raise ValueError(f"{name}: {exc}") from None
         node = out
         for part in path[:-1]:
@@ -483,6 +494,7 @@ class OidcSettings:
         issuer, audience = str(raw.get("issuer") or "").strip(), str(raw.get("audience") or "").strip()
         if not issuer or not audience:
             return None
+        _http_url("web.oidc.issuer", issuer)
         return cls(issuer=issuer, audience=audience,
                    approver_claim=str(raw.get("approver_claim") or "groups"),
                    approver_value=str(raw.get("approver_value") or DEFAULT_APPROVER_VALUE))
@@ -532,6 +544,43 @@ class Config:
         return f"http://{host}:{port}"
 
 
+def _networks(where: str, cidrs: Any) -> tuple[IPNetwork, ...]:
+    try:
+        return parse_networks(cidrs)
+    except ValueError as exc:
+        raise ValueError(f"{where}: {exc}") from None
+
+
+def _listen(where: str, text: Any) -> tuple[str, int]:
+    try:
+        return parse_hostport(text)
+    except ValueError as exc:
+        raise ValueError(f"{where}: {exc}") from None
+
+
+def _entries(where: str, items: Any) -> tuple[AllowEntry, ...]:
+    try:
+        return tuple(parse_allow_entry(e) for e in items)
+    except ValueError as exc:
+        raise ValueError(f"{where}: {exc}") from None
+
+
+def _resolve(resolve: Any) -> dict[str, tuple[str, ...]]:
+    if not isinstance(resolve, Mapping) or not all(isinstance(v, list) and v for v in resolve.values()):
+        raise ValueError("egress.resolve must map names to non-empty lists of addresses")
+    try:
+        names = {normalise_host(str(k)): tuple(str(a) for a in v) for k, v in resolve.items()}
+    except ValueError as exc:
+        raise ValueError(f"egress.resolve: {exc}") from None
+    for name, addresses in names.items():
+        for address in addresses:
+            try:
+                ipaddress.ip_address(address)
+            except ValueError:
+                raise ValueError(f"egress.resolve: {address[:80]!r} (for {name}) is not an IP address") from None
+    return names
+
+
 def _positive(section: str, key: str, value: Any) -> float:
     if not isinstance(value, (int, float)) or isinstance(value, bool) or value <= 0:
         raise ValueError(f"{section}.{key} must be a positive number")
@@ -539,24 +588,18 @@ def _positive(section: str, key: str, value: Any) -> float:
 
 
 def _egress(eg: Mapping[str, Any]) -> EgressSettings:
-    raw_tcp = tuple(parse_allow_entry(e) for e in eg["raw_tcp"])
+    raw_tcp = _entries("egress.raw_tcp", eg["raw_tcp"])
     for text, entry in zip(eg["raw_tcp"], raw_tcp):
         if entry.port is None:
             raise ValueError(f"egress.raw_tcp: {text!r} needs a port (\"host:port\")")
-    resolve = eg["resolve"]
-    if not isinstance(resolve, Mapping) or not all(isinstance(v, list) and v for v in resolve.values()):
-        raise ValueError("egress.resolve must map names to non-empty lists of addresses")
-    try:
-        names = {normalise_host(str(k)): tuple(str(a) for a in v) for k, v in resolve.items()}
-    except ValueError as exc:
-        raise ValueError(f"egress.resolve: {exc}") from None
+    names = _resolve(eg["resolve"])
     if eg["upstream_ca"] and not Path(eg["upstream_ca"]).is_file():
         raise ValueError(f"egress.upstream_ca: no such file {eg['upstream_ca']!r}")
     return EgressSettings(
         package_registries=_package_registries(eg["package_registries"]),
         package_max_bytes=int(_positive("egress", "package_max_bytes", eg["package_max_bytes"])),
-        private_allow=parse_networks(eg["private_allow"]), upstream_ca=str(eg["upstream_ca"]),
-        passthrough=tuple(parse_allow_entry(e) for e in eg["passthrough"]), raw_tcp=raw_tcp,
+        private_allow=_networks("egress.private_allow", eg["private_allow"]), upstream_ca=str(eg["upstream_ca"]),
+        passthrough=_entries("egress.passthrough", eg["passthrough"]), raw_tcp=raw_tcp,
         inspect_max_bytes=int(_positive("egress", "inspect_max_bytes", eg["inspect_max_bytes"])),
         hold_timeout_s=float(_positive("egress", "hold_timeout_s", eg["hold_timeout_s"])),
         drain_s=_drain(eg["drain_s"]),
@@ -620,6 +663,9 @@ def _package_registries(raw: Any) -> tuple[tuple[str, str], ...]:
         raise ValueError("egress.package_registries must be a list of {host, ecosystem} tables")
     out = []
     for item in raw:
+        unknown = sorted(set(item) - {"host", "ecosystem"}) if isinstance(item, Mapping) else []
+        if unknown:
+            raise ValueError(f"egress.package_registries: unknown key {str(unknown[0])[:80]!r} (host, ecosystem)")
         if not isinstance(item, Mapping) or set(item) != {"host", "ecosystem"}:
             raise ValueError("egress.package_registries: each entry is {host = \"...\", ecosystem = \"PyPI\" or "
                              f"\"npm\"}}, got {item!r}")
@@ -635,8 +681,8 @@ def _package_registries(raw: Any) -> tuple[tuple[str, str], ...]:
 
 
 def _approvals(ap: Mapping[str, Any]) -> ApprovalSettings:
-    if int(ap["quorum"]) < 1 or int(ap["ttl_s"]) <= 0:
-        raise ValueError("approvals.quorum must be >= 1 and approvals.ttl_s > 0")
+    _count("approvals", "quorum", ap["quorum"])
+    _positive("approvals", "ttl_s", ap["ttl_s"])
     if not isinstance(ap["reuse_window_s"], (int, float)) or ap["reuse_window_s"] < 0:
         raise ValueError("approvals.reuse_window_s must be a number of seconds >= 0")
     if isinstance(ap["max_grant_ttl_s"], bool) or not isinstance(ap["max_grant_ttl_s"], (int, float)) \
@@ -656,6 +702,8 @@ def _policy(pol: Mapping[str, Any]) -> PolicySettings:
         raise ValueError(f"policy.dir: no such directory {pol['dir']!r}")
     if pol["shadow_dir"] and not Path(pol["shadow_dir"]).is_dir():
         raise ValueError(f"policy.shadow_dir: no such directory {pol['shadow_dir']!r}")
+    _count("policy", "workers", pol["workers"])
+    _positive("policy", "timeout_s", pol["timeout_s"])
     if pol["engine"] == "opa":
         url = urlsplit(str(pol["opa_url"]))
         if url.scheme not in ("http", "https") or not url.hostname or url.path not in ("", "/"):
@@ -672,16 +720,33 @@ def _proxy(px: Mapping[str, Any]) -> ProxySettings:
     if bool(listen) != bool(dns):
         raise ValueError("proxy.transparent_listen and proxy.dns_listen go together: set both or neither")
     if listen:
-        sources = parse_networks(px["transparent_sources"])
+        sources = _networks("proxy.transparent_sources", px["transparent_sources"])
         if not sources:
             raise ValueError("proxy.transparent_sources must list the networks sandboxes connect from")
-        transparent = TransparentSettings(parse_hostport(listen), parse_hostport(dns), sources)
+        transparent = TransparentSettings(_listen("proxy.transparent_listen", listen),
+                                          _listen("proxy.dns_listen", dns), sources)
     pg_listen = str(px["postgres_listen"] or "").strip()
     pg_adv = str(px["postgres_advertise"] or "").strip()
     if pg_adv:
-        parse_hostport(pg_adv)
-    return ProxySettings(parse_hostport(px["listen"]), str(px["advertise_url"] or ""), transparent,
-                         parse_hostport(pg_listen) if pg_listen else None, pg_adv)
+        _listen("proxy.postgres_advertise", pg_adv)
+    advertise = str(px["advertise_url"] or "").strip()
+    if advertise:
+        _advertised(advertise)
+    return ProxySettings(_listen("proxy.listen", px["listen"]), advertise, transparent,
+                         _listen("proxy.postgres_listen", pg_listen) if pg_listen else None, pg_adv)
+
+
+def _advertised(text: str) -> None:
+    """`proxy.advertise_url`: HOST:PORT, optionally as `http://HOST:PORT` (what goes into a session's proxy_url)."""
+    bare = text.split("://", 1)[-1].rstrip("/")
+    scheme = text.split("://", 1)[0].lower() if "://" in text else "http"
+    try:
+        host, port = split_hostport(bare, bare_ipv6=False)
+    except ValueError:
+        host, port = "", None
+    if scheme not in ("http", "https") or not host or port is None or not port.isdigit() or "/" in bare \
+            or not 0 < int(port) < 65536 or any(c.isspace() or c in "@?#" for c in bare):
+        raise ValueError(f"proxy.advertise_url must be HOST:PORT (or http://HOST:PORT), got {text[:80]!r}")
 
 
 # -- [databases.NAME]: the PostgreSQL gateway (gateway/postgres/) ----------------------------------------
@@ -804,6 +869,9 @@ def _trusted_proxies(cidrs: Any) -> tuple[IPNetwork, ...]:
         raise ValueError(f"api.trusted_proxies: {exc}") from None
 
 
+_STORE_URL = re.compile(r"^(sqlite|postgresql)(\+\w+)?://", re.IGNORECASE)
+
+
 def settings_from(raw: Mapping[str, Any], data_dir: Path, path: Path | None = None) -> Config:
     """The typed configuration of a merged document. ValueError on anything wrong."""
     mp = raw["audit"]["max_pending"]
@@ -811,13 +879,24 @@ def settings_from(raw: Mapping[str, Any], data_dir: Path, path: Path | None = No
         raise ValueError("audit.max_pending must be a positive integer")
     if not isinstance(raw["secrets"], Mapping):
         raise ValueError("[secrets] must be a table of tables")
+    store_url = str(raw["store"]["url"] or "")
+    if store_url and not _STORE_URL.match(store_url):
+        raise ValueError("store.url must be sqlite:///PATH or postgresql://USER@HOST/DB (postgresql+DRIVER:// too)")
+    if raw["vault"]["url"]:
+        _http_url("vault.url", str(raw["vault"]["url"]))
+    cache_ttl = raw["broker"]["cache_ttl_s"]
+    if cache_ttl < 0:
+        raise ValueError("broker.cache_ttl_s must be a number of seconds >= 0")
+    oidc = raw["web"]["oidc"]
+    if bool(str(oidc["issuer"]).strip()) != bool(str(oidc["audience"]).strip()):    # one alone: no login at all
+        raise ValueError("web.oidc.issuer and web.oidc.audience go together: set both or neither")
     vault = VaultSettings(**{k: str(v or "") for k, v in raw["vault"].items() if k in VaultSettings.__dataclass_fields__})
     broker = BrokerSettings(secrets=MappingProxyType(parse_secret_specs(raw["secrets"], normalise_host)),
                             vault=vault, cache_ttl_s=float(raw["broker"]["cache_ttl_s"]))
     return Config(
         data_dir=data_dir, path=path,
         proxy=_proxy(raw["proxy"]),
-        api=ApiSettings(parse_hostport(raw["api"]["listen"]), str(raw["api"]["harness_token_file"] or ""),
+        api=ApiSettings(_listen("api.listen", raw["api"]["listen"]), str(raw["api"]["harness_token_file"] or ""),
                         _trusted_proxies(raw["api"]["trusted_proxies"])),
         egress=_egress(raw["egress"]), approvals=_approvals(raw["approvals"]), audit=AuditSettings(
             mp, int(_positive("audit", "checkpoint_rows", raw["audit"]["checkpoint_rows"])),

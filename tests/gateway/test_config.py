@@ -87,3 +87,56 @@ def test_trusted_proxies_and_drain_are_checked(tmp_path, text, message):
         load(tmp_path, text)
     cfg = load(tmp_path, "[api]\ntrusted_proxies = [\"10.244.0.0/16\"]\n[egress]\ndrain_s = 300\n")
     assert [str(n) for n in cfg.api.trusted_proxies] == ["10.244.0.0/16"] and cfg.egress.drain_s == 300
+
+
+# Found trying every section as a new user would: each was accepted (started as if fine), or refused without
+# naming the key.
+@pytest.mark.parametrize("text, message", [
+    ("[policy]\nworkers = 0\n", "policy.workers must be an integer >= 1"),
+    ("[policy]\nworkers = -3\n", "policy.workers must be an integer >= 1"),
+    ("[policy]\ntimeout_s = 0\n", "policy.timeout_s must be a positive number"),
+    ("[policy]\ntimeout_s = -1\n", "policy.timeout_s must be a positive number"),
+    ("[policy]\ntimeout_s = nan\n", "policy.timeout_s must be a finite number"),
+    ("[egress]\nhold_timeout_s = inf\n", "egress.hold_timeout_s must be a finite number"),
+    ("[broker]\ncache_ttl_s = -5\n", "broker.cache_ttl_s must be a number of seconds >= 0"),
+    ("[approvals]\nttl_s = -1\n", "approvals.ttl_s must be a positive number"),
+    ("[approvals]\nquorum = 0\n", "approvals.quorum must be an integer >= 1"),
+    ("[egress]\nprivate_allow = [\"10.0.0.0/33\"]\n", "egress.private_allow: bad CIDR '10.0.0.0/33'"),
+    ("[proxy]\ntransparent_listen = \"127.0.0.1:1\"\ndns_listen = \"127.0.0.1:2\"\ntransparent_sources = [\"x\"]\n",
+     "proxy.transparent_sources: bad CIDR 'x'"),
+    ("[egress]\npassthrough = [\"https://x.test/\"]\n", "egress.passthrough: allow entry 'https://x.test/'"),
+    ("[api]\nlisten = \"nope\"\n", "api.listen: bad listen address 'nope'"),
+    ("[proxy]\npostgres_listen = \"nope\"\n", "proxy.postgres_listen: bad listen address 'nope'"),
+    ("[proxy]\nadvertise_url = \"not a url at all\"\n", "proxy.advertise_url must be HOST:PORT"),
+    ("[egress.resolve]\n\"a.test\" = [\"nope\"]\n", "egress.resolve: 'nope' (for a.test) is not an IP address"),
+    ("[[egress.package_registries]]\nhost = \"pypi.corp\"\necosytem = \"PyPI\"\n",
+     "egress.package_registries: unknown key 'ecosytem'"),
+    ("[store]\nurl = \"mysql://x\"\n", "store.url must be sqlite:///PATH or postgresql://"),
+    ("[vault]\nurl = \"not a url\"\n", "vault.url must be an http(s) URL"),
+    ("[web.oidc]\nissuer = \"not a url\"\naudience = \"a\"\n", "web.oidc.issuer must be an http(s) URL"),
+    ("[web.oidc]\nissuer = \"https://id.test\"\n", "web.oidc.issuer and web.oidc.audience go together"),
+])
+def test_every_section_refuses_a_bad_value_by_name(tmp_path, text, message):
+    with pytest.raises(ValueError) as err:
+        load(tmp_path, text)
+    assert message in str(err.value)
+
+
+@pytest.mark.parametrize("env, message", [
+    ({"SANDGATE_EGRESS__PRIVATE_ALLOW": "10.0.0.0/8"}, 'a JSON list, e.g. ["a", "b"]'),
+    ({"SANDGATE_POLICY__WORKERS": "abc"}, "SANDGATE_POLICY__WORKERS: want a number"),
+    ({"SANDGATE_POLICY__TIMEOUT_S": "nan"}, "policy.timeout_s must be a finite number"),
+])
+def test_an_environment_override_of_the_wrong_type_is_named(tmp_path, env, message):
+    with pytest.raises(ValueError) as err:
+        load(tmp_path, "", env)
+    assert message in str(err.value)
+
+
+def test_good_values_of_the_checked_keys_still_load(tmp_path):
+    cfg = load(tmp_path, "[policy]\nworkers = 1\ntimeout_s = 0.5\n[broker]\ncache_ttl_s = 0\n[approvals]\nttl_s = 0.5\n"
+                         "[egress.resolve]\n\"a.test\" = [\"192.0.2.1\", \"2001:db8::1\"]\n"
+                         "[store]\nurl = \"postgresql+psycopg://u@h/d\"\n[vault]\nurl = \"https://vault.test:8200\"\n"
+                         "[proxy]\nadvertise_url = \"http://sandgate.internal:3128\"\n"
+                         "[web.oidc]\nissuer = \"https://id.test\"\naudience = \"a\"\n")
+    assert cfg.policy.workers == 1 and cfg.approvals.ttl_s == 0.5 and cfg.oidc is not None
