@@ -195,7 +195,7 @@ def _shadowing_imports(modules: list[dict]) -> list[Finding]:
         package, text = ast.module_package(module), module.get("source", {}).get("contents", "")
         for imp in module["ast"].get("imports", []):
             path = ast.ref_path(imp.get("refr"))
-            if not path or path[0] != "data":
+            if not path or path[0] not in ("data", "input"):     # `import input.request as decision` too
                 continue
             alias = _alias(imp, path, text)
             if alias in names.get(package, ()):

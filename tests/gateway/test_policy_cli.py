@@ -458,3 +458,12 @@ def test_building_the_parser_loads_neither_the_engine_nor_the_store():
             "print(sorted(m for m in ('regorus', 'sqlmodel', 'sqlalchemy') if m in sys.modules))")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=str(ROOT))
     assert proc.returncode == 0 and proc.stdout.strip() == "[]", proc.stdout + proc.stderr
+
+
+def test_check_flags_an_input_import_that_shadows_a_rule(tmp_path):
+    from gateway.policy.check import check_source               # in process: the CLI test above covers the wiring
+    from gateway.policy.loader import load_policy_dir
+    write(tmp_path, {"p.rego": "package p\nimport rego.v1\nimport input.request as decision\n"
+                               "decision := 1\nx if decision.host == \"a\"\n"})
+    assert any("import input.request shadows the rule decision of package p" in str(f)
+               for f in check_source(load_policy_dir(tmp_path)))
