@@ -50,3 +50,37 @@ def test_every_field_of_the_egress_and_session_input_is_named():
     for part in ("session", "request"):
         for key in doc[part]:
             assert re.search(rf"`input\.{part}[`.][^\n]*\b{key}\b", text), (part, key)
+
+
+def test_every_environment_variable_sandgate_reads_is_documented():
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[1]
+    read = set()
+    for package in ("gateway", "sandgate", "broker"):
+        for path in (root / package).rglob("*.py"):
+            read |= set(re.findall(r"""(?:environ(?:\.get)?|getenv)\(?\[?\s*["'](SANDGATE_[A-Z_]+)["']""",
+                                   path.read_text()))
+    text = REFERENCE.read_text()
+    assert read and not {name for name in read if f"`{name}`" not in text}
+
+
+def test_every_command_and_flag_of_the_cli_is_documented():
+    import argparse
+    from gateway.cli.commands import build_parser
+    from gateway.cli.reference import _commands
+    text = REFERENCE.read_text()
+    for name, _, parser in [("sandgate", "", build_parser()), *_commands(build_parser(), "sandgate")]:
+        assert name == "sandgate" or f"`{name}`" in text, name
+        for action in parser._actions:
+            if action.help == argparse.SUPPRESS:            # internal (serve --worker-index, set for workers)
+                continue
+            for flag in action.option_strings:
+                assert flag in ("-h", "--help") or re.search(rf"(?<![\w-]){re.escape(flag)}(?![\w-])", text), (name, flag)
+
+
+def test_every_nested_body_key_is_documented():
+    text = REFERENCE.read_text().split("## API", 1)[1]
+    for body in BODIES:
+        for name, spec in body.fields.items():
+            for key in spec.keys:
+                assert f"`{key}`" in text, (body.path, name, key)
