@@ -64,11 +64,12 @@ def load() -> dict[str, tuple[float, int]]:
 
 
 def starts(log: Path) -> str:
-    """Per test file: sandgate starts, distinct configurations, seconds to listen (SANDGATE_TEST_STARTS lines)."""
+    """Per test file: sandgate starts, distinct configurations, seconds to listen (SANDGATE_TEST_STARTS lines); bao,
+    PostgreSQL cluster and Chromium starts on lines of their own."""
     files: dict[str, list] = defaultdict(lambda: [0, set(), 0.0])
     for line in log.read_text().splitlines():
         rec = json.loads(line)
-        row = files[rec["test"].split("::", 1)[0] or "?"]
+        row = files[(rec["test"].split("::", 1)[0] or "?") + ("" if rec["what"] == "sandgate" else f" ({rec['what']})")]
         row[0] += 1
         row[1].add(rec.get("config"))
         row[2] += rec["seconds"]

@@ -17,6 +17,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from tests.support.gateway import record_start
 from tests.support.upstream import free_port, make_cert
 
 APP_PASSWORD = "real-Db-pass-7f3c9e1a"
@@ -62,6 +63,7 @@ class PgCluster:
         return subprocess.run(prefix + list(cmd), check=True, capture_output=True, text=True, **kw)
 
     def start(self) -> "PgCluster":
+        began = time.monotonic()
         pg = pwd.getpwnam(RUN_AS)
         for path in (self.root, self.root / "tls", Path(self.tls.cert), Path(self.tls.key)):
             os.chown(path, pg.pw_uid, pg.pw_gid)
@@ -101,6 +103,7 @@ class PgCluster:
         self.psql_local(f"CREATE ROLE app LOGIN PASSWORD '{APP_PASSWORD}'", db="postgres")
         self.psql_local("CREATE DATABASE app OWNER app", db="postgres")
         self.reset()
+        record_start("pgcluster", time.monotonic() - began)     # SANDGATE_TEST_STARTS
         return self
 
     def psql_local(self, sql: str, db: str = "app") -> str:

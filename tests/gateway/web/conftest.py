@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import time
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -11,7 +12,7 @@ import pytest
 import requests
 
 from tests.conftest import LOOPBACK_CONFIG, need
-from tests.support.gateway import ROOT, Sandgate
+from tests.support.gateway import ROOT, Sandgate, record_start
 
 CHROMIUM = "/usr/bin/chromium"
 ARTIFACTS = ROOT / "test-artifacts"
@@ -39,7 +40,9 @@ def browser():
 
     pw = sync_playwright().start()
     try:
+        began = time.monotonic()
         chromium = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+        record_start("chromium", time.monotonic() - began)      # SANDGATE_TEST_STARTS
         yield chromium
         chromium.close()
     finally:
