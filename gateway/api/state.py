@@ -8,7 +8,7 @@ from aiohttp import web
 
 from broker.broker import Broker
 from gateway.api.errors import ApiError
-from gateway.api.jsonbody import parse_body
+from gateway.net.jsonbody import parse_body
 from gateway.approvals.queue import ApprovalQueue
 from gateway.audit.log import AuditLog
 from gateway.auth.tokens import TokenSigner, TokenVerifier

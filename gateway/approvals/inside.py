@@ -6,12 +6,12 @@ Plain values in and out (method, path, query, body bytes -> status, JSON documen
 """
 from __future__ import annotations
 
-import json
 import math
 from typing import Mapping
 
 from gateway.approvals.access import BadAccess, grant_in_force
 from gateway.approvals.queue import ApprovalQueue, TooManyPending
+from gateway.net.jsonbody import parse_body
 from gateway.store.records import Approval
 
 MAX_BODY = 16384
@@ -38,9 +38,9 @@ async def answer(queue: ApprovalQueue, session_id: str, method: str, path: str, 
         if len(body) > MAX_BODY:
             return _error(413, "too_large", f"the body is larger than {MAX_BODY} bytes")
         try:
-            doc = json.loads(body or b"{}", parse_constant=_no_constant)
-        except ValueError:
-            return _error(400, "bad_json", "the body is not valid JSON")
+            doc = parse_body(body or b"{}")      # strict, as the API reads bodies: the request is stored and shown
+        except ValueError as exc:
+            return _error(400, "bad_json", f"the body is not valid JSON ({exc})")
         try:
             req = queue.access.parse(doc)
         except BadAccess as exc:
@@ -70,7 +70,3 @@ async def answer(queue: ApprovalQueue, session_id: str, method: str, path: str, 
             row = await queue.wait(aid, min(max(seconds, 0.0), MAX_WAIT_S)) or row
         return 200, _view(row)
     return _error(404, "not_found", f"sandgate.internal serves {PREFIX} only")
-
-
-def _no_constant(name: str) -> None:
-    raise ValueError(f"{name} is not JSON")

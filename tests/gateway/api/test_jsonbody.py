@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gateway.api.jsonbody import MAX_DEPTH, parse_body
+from gateway.net.jsonbody import MAX_DEPTH, parse_body
 
 
 @pytest.mark.parametrize("raw", [
@@ -69,7 +69,7 @@ def _texts(value):
 
 def _walked(raw: bytes, max_depth: int):
     """parse_body as it was before the shortcut: always the walk (check_value)."""
-    from gateway.api.jsonbody import check_value
+    from gateway.net.jsonbody import check_value
     try:
         value = json.loads(raw.decode("utf-8"), parse_constant=lambda n: (_ for _ in ()).throw(ValueError(n)))
         check_value(value, max_depth)

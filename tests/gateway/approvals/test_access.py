@@ -227,3 +227,12 @@ def test_a_grant_in_force_is_never_wider_than_the_request_or_any_vote(changes, m
         assert g["expires_at"] <= 1000.0 + float(allowed["ttl_s"])
         if covers(g, method, "h.test", 443, path):
             assert covers({**allowed, "expires_at": 0, "approval": "a"}, method, "h.test", 443, path)
+
+
+@pytest.mark.parametrize("raw", [b'{"host": "x.test", "reason": "r\\ud800"}', b'{"host": "x.test", "reason": "r\\u0000"}',
+                                 b'{"host": "x.test", "reason": "a", "reason": "b"}', b'{"ttl_s": NaN}'])
+def test_the_sandbox_files_through_the_strict_json_of_the_api(raw):
+    import asyncio
+    from gateway.approvals.inside import PREFIX, answer
+    status, doc = asyncio.run(answer(None, "s", "POST", PREFIX, {}, raw))    # refused before the queue is asked
+    assert status == 400 and doc["error"] == "bad_json", doc
