@@ -834,7 +834,7 @@ def parse_database(name: str, raw: Any) -> DatabaseSettings:
     if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
         raise ValueError(f"{where}.max_connections_per_session must be a positive integer")
     hold = raw.get("hold_timeout_s", 60)
-    if not isinstance(hold, (int, float)) or isinstance(hold, bool) or hold <= 0:
+    if not isinstance(hold, (int, float)) or isinstance(hold, bool) or not 0 < hold < math.inf:
         raise ValueError(f"{where}.hold_timeout_s must be a positive number")
     return DatabaseSettings(name=name, host=host, port=port, dbname=raw["dbname"], user=raw["user"],
                             password=raw["password"], tls=tls, upstream_ca=ca, env=env,
