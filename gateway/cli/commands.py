@@ -30,6 +30,16 @@ Handler = Callable[[Config, argparse.Namespace], int]
 
 
 # -- serve ---------------------------------------------------------------------------------------------------
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+
+def _log_level(text: str) -> str:
+    """A log level's name (any case); argparse applies it to the default from SANDGATE_LOG_LEVEL too."""
+    if text.upper() not in LOG_LEVELS:
+        raise argparse.ArgumentTypeError(f"{text[:40]!r} is not a log level (one of {', '.join(LOG_LEVELS)})")
+    return text.upper()
+
+
 def cmd_serve(cfg: Config, args: argparse.Namespace) -> int:
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s %(message)s")
@@ -232,7 +242,8 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--api-listen", help="HOST:PORT for the API and page")
     serve.add_argument("--transparent-listen", help="HOST:PORT for the transparent listener (with --dns-listen)")
     serve.add_argument("--dns-listen", help="HOST:PORT (UDP) for the filtering resolver of transparent capture")
-    serve.add_argument("--log-level", default=os.environ.get("SANDGATE_LOG_LEVEL", "INFO"))
+    serve.add_argument("--log-level", type=_log_level, default=os.environ.get("SANDGATE_LOG_LEVEL", "INFO"),
+                       help="DEBUG, INFO, WARNING or ERROR (default $SANDGATE_LOG_LEVEL, else INFO)")
     serve.add_argument("--workers", type=int, default=1, metavar="N",
                        help="N processes sharing the proxy and API ports (PostgreSQL store only)")
     serve.add_argument("--worker-index", type=int, default=None, help=argparse.SUPPRESS)

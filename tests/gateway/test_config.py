@@ -142,3 +142,15 @@ def test_good_values_of_the_checked_keys_still_load(tmp_path):
                          "[proxy]\nadvertise_url = \"http://sandgate.internal:3128\"\n"
                          "[web.oidc]\nissuer = \"https://id.test\"\naudience = \"a\"\n")
     assert cfg.policy.workers == 1 and cfg.approvals.ttl_s == 0.5 and cfg.oidc is not None
+
+
+def test_a_bad_log_level_is_a_usage_error_not_a_traceback(monkeypatch, capsys):
+    from gateway.cli.commands import build_parser
+    for argv, env in ((["serve", "--log-level", "LOUD"], None), (["serve"], "LOUD")):
+        if env:
+            monkeypatch.setenv("SANDGATE_LOG_LEVEL", env)
+        with pytest.raises(SystemExit) as exc:
+            build_parser().parse_args(argv)
+        assert exc.value.code == 2 and "'LOUD' is not a log level" in capsys.readouterr().err
+    monkeypatch.setenv("SANDGATE_LOG_LEVEL", "debug")
+    assert build_parser().parse_args(["serve"]).log_level == "DEBUG"
