@@ -24,6 +24,7 @@ _START = re.compile(r"^\s*#\s*METADATA\s*$")
 _COMMENT = re.compile(r"^\s*#(.*)$")
 _PACKAGE = re.compile(r"^\s*package\s")
 _IMPORT = re.compile(r"^\s*import\s")
+_CODE = re.compile(r"^[a-z][a-z0-9_]*(\.[A-Za-z0-9_]+)+$")          # area.name (`address.CLASS`: a pattern)
 
 
 @dataclass(frozen=True)
@@ -65,6 +66,10 @@ def _check(data: Any, target_text: str) -> list[str]:
             out.append(f"METADATA {key} must be a string")
     if "custom" in data and not isinstance(data["custom"], dict):
         out.append("METADATA custom must be a mapping")
+    elif "code" in data.get("custom", {}) and not (isinstance(data["custom"]["code"], str)
+                                                  and _CODE.match(data["custom"]["code"])):
+        out.append(f"METADATA custom.code must be a decision code such as egress.not_allowlisted, got "
+                   f"{str(data['custom']['code'])[:60]!r}")
     if "entrypoint" in data and not isinstance(data["entrypoint"], bool):
         out.append("METADATA entrypoint must be true or false")
     return out

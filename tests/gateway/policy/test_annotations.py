@@ -24,6 +24,8 @@ def test_a_block_annotates_the_line_after_it():
     ("# METADATA\n# scope: everywhere\nx := 1\n", "scope 'everywhere'"),
     ("# METADATA\n# title: 3\nx := 1\n", "title must be a string"),
     ("# METADATA\n# entrypoint: maybe\nx := 1\n", "entrypoint must be true or false"),
+    ("# METADATA\n# custom:\n#   code: 7\nx := 1\n", "custom.code must be a decision code"),
+    ("# METADATA\n# custom:\n#   code: not a code\nx := 1\n", "custom.code must be a decision code"),
 ])
 def test_wrong_blocks_are_problems(block, message):
     annotations, problems = read_annotations("package p\n" + block)
