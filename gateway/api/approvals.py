@@ -7,13 +7,14 @@ from typing import Any, Mapping
 from aiohttp import web
 
 from gateway.api.auth import require
-from gateway.api.bodies import DECIDE, read_body
+from gateway.api.bodies import DECIDE, check_query, read_body
 from gateway.api.errors import ApiError
 from gateway.api.owned import owned_session_ids
 from gateway.api.state import APPROVALS, SESSIONS, path_param, read_json
 from gateway.api.timefmt import rfc3339
 from gateway.approvals.access import grant_in_force
 from gateway.approvals.queue import ApprovalError
+from gateway.approvals.rules import KINDS
 from gateway.auth.tokens import Principal
 from gateway.sessions.spec import owns
 from gateway.store.records import Approval
@@ -57,6 +58,7 @@ async def _visible(request: web.Request, row: Approval | None, principal: Princi
 @routes.get("/v1/approvals")
 async def list_approvals(request: web.Request) -> web.Response:
     principal = require(request, "harness", "approver")
+    check_query(request.query, {"status": (), "session": (), "kind": KINDS}, "GET /v1/approvals")
     rows = await request.app[APPROVALS].list(status=request.query.get("status") or None,
                                              session=request.query.get("session") or None,
                                              kind=request.query.get("kind") or None)
@@ -69,6 +71,7 @@ async def list_approvals(request: web.Request) -> web.Response:
 @routes.get("/v1/approvals/{aid}")
 async def get_approval(request: web.Request) -> web.Response:
     principal = require(request, "harness", "approver")
+    check_query(request.query, {"wait": ()}, "GET /v1/approvals/{id}")
     queue = request.app[APPROVALS]
     aid = path_param(request, "aid")
     row = await _visible(request, await queue.get(aid), principal)

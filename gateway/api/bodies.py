@@ -139,6 +139,17 @@ class Checked:
         return {k: v for k, v in self.doc.items() if v is not None}
 
 
+def check_query(query: Mapping[str, str], known: Mapping[str, tuple[str, ...]], where: str) -> None:
+    """A query of `known` parameters only (`?sesion=ID` must not list every session's rows), each of its listed
+    values when `known` lists some: 400 `unknown_field` / `bad_request` naming the parameter."""
+    for name, value in query.items():
+        if name not in known:
+            raise ApiError(400, "unknown_field", f"unknown query parameter {name[:80]!r} of {where} (known: "
+                                                 f"{', '.join(known)})")
+        if known[name] and value and value not in known[name]:
+            raise ApiError(400, "bad_request", f"{name} must be one of {', '.join(known[name])}")
+
+
 def read_body(body: Any, schema: Body) -> Checked:
     """`check_body`, its fields as attributes."""
     return Checked(check_body(body, schema), schema)

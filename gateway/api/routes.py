@@ -7,6 +7,7 @@ import math
 from aiohttp import web
 
 from gateway.api.auth import require
+from gateway.api.bodies import check_query
 from gateway.api.errors import ApiError
 from gateway.api.owned import owned_session, owned_session_ids
 from gateway.api.state import AUDIT, DRAIN, ENGINE, METRICS, PROXY
@@ -48,6 +49,7 @@ async def list_events(request: web.Request) -> web.Response:
     """A session's events in order. `after=SEQ` keeps those past a sequence number; with `wait=SECONDS` the call
     returns as soon as there is at least one (long poll), or an empty list when the wait runs out."""
     principal = require(request, "harness", "approver")
+    check_query(request.query, {"session": (), "kind": (), "limit": (), "after": (), "wait": ()}, "GET /v1/events")
     audit = request.app[AUDIT]
     limit = min(_number(request, "limit", "10000", int), 100000)
     if limit < 0:

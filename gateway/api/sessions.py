@@ -8,7 +8,7 @@ from aiohttp import web
 
 from broker.specs import check_session_secrets
 from gateway.api.auth import require
-from gateway.api.bodies import CREATE_SESSION, PATCH_SESSION, read_body
+from gateway.api.bodies import CREATE_SESSION, PATCH_SESSION, check_query, read_body
 from gateway.api.errors import ApiError
 from gateway.api.owned import owned_session
 from gateway.api.state import (APPROVALS, BROKER, PROXY, SESSIONS, SIGNER, TOKENS, TransparentEndpoint, path_param,
@@ -96,6 +96,7 @@ def _source(source: str | None, transparent: TransparentEndpoint | None) -> str 
 @routes.get("/v1/sessions")
 async def list_sessions(request: web.Request) -> web.Response:
     principal = require(request, "harness")
+    check_query(request.query, {"status": ("active", "expired", "deleted")}, "GET /v1/sessions")
     now = time.time()
     status = request.query.get("status")
     rows = [session_view(r, now, request.app[SESSIONS]) for r in await request.app[SESSIONS].list()

@@ -75,6 +75,11 @@ def test_unknown_fields_are_refused_by_name_and_nothing_is_made(gw):
         resp = gw.call(method, path, json=body)
         assert resp.status_code == 400 and resp.json()["error"] == "unknown_field", (path, resp.text)
     assert gw.call("GET", f"/v1/sessions/{sid}").json()["frozen"] is False       # the PATCH changed nothing
+    for path, code in ((f"/v1/events?sesion={sid}", "unknown_field"), ("/v1/approvals?stauts=pending", "unknown_field"),
+                       ("/v1/sessions?statsu=active", "unknown_field"), ("/v1/sessions?status=activ", "bad_request"),
+                       ("/v1/approvals?kind=egres", "bad_request")):
+        resp = gw.call("GET", path)
+        assert resp.status_code == 400 and resp.json()["error"] == code, (path, resp.text)
 
 
 def test_roles_401_403(gw):

@@ -80,3 +80,16 @@ def test_the_access_parsers_refuse_unknown_fields_as_unknown_field():
     with pytest.raises(BadAccess) as err:
         narrow({"methods": ["GET"], "path_prefix": "/", "ttl_s": 60}, {"ttl": 5}, 60)
     assert err.value.code == "unknown_field"
+
+
+def test_a_misspelt_query_parameter_or_value_is_refused_by_name():
+    from gateway.api.bodies import check_query
+    known = {"status": ("active", "expired"), "session": ()}
+    check_query({"status": "active", "session": "s"}, known, "GET /x")
+    check_query({"status": ""}, known, "GET /x")
+    with pytest.raises(ApiError) as err:
+        check_query({"sesion": "s"}, known, "GET /x")           # would list every session's rows
+    assert (err.value.status, err.value.code) == (400, "unknown_field") and "'sesion'" in err.value.detail
+    with pytest.raises(ApiError) as err:
+        check_query({"status": "activ"}, known, "GET /x")       # would list nothing, as if there were none
+    assert err.value.code == "bad_request" and "status must be one of active, expired" in err.value.detail
