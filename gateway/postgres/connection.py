@@ -140,6 +140,13 @@ class Connection:
         self._ends_seen = 0
         self._unconfirmed: deque[Prepared] = deque()    # Parses sent, in order, not yet answered
         self._parse_answered = asyncio.Event()
+        self._batch_open = False    # extended-protocol messages received since the last Sync
+        self._own_syncs: set[int] = set()       # which ReadyForQuery answers a Sync of the gateway's own
+        self._copy_started = asyncio.Event()    # the server answered a COPY FROM STDIN: CopyInResponse or not
+        self._copy_nth: int | None = None       # which Execute of the batch is the COPY (None: a Query's)
+        self._batch_executes = 0                # Executes sent since the last Sync
+        self._executes_ended = 0                # CommandComplete, PortalSuspended, EmptyQuery since ReadyForQuery
+        self._answered_all = asyncio.Event()
         self._executed = False      # an Execute sent since the last Sync
         self._settings: dict[str, str] = {}      # what the server reports of the settings its lexer reads
         self._held: asyncio.Event | None = None      # set by a CancelRequest while a statement waits for approval
@@ -290,6 +297,11 @@ class Connection:
                 raise wire.ProtocolError(f"unexpected message type {kind!r}")
             if kind in DECIDED:
                 await self._settle()
+            step = self._in_step(kind)
+            if step is False:
+                raise Closed
+            if step is None:
+                continue
             if len(self._runs) + len(self._describes) >= MAX_PIPELINE:
                 self._ending = ("54000", f"sandgate: more than {MAX_PIPELINE} statements sent without waiting "
                                          "for their results")
@@ -301,6 +313,32 @@ class Connection:
                 self._skipping = False
             await handler(kind, body)
             await self._flush_after(kind)
+
+    def _in_step(self, kind: bytes) -> bool | None:
+        """Keep every Sync and Query the gateway sends answered by exactly one ReadyForQuery, so it knows which of
+        its Parses the server skipped (see _parse_done): the server ignores a Query or FunctionCall after an
+        error in an extended-protocol batch, and a Sync or Flush while it reads COPY data. A Query or
+        FunctionCall inside a batch (before its Sync: asyncpg's Parse, Describe, Flush, then a COPY's Query) is
+        sent after a Sync of the gateway's own, whose ReadyForQuery the client never sees; a Sync or Flush during
+        COPY FROM STDIN is not passed on (the server would ignore it); any other message there ends the
+        connection. True: go on; False: close; None: not passed on."""
+        if self._copy_in and kind not in COPY_MESSAGES:
+            if kind in (b"S", b"H"):
+                return None
+            self._ending = ("08P01", "sandgate: only COPY data, CopyDone or CopyFail may follow COPY FROM STDIN")
+            return False
+        if kind in BATCH:
+            self._batch_open = True
+        elif kind == b"S":
+            self._batch_open = False
+        elif kind in (b"Q", b"F") and self._batch_open:
+            self._batch_open = self._skipping = False
+            self._batch_executes = 0
+            self._queue(wire.message(b"S"))
+            self._pending_ready += 1
+            self._ends_sent += 1
+            self._own_syncs.add(self._ends_sent)
+        return True
 
     async def _flush_after(self, kind: bytes) -> None:
         if kind in ANSWERED or self._out_bytes >= FLUSH_BYTES or not _buffered(self.reader):
@@ -326,6 +364,7 @@ class Connection:
     async def _on_sync(self, kind: bytes, body: bytes) -> None:
         self._pending_ready += 1
         self._ends_sent += 1
+        self._batch_executes = 0
         self._executed = False
         await self._forward(kind, body)
 
@@ -423,7 +462,12 @@ class Connection:
                     self._prepared_bytes = 0
                 for name in dropped or ():
                     self._forget_prepared(name)
+            copies = any(statements.copies_in(part) for part in parts)
+            if copies:
+                await self._idle()
             await self._send_query(body)
+            if copies:
+                await self._await_copy(None)
             return
         for part, verdict in zip(parts, verdicts):
             self.deps.recorder.statement(self.session, self.database, part, verdict, tag="",
@@ -564,7 +608,32 @@ class Connection:
         self._runs.append(Run(known[0] if known else f"FETCH FROM {portal or 'unnamed portal'}",
                               known[1] if known else None))
         self._executed = True
+        copies = known is not None and statements.copies_in(known[0])
+        if copies:
+            await self._idle()
         await self._forward(kind, body)
+        self._batch_executes += 1
+        if copies:
+            await self._await_copy(self._batch_executes)
+
+    async def _idle(self) -> None:
+        """Wait until the server has answered every Sync and Query sent: what it answers next is this batch's."""
+        await self._flush()
+        while self._ends_seen < self._ends_sent:
+            self._answered_all.clear()
+            await self._answered_all.wait()
+
+    async def _await_copy(self, nth: int | None) -> None:
+        """After a COPY FROM STDIN is sent (the server idle before its batch): read nothing more from the client
+        until the server says whether it reads COPY data now (CopyInResponse) or not: an error; for a Query its
+        ReadyForQuery, for the batch's `nth` Execute the end of that Execute. So _in_step knows which of the
+        client's Syncs the server will ignore."""
+        self._copy_nth = nth
+        self._copy_started.clear()
+        await self._flush()
+        if nth is not None and self._executes_ended >= nth:
+            return
+        await self._copy_started.wait()
 
     async def _on_describe(self, kind: bytes, body: bytes) -> None:
         self._describes.append(wire.parse_describe_or_close(body))
@@ -628,7 +697,12 @@ class Connection:
         """Follow one backend message; the bytes that replace it, or None to pass it on as it is."""
         if kind == b"E":
             self._parse_done(False)
+            self._copy_started.set()
             return self._on_error(body)
+        if kind in (b"C", b"s", b"I"):
+            self._executes_ended += 1
+            if self._copy_nth is not None and self._executes_ended >= self._copy_nth:
+                self._copy_started.set()            # the COPY's Execute ended without COPY data
         if kind == b"1":
             self._parse_done(True)
         elif kind == b"C":
@@ -637,12 +711,16 @@ class Connection:
             assert self.up is not None
             self.up.status = body[:1]
             self._ready()
+            if self._ends_seen in self._own_syncs:
+                self._own_syncs.discard(self._ends_seen)
+                return b""
         elif kind == b"I":
             self._finish("EMPTY", "")
         elif kind == b"s":
             self._finish("SUSPENDED", "")
         elif kind == b"G":
             self._copy_in = True
+            self._copy_started.set()
         elif kind == b"t":
             self._on_parameter_description(body)
         elif kind == b"S":
@@ -684,6 +762,10 @@ class Connection:
 
     def _ready(self) -> None:
         self._ends_seen += 1
+        self._executes_ended = 0
+        self._copy_started.set()
+        if self._ends_seen >= self._ends_sent:
+            self._answered_all.set()
         while self._unconfirmed and self._unconfirmed[0].run < self._ends_seen:
             self._drop(self._unconfirmed.popleft())     # no ParseComplete before its ReadyForQuery: not the server's
         self._parse_answered.set()
@@ -755,6 +837,8 @@ class Connection:
 
 
 SKIPPED = frozenset((b"P", b"B", b"E", b"D", b"C", b"H"))
+BATCH = frozenset((b"P", b"B", b"E", b"D", b"C"))          # extended-protocol messages a Sync ends
+COPY_MESSAGES = frozenset((b"d", b"c", b"f"))
 # Messages the server answers (or that end a COPY): what was queued goes out with them. Anything else goes out
 # when the client has sent nothing more yet, or past FLUSH_BYTES (COPY data).
 ANSWERED = frozenset((b"S", b"H", b"Q", b"F", b"c", b"f"))

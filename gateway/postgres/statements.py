@@ -257,6 +257,19 @@ def bind_statement(statement: str, values: list[str | None],
     return "".join(out)
 
 
+def copies_in(statement: str) -> bool:
+    """Whether `statement` may be a COPY ... FROM STDIN (the server then reads COPY data from the client). A text
+    that does not parse but names COPY counts."""
+    if "copy" not in statement.lower():
+        return False
+    try:
+        nodes = parser.parse_sql(statement)
+    except Exception:  # noqa: BLE001
+        return True
+    return any(isinstance(raw.stmt, ast.CopyStmt) and raw.stmt.is_from and not raw.stmt.filename
+               and not raw.stmt.is_program for raw in nodes)
+
+
 def deallocated(statement: str) -> list[str] | None:
     """The prepared statements an SQL statement drops: their names for `DEALLOCATE name`, [] for nothing, None for
     all of them (`DEALLOCATE ALL`, `DISCARD ALL`)."""

@@ -328,10 +328,12 @@ def _pipeline_results(pg, syncs: int) -> list[list]:
     import select
 
     out: list[list] = [[]]
+    deadline = time.time() + 60
     while len(out) <= syncs:
         pg.consume_input()
         while pg.is_busy():
-            select.select([pg.socket], [], [], 5)
+            assert time.time() < deadline, out
+            select.select([pg.socket], [], [], 1)
             pg.consume_input()
         res = pg.get_result()
         if res is None:
@@ -390,3 +392,52 @@ def test_a_prepared_statement_is_decided_again_when_the_session_changes(pg_gatew
     assert isinstance(out.get("error"), psycopg.errors.InsufficientPrivilege), out
     conn.close()
     assert cluster.psql_local("SELECT count(*) FROM t WHERE v = 'gone'").strip() == "0"
+
+
+def test_a_sync_the_server_ignores_during_copy_shifts_nothing(pg_gateway, cluster):
+    """libpq's COPY FROM STDIN in the extended protocol sends a Sync the server ignores while it reads COPY data.
+    Counted as answered, it shifted which pipeline the gateway took a server error to end: a Parse the server
+    skipped stayed pending and took a later Parse's ParseComplete, and a Bind ran the server's older `UPDATE ...
+    OR $2` unasked. asyncpg's COPY (Parse, Describe, Flush, then a Query) still works."""
+    import asyncpg                                       # a test dependency
+    import select
+
+    _, url = db_session(pg_gateway)
+    pg = psycopg.pq.PGconn.connect(url.encode())
+    pg.send_query_params(b"COPY t FROM STDIN", None)
+    deadline = time.time() + 60
+    while (res := pg.get_result()) is None or res.status != psycopg.pq.ExecStatus.COPY_IN:
+        assert time.time() < deadline
+        select.select([pg.socket], [], [], 1)
+        pg.consume_input()
+    pg.put_copy_data(b"11\tcopied\n")
+    pg.put_copy_end()
+    while pg.is_busy() or pg.get_result() is not None:
+        assert time.time() < deadline
+        select.select([pg.socket], [], [], 1)
+        pg.consume_input()
+    pg.enter_pipeline_mode()
+    pg.send_prepare(b"s1", b"UPDATE t SET v = 'gone' WHERE id = $1::int OR $2::bool")
+    pg.pipeline_sync()
+    pg.send_prepare(b"bad", b"SELECT * FROM no_such_table")
+    pg.send_close_prepared(b"s1")
+    pg.send_prepare(b"s1", b"SELECT $1::int, $2::bool")
+    pg.pipeline_sync()
+    pg.send_prepare(b"s2", b"SELECT 1")            # two ParseCompletes: the skipped Parses' places
+    pg.send_prepare(b"s3", b"SELECT 2")
+    pg.pipeline_sync()
+    pg.send_query_prepared(b"s1", [b"1", b"t"])
+    pg.pipeline_sync()
+    results = _pipeline_results(pg, 4)
+    pg.finish()
+    assert results[3] == [(psycopg.pq.ExecStatus.FATAL_ERROR, b"42501")], results
+    assert cluster.psql_local("SELECT count(*) FROM t WHERE v = 'gone'").strip() == "0"
+
+    async def copy() -> int:
+        conn = await asyncpg.connect(url)
+        try:
+            await conn.copy_records_to_table("t", records=[(12, "a"), (13, "b")])
+            return await conn.fetchval("SELECT count(*) FROM t")
+        finally:
+            await conn.close()
+    assert asyncio.run(asyncio.wait_for(copy(), 30)) == 13
