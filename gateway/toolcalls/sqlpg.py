@@ -479,6 +479,8 @@ class _Trivial:
             if node.kind == A_Expr_Kind.AEXPR_OP and op in ("~", "~*"):
                 pattern = _literal(node.rexpr)
                 return isinstance(pattern, str) and pattern in ("", ".*", "^", "^.*", ".*$", "^.*$")
+            if node.kind == A_Expr_Kind.AEXPR_IN and op == "=" and isinstance(node.rexpr, (list, tuple)):
+                return any(self.same(node.lexpr, item) for item in node.rexpr)      # `id IN (1, id)`
             if node.kind in (A_Expr_Kind.AEXPR_BETWEEN, A_Expr_Kind.AEXPR_BETWEEN_SYM) \
                     and isinstance(node.rexpr, (list, tuple)) and len(node.rexpr) == 2:
                 return all(self.same(node.lexpr, b) for b in node.rexpr)
@@ -503,7 +505,10 @@ class _Trivial:
             if node.boolop == BoolExprType.OR_EXPR:
                 return all(self.false(a) for a in node.args)
             if node.boolop == BoolExprType.AND_EXPR:
-                return any(self.false(a) for a in node.args)
+                # `x < 5 AND x >= 5`: the arms' negations cover every row (so `NOT (x < 5 AND x >= 5)` holds)
+                negated = [_negate(_unwrap(a)) for a in node.args]
+                return any(self.false(a) for a in node.args) or \
+                    (None not in negated and self.covering(negated))
             return self.true(node.args[0])
         if isinstance(node, ast.A_Expr):
             if node.kind == A_Expr_Kind.AEXPR_OP and _op(node) in _IRREFLEXIVE and self.same(node.lexpr, node.rexpr):
@@ -575,6 +580,24 @@ class _Trivial:
             lows.append((value, op == ">="))
         elif op in ("<", "<="):
             highs.append((value, op == "<="))
+
+
+_NEGATED = {"<": ">=", "<=": ">", "=": "<>", "<>": "=", "!=": "=", ">": "<=", ">=": "<"}
+
+
+def _negate(arm: Any) -> Any:
+    """`NOT arm` as a plain predicate where it has one (`x < 5` -> `x >= 5`, `NOT p` -> `p`, `x IS NULL` ->
+    `x IS NOT NULL`), else None."""
+    if isinstance(arm, ast.BoolExpr) and arm.boolop == BoolExprType.NOT_EXPR:
+        return _unwrap(arm.args[0])
+    if isinstance(arm, ast.A_Expr) and arm.kind == A_Expr_Kind.AEXPR_OP and _op(arm) in _NEGATED \
+            and arm.lexpr is not None:
+        return ast.A_Expr(kind=A_Expr_Kind.AEXPR_OP, name=(ast.String(sval=_NEGATED[_op(arm)]),),
+                          lexpr=arm.lexpr, rexpr=arm.rexpr)
+    if isinstance(arm, ast.NullTest):
+        other = NullTestType.IS_NOT_NULL if arm.nulltesttype == NullTestType.IS_NULL else NullTestType.IS_NULL
+        return ast.NullTest(arg=arm.arg, nulltesttype=other)
+    return None
 
 
 def _unwrap(node: Any) -> Any:

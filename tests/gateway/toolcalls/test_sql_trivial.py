@@ -176,3 +176,11 @@ def test_an_update_of_pg_settings_is_a_setting_change():
         facts = classify_pg(stmt)
         assert facts["kind"] == "other" and "UPDATE pg_settings" in facts["unsafe"], stmt
     assert classify_pg("UPDATE settings SET setting = 'x' WHERE name = 'y'")["kind"] == "write"
+
+
+def test_a_negated_conjunction_of_exclusive_arms_and_in_of_itself():
+    for where in ("NOT (id < 5 AND id >= 5)", "NOT (id < 5 AND id > 5)", "NOT (v IS NULL AND v IS NOT NULL)",
+                  "NOT (id = 1 AND id <> 1)", "id IN (1, id)"):
+        assert unbounded_pg(where), where
+    for where in ("NOT (id < 5 AND id > 3)", "NOT (id < 5 AND v = 1)", "id IN (1, 2)", "NOT (id = 1)"):
+        assert not unbounded_pg(where), where
