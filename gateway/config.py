@@ -60,7 +60,8 @@ SCHEMA: dict[str, Any] = {
                                       "off unless `dns_listen` is set too"),
         "dns_listen": Key("", "host:port (UDP) of the filtering resolver for transparent capture"),
         "transparent_sources": Key(["10.200.0.0/16"], "networks a session's `source` address may be in"),
-        "postgres_listen": Key("", "host:port of the PostgreSQL gateway; off while empty"),
+        "postgres_listen": Key("", "host:port of the PostgreSQL gateway; off while empty (then no "
+                                   "`[databases.NAME]` may be configured)"),
         "postgres_advertise": Key("", "host:port sandboxes reach the PostgreSQL gateway at; empty: the listener"),
     },
     "api": {
@@ -887,6 +888,9 @@ def settings_from(raw: Mapping[str, Any], data_dir: Path, path: Path | None = No
     cache_ttl = raw["broker"]["cache_ttl_s"]
     if cache_ttl < 0:
         raise ValueError("broker.cache_ttl_s must be a number of seconds >= 0")
+    if isinstance(raw["databases"], Mapping) and raw["databases"] and not str(raw["proxy"]["postgres_listen"]).strip():
+        raise ValueError(f"databases.{sorted(raw['databases'])[0]}: the PostgreSQL gateway is off: set "
+                         f"proxy.postgres_listen (sessions could not be given the database)")
     oidc = raw["web"]["oidc"]
     if bool(str(oidc["issuer"]).strip()) != bool(str(oidc["audience"]).strip()):    # one alone: no login at all
         raise ValueError("web.oidc.issuer and web.oidc.audience go together: set both or neither")

@@ -115,8 +115,10 @@ def test_trusted_proxies_and_drain_are_checked(tmp_path, text, message):
     ("[vault]\nurl = \"not a url\"\n", "vault.url must be an http(s) URL"),
     ("[web.oidc]\nissuer = \"not a url\"\naudience = \"a\"\n", "web.oidc.issuer must be an http(s) URL"),
     ("[web.oidc]\nissuer = \"https://id.test\"\n", "web.oidc.issuer and web.oidc.audience go together"),
-    ("[databases.main]\nupstream = \"127.0.0.1:5432\"\ndbname = \"d\"\nuser = \"u\"\npassword = \"env:P\"\n"
-     "hold_timeout_s = nan\n", "databases.main.hold_timeout_s must be a positive number"),
+    ("[proxy]\npostgres_listen = \"127.0.0.1:6432\"\n[databases.main]\nupstream = \"127.0.0.1:5432\"\ndbname = \"d\"\n"
+     "user = \"u\"\npassword = \"env:P\"\nhold_timeout_s = nan\n", "databases.main.hold_timeout_s must be a positive number"),
+    ("[databases.main]\nupstream = \"127.0.0.1:5432\"\ndbname = \"d\"\nuser = \"u\"\npassword = \"env:P\"\n",
+     "databases.main: the PostgreSQL gateway is off: set proxy.postgres_listen"),
 ])
 def test_every_section_refuses_a_bad_value_by_name(tmp_path, text, message):
     with pytest.raises(ValueError) as err:
