@@ -582,6 +582,17 @@ def _resolve(resolve: Any) -> dict[str, tuple[str, ...]]:
     return names
 
 
+def _ca_file(where: str, name: str) -> None:
+    """A CA bundle: a readable file holding at least one PEM certificate (another file started sandgate, and then
+    every upstream TLS handshake failed)."""
+    try:
+        data = Path(name).read_bytes()
+    except OSError:
+        raise ValueError(f"{where}: no such file {name!r}") from None
+    if b"-----BEGIN CERTIFICATE-----" not in data:
+        raise ValueError(f"{where}: {name!r} holds no PEM certificate")
+
+
 def _positive(section: str, key: str, value: Any) -> float:
     if not isinstance(value, (int, float)) or isinstance(value, bool) or value <= 0:
         raise ValueError(f"{section}.{key} must be a positive number")
@@ -594,8 +605,8 @@ def _egress(eg: Mapping[str, Any]) -> EgressSettings:
         if entry.port is None:
             raise ValueError(f"egress.raw_tcp: {text!r} needs a port (\"host:port\")")
     names = _resolve(eg["resolve"])
-    if eg["upstream_ca"] and not Path(eg["upstream_ca"]).is_file():
-        raise ValueError(f"egress.upstream_ca: no such file {eg['upstream_ca']!r}")
+    if eg["upstream_ca"]:
+        _ca_file("egress.upstream_ca", eg["upstream_ca"])
     return EgressSettings(
         package_registries=_package_registries(eg["package_registries"]),
         package_max_bytes=int(_positive("egress", "package_max_bytes", eg["package_max_bytes"])),
@@ -826,8 +837,10 @@ def parse_database(name: str, raw: Any) -> DatabaseSettings:
     if tls not in TLS_MODES:
         raise ValueError(f"{where}.tls must be one of {', '.join(TLS_MODES)}")
     ca = raw.get("upstream_ca", "")
-    if not isinstance(ca, str) or (ca and not Path(ca).is_file()):
-        raise ValueError(f"{where}.upstream_ca: no such file {ca!r}")
+    if not isinstance(ca, str):
+        raise ValueError(f"{where}.upstream_ca must be a file name")
+    if ca:
+        _ca_file(f"{where}.upstream_ca", ca)
     env = raw.get("env", "")
     if not isinstance(env, str) or (env and not _ENV.match(env)):
         raise ValueError(f"{where}.env must be an environment variable name")

@@ -119,6 +119,7 @@ def test_trusted_proxies_and_drain_are_checked(tmp_path, text, message):
      "user = \"u\"\npassword = \"env:P\"\nhold_timeout_s = nan\n", "databases.main.hold_timeout_s must be a positive number"),
     ("[databases.main]\nupstream = \"127.0.0.1:5432\"\ndbname = \"d\"\nuser = \"u\"\npassword = \"env:P\"\n",
      "databases.main: the PostgreSQL gateway is off: set proxy.postgres_listen"),
+    ("[egress]\nupstream_ca = \"/nonexistent.pem\"\n", "egress.upstream_ca: no such file '/nonexistent.pem'"),
 ])
 def test_every_section_refuses_a_bad_value_by_name(tmp_path, text, message):
     with pytest.raises(ValueError) as err:
@@ -156,3 +157,9 @@ def test_a_bad_log_level_is_a_usage_error_not_a_traceback(monkeypatch, capsys):
         assert exc.value.code == 2 and "'LOUD' is not a log level" in capsys.readouterr().err
     monkeypatch.setenv("SANDGATE_LOG_LEVEL", "debug")
     assert build_parser().parse_args(["serve"]).log_level == "DEBUG"
+
+
+def test_a_ca_bundle_without_a_certificate_is_refused(tmp_path):
+    (tmp_path / "ca.pem").write_text("not a certificate\n")
+    with pytest.raises(ValueError, match="egress.upstream_ca: .* holds no PEM certificate"):
+        load(tmp_path, f"[egress]\nupstream_ca = \"{tmp_path / 'ca.pem'}\"\n")
