@@ -79,7 +79,8 @@ def _json_of(words: list[str], max_leaves: int = 25):
                         | st.dictionaries(text, children, max_size=4), max_leaves=max_leaves)
 
 
-@settings(max_examples=1500, deadline=None)
+# 600 examples (was 1500: 4 s of CPU, 120 s at load 20, past pytest's timeout), as derandomized in CI
+@settings(max_examples=600, deadline=None)
 @given(_json_of(_PLAIN) | _json_of(_WORDS))        # plain: no escapes in the JSON text, so the fast path is tried
 def test_redacted_json_is_the_redacted_input(value):
     assert json.loads(redacted_json(value)) == redact_input(value)
