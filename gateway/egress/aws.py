@@ -9,7 +9,10 @@ hash was the signed value). A request signed with any other key id is left alone
 from __future__ import annotations
 
 import asyncio
+import functools
+import logging
 from dataclasses import dataclass
+from typing import Callable
 from urllib.parse import parse_qsl
 
 from mitmproxy import http
@@ -20,6 +23,9 @@ from broker.sigv4 import (SIGNED_CHUNKS, STREAMING_SIGNED_TRAILER, Credentials, 
                           parse_signature, payload_hash, resign, signing_key, verify)
 from broker.sigv4_chunks import ChunkResigner
 from gateway.egress.flows import StreamFilter
+from gateway.egress.proxy import close_client
+
+log = logging.getLogger("sandgate.egress")
 
 
 @dataclass(frozen=True)
@@ -150,21 +156,36 @@ class AwsSigning:
                 seed_in=sig.signature, seed_out=out.signature, max_chunk=self._max_chunk,
                 trailer=checked.payload == STREAMING_SIGNED_TRAILER)
             if callable(flow.request.stream):
-                flow.request.stream = _chunk_filter(flow.request.stream, resigner)
+                flow.request.stream = _chunk_filter(flow.request.stream, resigner,
+                                                    functools.partial(close_client, flow.client_conn))
             else:
                 body_out = resigner.feed(flow.request.raw_content or b"")
                 resigner.finish()
                 flow.request.raw_content = body_out
 
 
-def _chunk_filter(first: StreamFilter, resigner: ChunkResigner) -> StreamFilter:
+def _chunk_filter(first: StreamFilter, resigner: ChunkResigner, close: Callable[[], None]) -> StreamFilter:
     """A stream filter: what `first` passes, its aws-chunked chunks signed again (the end checks the body was
-    whole). A bad chunk raises: mitmproxy then drops the connection, the upload never completes upstream."""
+    whole). At a bad chunk nothing more is passed and `close` closes the client connection: the upload never
+    completes upstream, and the client is cut off at once. (Raising here instead left mitmproxy's connection
+    neither reading nor closed: the client's send stalled until its own timeout.)"""
+    failed = False
+
     def run(chunk: bytes) -> list[bytes]:
-        out = first(chunk)
-        pieces = [out] if isinstance(out, (bytes, bytearray)) else list(out)
-        result = [resigner.feed(bytes(p)) for p in pieces if p]
-        if not chunk:
-            resigner.finish()
-        return [r for r in result if r]             # never an empty piece mid-stream (a chunked terminator)
+        nonlocal failed
+        if not failed:
+            out = first(chunk)
+            pieces = [out] if isinstance(out, (bytes, bytearray)) else list(out)
+            try:
+                result = [resigner.feed(bytes(p)) for p in pieces if p]
+                if not chunk:
+                    resigner.finish()
+                return [r for r in result if r]     # never an empty piece mid-stream (a chunked terminator)
+            except SigV4Error as exc:
+                failed = True
+                log.warning("an aws-chunked upload was cut: %s", exc)
+                close()
+        if not chunk:       # the body's end never reaches the upstream: mitmproxy drops the connection
+            raise SigV4Error("the aws-chunked body was cut")
+        return []
     return run

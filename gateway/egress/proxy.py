@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
+from mitmproxy import connection, ctx
 from mitmproxy.certs import CertStore
 from mitmproxy.options import Options
 from mitmproxy.tools.dump import DumpMaster
@@ -69,6 +70,28 @@ class Ready:
         self.event.set()
 
 
+def close_client(client: connection.Client) -> None:
+    """Close a client's socket now, for what a hook or a stream filter cannot do with a command: mitmproxy then
+    sees the connection end and winds it down as for a client that went away. No-op once it is closed."""
+    handler = ctx.master.addons.get("proxyserver").connections.get(client.id)
+    io = handler.transports.get(client) if handler is not None else None
+    if io is not None and io.writer is not None and not io.writer.is_closing():
+        io.writer.close()
+
+
+class CloseDisconnected:
+    """Closes a client's socket once mitmproxy is done with the connection.
+
+    mitmproxy's connection handler can end without closing the client socket: when sandgate kills a flow whose
+    body is still arriving (a refused large upload, addon.refuse_large_body), `client_disconnected` runs with the
+    socket still open and no task left to read or close it (the handler's cancellation can leave
+    `handle_connection` before its `writer.close()`), so the client's send stalled until its own timeout instead
+    of getting a reset. At `client_disconnected` the connection is over in every case."""
+
+    def client_disconnected(self, client: connection.Client) -> None:
+        close_client(client)
+
+
 # The egress CA's name, the same whoever makes it: `serve` at its first start (below) and deploy/sandgate-keys.py.
 CA_ORGANIZATION = "sandgate"
 CA_COMMON_NAME = "sandgate egress CA"
@@ -112,5 +135,5 @@ def build_master(addons: Sequence[object], settings: MasterSettings) -> tuple[Sa
     install_websocket_cap()                 # a WebSocket message is bounded in memory (layers.py)
     install_fast_message_check()            # mitmproxy's per-message type check, same verdicts, cheaper (messages.py)
     ready = Ready()
-    master.addons.add(ready, *addons)
+    master.addons.add(ready, CloseDisconnected(), *addons)
     return master, ready
