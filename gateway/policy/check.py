@@ -2,7 +2,8 @@
 
 Reported with file:line: parse errors, calls to functions that are neither defined by the policy nor
 builtins of the engine, unsafe variables and conflicting rules (regorus finds the last two when a rule is
-first evaluated, so every rule is evaluated once on an empty input). `strict` adds OPA's strict-mode checks
+first evaluated, so every package, tests included, is evaluated once on an empty input, and every rule of a
+package that fails on its own). `strict` adds OPA's strict-mode checks
 that a static walk can make: unused and duplicate imports, deprecated builtins, local assignments and function
 arguments never used, assignments to `input` or `data`, and what is wrong with `# METADATA` annotations
 (gateway/policy/annotations.py); and sandgate's own trap: an egress rule restricting the
@@ -23,7 +24,7 @@ import regorus
 from gateway.policy import ast
 from gateway.policy.annotations import read_annotations
 from gateway.policy.loader import PolicySource
-from gateway.policy.rego import PolicyError, build_engine, error_text
+from gateway.policy.rego import PolicyError, build_engine, error_text, prepared
 
 DEPRECATED = {"any", "all", "re_match", "set_diff", "net.cidr_overlap", "cast_array", "cast_set",
               "cast_string", "cast_boolean", "cast_null", "cast_object"}
@@ -121,35 +122,45 @@ def _resolves(name: list[str], package: str, imports: dict[str, list[str]], func
 
 
 def _evaluation_errors(engine: Any, modules: list[dict]) -> list[Finding]:
-    findings, seen = [], set()
+    """Evaluate each package whole on an empty input (this also reaches functions, e.g. arity conflicts), then,
+    in a package that failed, each rule on its own: a package's evaluation stops at its first error, and a
+    package that evaluates runs every rule it holds, so its rules on their own find nothing more. The tests are
+    rules too: a clean policy's check evaluates them once, as its packages."""
+    engine = prepared(engine)             # each package and rule below evaluates on a clone of it
+    findings, failed = [], set()
+    for package in sorted({ast.module_package(m) for m in modules}):
+        text = _error_of(engine, f"data.{package}", query=True)
+        if text is None:
+            continue
+        failed.add(package)
+        if "could not find function" not in text:     # reported with the static walk
+            findings.append(_finding(text))
+    seen: set[str] = set()
     for rule in ast.rules(modules):
-        if rule.kind == "Func" or rule.path in seen:
+        if rule.kind == "Func" or rule.path in seen or rule.package not in failed:
             continue
         seen.add(rule.path)
-        probe = engine.clone()
-        probe.set_gather_prints(True)         # a print() in the policy must not reach our stdout/stderr
-        try:
-            probe.set_input({})
-            probe.eval_rule_as_json(rule.path)
-        except BaseException as exc:  # noqa: BLE001
-            if isinstance(exc, (KeyboardInterrupt, SystemExit)):
-                raise
-            text = error_text(exc)
-            if "could not find function" not in text:     # reported with the static walk
-                findings.append(_finding(text))
-    for package in sorted({rast_pkg for rast_pkg in (ast.module_package(m) for m in modules)}):
-        probe = engine.clone()          # a whole package: also reaches functions (e.g. arity conflicts)
-        probe.set_gather_prints(True)
-        try:
-            probe.set_input({})
-            probe.eval_query_as_json(f"data.{package}")
-        except BaseException as exc:  # noqa: BLE001
-            if isinstance(exc, (KeyboardInterrupt, SystemExit)):
-                raise
-            text = error_text(exc)
-            if "could not find function" not in text:
-                findings.append(_finding(text))
+        text = _error_of(engine, rule.path, query=False)
+        if text is not None and "could not find function" not in text:
+            findings.append(_finding(text))
     return findings
+
+
+def _error_of(engine: Any, path: str, query: bool) -> str | None:
+    """The error evaluating `path` (a package's query, or a rule) on a clone of `engine` raises, or None."""
+    probe = engine.clone()
+    probe.set_gather_prints(True)             # a print() in the policy must not reach our stdout/stderr
+    try:
+        probe.set_input({})
+        if query:
+            probe.eval_query_as_json(path)
+        else:
+            probe.eval_rule_as_json(path)
+    except BaseException as exc:  # noqa: BLE001
+        if isinstance(exc, (KeyboardInterrupt, SystemExit)):
+            raise
+        return error_text(exc)
+    return None
 
 
 def _strict(modules: list[dict]) -> list[Finding]:

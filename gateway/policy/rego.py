@@ -65,6 +65,22 @@ def build_engine(source: PolicySource, *, tests: bool = False, coverage: bool = 
     return engine
 
 
+def prepared(engine: Any) -> Any:
+    """The engine, or a clone of it, analysed for evaluation. regorus analyses the modules (rule order,
+    function table) on an engine's first evaluation and `clone()` copies the engine as it is: a clone of an
+    engine never evaluated redoes that analysis on its own first evaluation (about 15 ms of CPU for the shipped
+    policy, against about 1 ms to run one of its tests). Callers that clone per test or per rule clone this.
+    A policy whose analysis fails is returned as it is (each clone then reports the error, as before)."""
+    probe = engine.clone()
+    try:
+        probe.eval_query("true")
+    except BaseException as exc:  # noqa: BLE001 - RuntimeError or a pyo3 panic
+        if isinstance(exc, (KeyboardInterrupt, SystemExit)):
+            raise
+        return engine
+    return probe
+
+
 def evaluate(engine: Any, rule: str, input_doc: Any, as_json: bool = False) -> Any:
     """Evaluate `rule` (a full path, `data.a.b`) against `input_doc`. None when undefined; PolicyError on error.
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from gateway.policy import ast
 from gateway.policy.loader import PolicySource, load_policy_dir
-from gateway.policy.rego import PolicyError, build_engine, error_text
+from gateway.policy.rego import PolicyError, build_engine, error_text, prepared
 
 
 @dataclass(frozen=True)
@@ -97,7 +97,7 @@ def _merge_coverage(into: dict[str, FileCoverage], report: dict, test_files: set
 def run_source(source: PolicySource, run: str | None = None, coverage: bool = False) -> TestReport:
     import json
 
-    base = build_engine(source, tests=True, coverage=coverage)
+    base = prepared(build_engine(source, tests=True, coverage=coverage))     # each test a clone of it
     pattern = re.compile(run) if run else None
     results: list[TestResult] = []
     cov: dict[str, FileCoverage] = {}

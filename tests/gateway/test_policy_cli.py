@@ -467,3 +467,18 @@ def test_check_flags_an_input_import_that_shadows_a_rule(tmp_path):
                                "decision := 1\nx if decision.host == \"a\"\n"})
     assert any("import input.request shadows the rule decision of package p" in str(f)
                for f in check_source(load_policy_dir(tmp_path)))
+
+
+def test_check_reports_every_failing_rule_of_a_package_not_only_the_first(tmp_path):
+    """check evaluates a package whole, then each rule of a package that failed: two errors in one package are
+    both reported, a package that evaluates adds nothing (in process: the CLI tests above cover the wiring)."""
+    from gateway.policy.check import check_source
+    from gateway.policy.loader import load_policy_dir
+    write(tmp_path, {"p.rego": "package p\nimport rego.v1\nx := 1\nx := 2\ny := to_number(\"a\")\nz := 3\n",
+                     "q.rego": "package q\nimport rego.v1\nok := data.p.z\n",
+                     "p_test.rego": "package p_test\nimport rego.v1\ntest_z if data.p.z == 3\n"
+                                    "test_bad if to_number(\"b\")\n"})
+    found = [str(f) for f in check_source(load_policy_dir(tmp_path))]
+    assert found == ["p.rego:4: error: rule conflicts with rule at p.rego:3:1",
+                     "p.rego:5: error: could not parse string as number",
+                     "p_test.rego:4: error: could not parse string as number"], found
