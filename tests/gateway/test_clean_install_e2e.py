@@ -4,7 +4,10 @@ CVE-2025-43859's malformed chunk: the smuggling test runs against that venv's ow
 The dependencies' wheels are what `pip wheel .` resolves for this pyproject.toml, kept between runs (WHEELS,
 keyed by its dependencies, its build requirements and the Python version): a run installs from them without
 asking the registry, so the set installed is the one a plain install resolves, and the test costs one venv and
-one offline install instead of a resolution and a download. A changed dependency (or a fresh machine, as in CI) resolves afresh."""
+one offline install instead of a resolution and a download. A changed dependency (or a fresh machine, as in CI) resolves afresh.
+
+The venv is made without pip (ensurepip's own install of pip costs more CPU than the rest of the venv): the test's
+pip installs into it (`pip --python VENV install .`), the same resolution and build as the venv's own pip would run."""
 from __future__ import annotations
 
 import hashlib
@@ -32,6 +35,11 @@ SKIP = shutil.ignore_patterns(".git", ".venv*", "__pycache__", "*.egg-info", "bu
 WHEELS = Path(os.environ.get("SANDGATE_TEST_WHEELS") or Path.home() / ".cache" / "sandgate-tests" / "wheels")
 
 
+def pip(python: Path, *args: str) -> list[str]:
+    """`pip ARGS` run by this environment's pip for the interpreter `python` (its environment is what it changes)."""
+    return [sys.executable, "-m", "pip", "--python", str(python), "--disable-pip-version-check", *args]
+
+
 def wheelhouse(python: Path, src: Path, tmp: Path) -> Path:
     """The wheels `pip wheel .` resolves for this pyproject.toml (sandgate's own left out: it is built from the
     checkout each run) and the build requirements, made once per set of requirements and Python version."""
@@ -42,12 +50,12 @@ def wheelhouse(python: Path, src: Path, tmp: Path) -> Path:
     if house.is_dir():
         return house
     part = tmp / "wheels"
-    out = subprocess.run([str(python), "-m", "pip", "wheel", "--quiet", "--disable-pip-version-check",
-                          "--wheel-dir", str(part), str(src)], capture_output=True, text=True, timeout=1100, cwd=tmp)
+    out = subprocess.run(pip(python, "wheel", "--quiet", "--wheel-dir", str(part), str(src)),
+                         capture_output=True, text=True, timeout=1100, cwd=tmp)
     need(out.returncode == 0, f"`pip wheel .` (registry reachable): {out.stderr[-600:]}")
     build = project["build-system"]["requires"]
-    out = subprocess.run([str(python), "-m", "pip", "wheel", "--quiet", "--disable-pip-version-check",
-                          "--wheel-dir", str(part), *build], capture_output=True, text=True, timeout=600, cwd=tmp)
+    out = subprocess.run(pip(python, "wheel", "--quiet", "--wheel-dir", str(part), *build),
+                         capture_output=True, text=True, timeout=600, cwd=tmp)
     need(out.returncode == 0, f"`pip wheel` of the build requirements (registry reachable): {out.stderr[-600:]}")
     for own in part.glob("sandgate-*.whl"):
         own.unlink()
@@ -67,13 +75,12 @@ def clean_venv(tmp_path_factory) -> Path:
     src = tmp / "src"
     shutil.copytree(ROOT, src, ignore=SKIP)         # build from a copy: the checkout stays clean
     env_dir = tmp / "venv"
-    venv.EnvBuilder(with_pip=True).create(env_dir)
+    venv.EnvBuilder(with_pip=False).create(env_dir)
     python = env_dir / "bin" / "python"
     house = wheelhouse(python, src, tmp)
     # --no-compile: what the test imports is compiled when imported, not every module of every dependency
-    out = subprocess.run([str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
-                          "--no-compile", "--no-index", "--find-links", str(house), str(src)],
-                         capture_output=True, text=True, timeout=1100, cwd=tmp)
+    out = subprocess.run(pip(python, "install", "--quiet", "--no-compile", "--no-index", "--find-links", str(house),
+                             str(src)), capture_output=True, text=True, timeout=1100, cwd=tmp)
     assert out.returncode == 0, f"`pip install .` from the wheels `pip wheel .` resolved: {out.stderr[-600:]}"
     return python
 
