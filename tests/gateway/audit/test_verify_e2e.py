@@ -2,10 +2,16 @@
 writers), signed checkpoints by the real checkpoint writer, then the trail tampered with as an attacker with
 database access would, with the sqlite3 shell or psql: an edited row, a deleted row, a swapped pair, an inserted
 row, a cut tail (after the last checkpoint, and under it with the head rewound), a forged checkpoint. Each is
-named (row id, session, seq); an untouched trail passes, also checked with only the public key."""
+named (row id, session, seq); an untouched trail passes, also checked with only the public key.
+
+The untouched trail is checked by real `sandgate audit` processes (the command's wiring: its exit code and output);
+each tampered trail by the same command run in this process (`gateway.cli.main`, the same argv, environment and
+output): a CLI process costs about 2 s of CPU importing, and the tampering tests ran fourteen."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import io
 import os
 import re
 import shutil
@@ -40,6 +46,17 @@ class World:
     def cli(self, *args: str) -> subprocess.CompletedProcess:
         return subprocess.run([sys.executable, "-m", "gateway", "audit", *args, "--data-dir", str(self.data)],
                               capture_output=True, text=True, timeout=120, env=self.env)
+
+    def verify(self) -> subprocess.CompletedProcess:
+        """`sandgate audit verify` in this process: `main` as the console script runs it, with the same argv and
+        store URL; its exit code and output as a finished process's."""
+        from gateway.cli import main
+        argv = ["audit", "verify", "--data-dir", str(self.data)]
+        out, err = io.StringIO(), io.StringIO()
+        with pytest.MonkeyPatch.context() as mp, contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            mp.setenv("SANDGATE_STORE__URL", self.url)
+            code = main(argv)
+        return subprocess.CompletedProcess(["sandgate", *argv], code, out.getvalue(), err.getvalue())
 
     def sql(self, statement: str) -> str:
         """Tamper as an attacker with database access: the sqlite3 shell, or psql."""
@@ -133,14 +150,15 @@ def test_an_untouched_trail_passes_also_with_only_the_public_key(world):
 def test_an_edited_row_is_named(world):
     rid, sid, seq, _n = world.rows()[123]
     world.sql(f"UPDATE events SET action = 'allow', reasons = '[\"nothing to see\"]' WHERE id = {rid}")
-    assert broken_at(world.cli("verify"))[:3] == (int(rid), sid or "-", seq)
-    assert "edited" in broken_at(world.cli("verify"))[3]
+    broken = broken_at(world.verify())
+    assert broken[:3] == (int(rid), sid or "-", seq)
+    assert "edited" in broken[3]
 
 
 def test_a_deleted_row_is_found(world):
     rows = world.rows()
     world.sql(f"DELETE FROM events WHERE id = {rows[200][0]}")
-    rid, sid, seq, what = broken_at(world.cli("verify"))
+    rid, sid, seq, what = broken_at(world.verify())
     assert (rid, sid, seq) == (int(rows[201][0]), rows[201][1] or "-", rows[201][2])
     assert what.startswith("1 row before it deleted")
 
@@ -150,7 +168,7 @@ def test_a_swapped_pair_is_found(world):
     a, b = rows[300][0], rows[301][0]
     world.sql(f"UPDATE events SET id = -1 WHERE id = {a}; UPDATE events SET id = {a} WHERE id = {b}; "
               f"UPDATE events SET id = {b} WHERE id = -1")
-    rid, _sid, _seq, what = broken_at(world.cli("verify"))
+    rid, _sid, _seq, what = broken_at(world.verify())
     assert rid == int(a) and "reordered" in what
 
 
@@ -158,14 +176,14 @@ def test_an_inserted_row_is_found(world):
     rows = world.rows()
     world.sql("INSERT INTO events (seq, ts, session, kind, action, reasons, codes, detail) "
               "VALUES (999, 1.0, 's-a0', 'egress', 'allow', '[]', '[]', '{}')")
-    rid, sid, seq, what = broken_at(world.cli("verify"))
+    rid, sid, seq, what = broken_at(world.verify())
     assert rid > int(rows[-1][0]) and (sid, seq) == ("s-a0", "999") and "inserted" in what
 
 
 def test_a_tail_cut_after_the_last_checkpoint_is_found(world):
     rows = world.rows()
     world.sql(f"DELETE FROM events WHERE id > {rows[-11][0]}")                     # the last 10 rows
-    rid, _sid, _seq, what = broken_at(world.cli("verify"))
+    rid, _sid, _seq, what = broken_at(world.verify())
     assert rid == int(rows[-11][0]) and "cut from the end" in what and "chain head counts 480" in what
 
 
@@ -176,12 +194,12 @@ def test_a_tail_cut_under_a_checkpoint_with_the_head_rewound_is_found(world):
     assert int(last_point) > int(keep[3])
     world.sql(f"DELETE FROM events WHERE id > {keep[0]}; UPDATE audit_chain SET count = {keep[3]}, "
               f"last_id = {keep[0]}, hash = (SELECT hash FROM events WHERE id = {keep[0]})")
-    rid, _sid, _seq, what = broken_at(world.cli("verify"))
+    rid, _sid, _seq, what = broken_at(world.verify())
     assert rid == int(keep[0]) and "last signed checkpoint covers" in what
 
 
 def test_a_forged_checkpoint_is_found(world):
     world.sql("UPDATE audit_checkpoints SET hash = 'ab' || substr(hash, 3) WHERE id = (SELECT max(id) FROM "
               "audit_checkpoints)")
-    out = world.cli("verify")
+    out = world.verify()
     assert out.returncode == 1 and "no valid signature" in out.stdout
