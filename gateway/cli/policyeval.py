@@ -118,7 +118,8 @@ def _egress(session: dict, now: float, method: str, scheme: str, host: str, port
 
 # -- the command ----------------------------------------------------------------------------------------------
 
-def run(cfg: Config, args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
+def run(cfg: Config, args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None = None) -> int:
+    out, err = out or sys.stdout, err or sys.stderr        # the streams at call time (a caller may redirect them)
     from gateway.policy.evaluator import Evaluator
     from gateway.policy.factory import policy_dir
     from gateway.policy.loader import load_policy_dir

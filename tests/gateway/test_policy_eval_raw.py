@@ -12,6 +12,7 @@ import pytest
 import requests
 
 from tests.conftest import LOOPBACK_CONFIG
+from tests.support.cli import run_cli
 from tests.support.gateway import ROOT, Sandgate
 
 
@@ -22,15 +23,18 @@ def sandgate(*args: str, stdin: str | None = None, env: dict | None = None) -> s
                           input=stdin, cwd=str(ROOT), env={**os.environ, **(env or {})})
 
 
-def raw_eval(*args: str, data_dir) -> subprocess.CompletedProcess:
-    return sandgate("policy", "eval", *args, "--data-dir", str(data_dir), "--policies", str(ROOT / "policies"))
+def raw_eval(*args: str, data_dir, process: bool = False) -> subprocess.CompletedProcess:
+    """`policy eval` of a raw call: in this process (tests/support/cli.py), or a real `sandgate` process (each
+    kind of raw call keeps one, for the wiring)."""
+    argv = ("policy", "eval", *args, "--data-dir", str(data_dir), "--policies", str(ROOT / "policies"))
+    return sandgate(*argv) if process else run_cli(*argv)
 
 
 # -- the CLI alone -------------------------------------------------------------------------------------------
 
 def test_a_raw_shell_call_is_decided_on_the_facts_the_server_builds(tmp_path):
     proc = raw_eval("--tool", "shell", "--args", json.dumps({"command": "rm -rf /workspace/build && ls"}),
-                    "--show-input", data_dir=tmp_path)
+                    "--show-input", data_dir=tmp_path, process=True)
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
     assert out["decision"]["action"] == "ask" and out["decision"]["codes"] == ["toolcall.delete"]
@@ -48,7 +52,7 @@ def test_could_not_be_parsed_only_when_parsing_failed(tmp_path):
     # A hand-written input without the facts: still an ask, but it says what is missing.
     doc = {"kind": "toolcall", "session": {"id": "s", "workspace": "/workspace"},
            "tool": {"name": "shell", "args": {"command": "ls"}}}
-    bare = sandgate("policy", "eval", "--kind", "toolcall", "--input", "-", stdin=json.dumps(doc))
+    bare = run_cli("policy", "eval", "--kind", "toolcall", "--input", "-", stdin=json.dumps(doc))
     decision = json.loads(bare.stdout)
     assert decision["action"] == "ask" and decision["codes"] == ["toolcall.no_facts"]
     assert "could not be parsed" not in decision["reasons"][0] and "policy eval --tool" in decision["reasons"][0]
@@ -56,7 +60,7 @@ def test_could_not_be_parsed_only_when_parsing_failed(tmp_path):
 
 def test_an_https_request_is_decided_at_the_connect_and_then_in_the_tunnel(tmp_path):
     proc = raw_eval("--request", "DELETE https://pypi.org/x?y=1", "--allow", "pypi.org", "--show-input",
-                    data_dir=tmp_path)
+                    data_dir=tmp_path, process=True)
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
     assert [s["request"] for s in out["steps"]] == ["CONNECT pypi.org:443", "DELETE https://pypi.org/x?y=1"]
@@ -84,14 +88,16 @@ def test_bad_raw_arguments_are_one_line(tmp_path, args, message):
 
 
 def test_eval_without_input_or_raw_call_says_what_it_needs(tmp_path):
-    proc = sandgate("policy", "eval", "--data-dir", str(tmp_path))
+    proc = run_cli("policy", "eval", "--data-dir", str(tmp_path))
     assert proc.returncode == 1 and "--tool NAME --args JSON" in proc.stderr
 
 
 # -- against a real server -----------------------------------------------------------------------------------
 
 def cli(sg: Sandgate, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return sandgate(*args, "--data-dir", str(sg.data_dir), "--config", str(sg.config_path), env=env)
+    """A command on the server's data directory and configuration, in this process (the export through the API
+    below runs real processes)."""
+    return run_cli(*args, "--data-dir", str(sg.data_dir), "--config", str(sg.config_path), env=env)
 
 
 def export_lines(sg: Sandgate, *args: str, want: int, env: dict | None = None) -> list[dict]:
@@ -185,7 +191,8 @@ def test_policy_eval_of_a_raw_call_equals_the_servers_decision_and_the_log_finds
         in_session = export_lines(sg, "--session", sess["id"], want=3)
         assert len(in_session) == 3 and {r["input"]["session"]["id"] for r in in_session} == {sess["id"]}
 
-        # through the API, for someone without the database: an admin token, never another role's
+        # through the API, for someone without the database: an admin token, never another role's (the first a
+        # real process, the others in this process)
         admin = sg.token("admin", "auditor")
         outsider = tmp_path / "elsewhere"              # no store here: only the API can answer
         api = ["--api-url", sg.api, "--token", admin]
@@ -193,13 +200,13 @@ def test_policy_eval_of_a_raw_call_equals_the_servers_decision_and_the_log_finds
                         "--data-dir", str(outsider))
         assert proc.returncode == 0, proc.stderr
         assert [json.loads(l)["request_id"] for l in proc.stdout.splitlines()] == [request_id]
-        proc = sandgate("audit", "export", "--format", "opa-decision-log", "--session", sess["id"], "--api-url",
+        proc = run_cli("audit", "export", "--format", "opa-decision-log", "--session", sess["id"], "--api-url",
                         sg.api, "--data-dir", str(outsider), env={"SANDGATE_TOKEN": admin})
         assert len(proc.stdout.splitlines()) == 3, proc.stderr
-        proc = sandgate("audit", "export", "--format", "opa-decision-log", "--id", rows[0]["decision_id"], *api,
+        proc = run_cli("audit", "export", "--format", "opa-decision-log", "--id", rows[0]["decision_id"], *api,
                         "--data-dir", str(outsider))
         assert [json.loads(l)["decision_id"] for l in proc.stdout.splitlines()] == [rows[0]["decision_id"]], proc.stderr
-        refused = sandgate("audit", "export", "--format", "opa-decision-log", "--api-url", sg.api, "--token",
+        refused = run_cli("audit", "export", "--format", "opa-decision-log", "--api-url", sg.api, "--token",
                            sg.harness_token, "--data-dir", str(outsider))
         assert refused.returncode == 1 and "403" in refused.stderr
         everything = sg.call("GET", "/v1/decisions?limit=2", token=admin).json()
