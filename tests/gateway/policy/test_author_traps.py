@@ -4,10 +4,8 @@ that are not null-safe, and `policy test` saying which directory it tests and co
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
-import sys
 import textwrap
 
 import pytest
@@ -16,13 +14,15 @@ import requests
 from gateway.policy.evaluator import Evaluator
 from gateway.policy.loader import load_policy_dir
 from tests.conftest import LOOPBACK_CONFIG
+from tests.support.cli import run_cli
 from tests.support.gateway import ROOT, Sandgate
 from tests.support.upstream import Upstream, make_cert
 
 
 def sandgate(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "gateway", *args], capture_output=True, text=True, timeout=120,
-                          cwd=str(ROOT), env={**os.environ, **(env or {})})
+    """The command in this process (tests/support/cli.py): what it reports is the question here; the processes
+    of `policy check`, `test` and `eval` are tested in tests/gateway/test_policy_cli.py."""
+    return run_cli(*args, env=env)
 
 
 def policy_copy(tmp_path, site: dict[str, str]):
