@@ -24,7 +24,9 @@ def gw(tmp_path_factory):
         **LOOPBACK_CONFIG["egress"]["resolve"], "api.partner.test": ["127.0.0.1"], "lo.partner.test": ["127.0.0.1"],
         "meta.partner.test": ["169.254.169.254"], "v6.partner.test": ["::1"],
         "pinned.partner.test": ["127.0.0.1"]}, "passthrough": ["pinned.partner.test"]},
-        "approvals": {"max_grant_ttl_s": 3600}}
+        "approvals": {"max_grant_ttl_s": 3600},
+        # test_what_a_session_can_file_is_capped's cap (no other test here has more than 2 pending in a session)
+        "sessions": {"max_pending_approvals": 2}}
     cfg["egress"]["private_allow"] = ["127.0.0.0/8"]
     tmp = tmp_path_factory.mktemp("access")
     cert = make_cert(tmp / "certs", ["secure.test", "pinned.partner.test"])
@@ -34,6 +36,15 @@ def gw(tmp_path_factory):
         sg.tls_cert = cert
         sg.approver = sg.token("approver", "alice")
         sg.approver2 = sg.token("approver", "bob")
+        yield sg
+
+
+@pytest.fixture(scope="module")
+def quorum_gw(tmp_path_factory):
+    """Approvals need two approvers (`approvals.quorum`): one sandgate for the quorum tests here and in
+    test_queue_e2e.py (each files its own request in a session of its own)."""
+    with Sandgate(tmp_path_factory.mktemp("quorum"), {**LOOPBACK_CONFIG, "approvals": {"quorum": 2}}) as sg:
+        sg.a, sg.b = sg.token("approver", "a"), sg.token("approver", "b")
         yield sg
 
 
@@ -198,33 +209,31 @@ def test_harness_files_for_its_session_and_pending_cap(gw):
     assert approve(gw, resp.json()["id"], token=sess["token"]).status_code in (401, 403)
 
 
-def test_quorum_narrowest_vote_wins(tmp_path, upstream):
-    cfg = {**LOOPBACK_CONFIG, "approvals": {"quorum": 2}}
-    with Sandgate(tmp_path, cfg) as sg:
-        a, b = sg.token("approver", "a"), sg.token("approver", "b")
-        sess = sg.session(allow=[])
-        aid = file_inside(sess, {"host": "allowed.test", "reason": "x", "ttl_s": 600}).json()["id"]
-        assert approve(sg, aid, a, grant={"methods": ["GET", "HEAD"], "ttl_s": 300}).json()["status"] == "pending"
-        final = approve(sg, aid, b, grant={"methods": ["GET", "POST"], "path_prefix": "/v1/"}).json()
-        assert final["status"] == "approved"
-        assert final["grant"]["methods"] == ["GET"] and final["grant"]["path_prefix"] == "/v1/"
-        url = f"http://allowed.test:{upstream.port}"
-        assert requests.get(f"{url}/v1/y", proxies=sess["proxies"], timeout=10).status_code == 200
-        assert requests.head(f"{url}/v1/y", proxies=sess["proxies"], timeout=10).status_code == 403
+def test_quorum_narrowest_vote_wins(quorum_gw, upstream):
+    sg = quorum_gw
+    a, b = sg.a, sg.b
+    sess = sg.session(allow=[])
+    aid = file_inside(sess, {"host": "allowed.test", "reason": "x", "ttl_s": 600}).json()["id"]
+    assert approve(sg, aid, a, grant={"methods": ["GET", "HEAD"], "ttl_s": 300}).json()["status"] == "pending"
+    final = approve(sg, aid, b, grant={"methods": ["GET", "POST"], "path_prefix": "/v1/"}).json()
+    assert final["status"] == "approved"
+    assert final["grant"]["methods"] == ["GET"] and final["grant"]["path_prefix"] == "/v1/"
+    url = f"http://allowed.test:{upstream.port}"
+    assert requests.get(f"{url}/v1/y", proxies=sess["proxies"], timeout=10).status_code == 200
+    assert requests.head(f"{url}/v1/y", proxies=sess["proxies"], timeout=10).status_code == 403
 
 
-def test_what_a_session_can_file_is_capped(tmp_path):
-    cfg = {**LOOPBACK_CONFIG, "sessions": {"max_pending_approvals": 2}}
-    with Sandgate(tmp_path, cfg) as sg:
-        sess = sg.session(allow=[])
-        for host in ("a.partner.test", "b.partner.test"):
-            assert file_inside(sess, {"host": host, "reason": "x"}).status_code == 202
-        third = file_inside(sess, {"host": "c.partner.test", "reason": "x"})
-        assert third.status_code == 429 and third.json()["error"] == "approvals.too_many"
-        big = requests.post(ENDPOINT, data=b'{"host": "d.partner.test", "reason": "' + b"x" * 20000 + b'"}',
-                            headers={"Content-Type": "application/json"}, proxies=sess["proxies"], timeout=10)
-        assert big.status_code in (403, 413)
-        assert len(sg.call("GET", f"/v1/approvals?session={sess['id']}", sg.token("approver", "a")).json()) == 2
+def test_what_a_session_can_file_is_capped(gw):
+    sg = gw
+    sess = sg.session(allow=[])
+    for host in ("a.partner.test", "b.partner.test"):
+        assert file_inside(sess, {"host": host, "reason": "x"}).status_code == 202
+    third = file_inside(sess, {"host": "c.partner.test", "reason": "x"})
+    assert third.status_code == 429 and third.json()["error"] == "approvals.too_many"
+    big = requests.post(ENDPOINT, data=b'{"host": "d.partner.test", "reason": "' + b"x" * 20000 + b'"}',
+                        headers={"Content-Type": "application/json"}, proxies=sess["proxies"], timeout=10)
+    assert big.status_code in (403, 413)
+    assert len(sg.call("GET", f"/v1/approvals?session={sess['id']}", sg.token("approver", "a")).json()) == 2
 
 
 def read_head(sock) -> tuple[str, bytes]:
@@ -365,27 +374,26 @@ def test_the_sandbox_waits_for_the_decision(gw):
     assert requests.get(f"{ENDPOINT}/{aid}?wait=1e999", proxies=sess["proxies"], timeout=10).status_code == 200
 
 
-def test_quorum_one_approver_widening_is_refused(tmp_path, upstream):
-    cfg = {**LOOPBACK_CONFIG, "approvals": {"quorum": 2}}
-    with Sandgate(tmp_path, cfg) as sg:
-        a, b = sg.token("approver", "a"), sg.token("approver", "b")
-        sess = sg.session(allow=[])
-        aid = file_inside(sess, {"host": "allowed.test", "reason": "x", "methods": ["GET"], "path_prefix": "/v1/",
-                                 "ttl_s": 600}).json()["id"]
-        assert approve(sg, aid, a, grant={"ttl_s": 30}).json()["status"] == "pending"
-        for wider in ({"methods": ["GET", "POST"]}, {"path_prefix": "/"}, {"path_prefix": "/v1/../admin"},
-                      {"ttl_s": 601}, {"host": "other.test"}, {"port": 1}):
-            resp = approve(sg, aid, b, grant=wider)
-            assert resp.status_code == 400, (wider, resp.text)
-        assert sg.call("GET", f"/v1/approvals/{aid}", a).json()["status"] == "pending"
-        final = approve(sg, aid, b, grant={"path_prefix": "/v1/x"}).json()
-        assert final["status"] == "approved"
-        g = final["grant"]
-        assert g["methods"] == ["GET"] and g["path_prefix"] == "/v1/x" and g["host"] == "allowed.test"
-        url = f"http://allowed.test:{upstream.port}"
-        assert requests.get(f"{url}/v1/x/1", proxies=sess["proxies"], timeout=10).status_code == 200
-        assert requests.get(f"{url}/v1/y", proxies=sess["proxies"], timeout=10).status_code == 403
-        assert requests.post(f"{url}/v1/x/1", proxies=sess["proxies"], timeout=10).status_code == 403
+def test_quorum_one_approver_widening_is_refused(quorum_gw, upstream):
+    sg = quorum_gw
+    a, b = sg.a, sg.b
+    sess = sg.session(allow=[])
+    aid = file_inside(sess, {"host": "allowed.test", "reason": "x", "methods": ["GET"], "path_prefix": "/v1/",
+                             "ttl_s": 600}).json()["id"]
+    assert approve(sg, aid, a, grant={"ttl_s": 30}).json()["status"] == "pending"
+    for wider in ({"methods": ["GET", "POST"]}, {"path_prefix": "/"}, {"path_prefix": "/v1/../admin"},
+                  {"ttl_s": 601}, {"host": "other.test"}, {"port": 1}):
+        resp = approve(sg, aid, b, grant=wider)
+        assert resp.status_code == 400, (wider, resp.text)
+    assert sg.call("GET", f"/v1/approvals/{aid}", a).json()["status"] == "pending"
+    final = approve(sg, aid, b, grant={"path_prefix": "/v1/x"}).json()
+    assert final["status"] == "approved"
+    g = final["grant"]
+    assert g["methods"] == ["GET"] and g["path_prefix"] == "/v1/x" and g["host"] == "allowed.test"
+    url = f"http://allowed.test:{upstream.port}"
+    assert requests.get(f"{url}/v1/x/1", proxies=sess["proxies"], timeout=10).status_code == 200
+    assert requests.get(f"{url}/v1/y", proxies=sess["proxies"], timeout=10).status_code == 403
+    assert requests.post(f"{url}/v1/x/1", proxies=sess["proxies"], timeout=10).status_code == 403
 
 
 def test_a_grant_keeps_every_deny_rule_a_secret_bound_elsewhere(gw, upstream):
@@ -446,3 +454,18 @@ def test_a_tunnel_only_a_grant_opened_is_intercepted_even_to_a_passthrough_host(
         listed = gw.session(allow=["pinned.partner.test"])
         relayed = requests.get(f"{base}/admin", proxies=listed["proxies"], verify=gw.tls_cert.cert, timeout=10)
         assert relayed.status_code == 200                     # the upstream's own certificate: relayed unread
+
+
+def test_quorum_needs_distinct_approvers(quorum_gw):
+    """A tool call's approval under `approvals.quorum = 2` (the queue's tests are test_queue_e2e.py's)."""
+    from tests.gateway.approvals.test_queue_e2e import file_deploy
+
+    sg = quorum_gw
+    sid = sg.session()["id"]
+    aid = file_deploy(sg, sid)
+    alice, bob = sg.token("approver", "alice"), sg.token("approver", "bob")
+    first = sg.call("POST", f"/v1/approvals/{aid}/approve", alice, json={})
+    assert first.status_code == 200 and first.json()["status"] == "pending"
+    assert sg.call("POST", f"/v1/approvals/{aid}/approve", alice, json={}).status_code == 409
+    second = sg.call("POST", f"/v1/approvals/{aid}/approve", bob, json={})
+    assert second.json()["status"] == "approved" and len(second.json()["votes"]) == 2

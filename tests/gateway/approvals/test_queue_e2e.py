@@ -133,26 +133,15 @@ def test_expired_item_denies_waiting_side(tmp_path):
         assert late.status_code == 409
 
 
-def test_pending_items_survive_restart_and_stay_approvable(tmp_path):
-    with Sandgate(tmp_path, LOOPBACK_CONFIG) as sg:
-        sid = sg.session()["id"]
-        aid = file_deploy(sg, sid, "restart")
-        sg.stop()
-        sg.start()
-        item = sg.call("GET", f"/v1/approvals/{aid}").json()
-        assert item["status"] == "pending"
-        ok = sg.call("POST", f"/v1/approvals/{aid}/approve", sg.token("approver", "alice"), json={"reason": "ok"})
-        assert ok.status_code == 200 and ok.json()["status"] == "approved"
+def test_pending_items_survive_restart_and_stay_approvable(gw):
+    sid = gw.session()["id"]
+    aid = file_deploy(gw, sid, "restart")
+    gw.stop()
+    gw.start()
+    item = gw.call("GET", f"/v1/approvals/{aid}").json()
+    assert item["status"] == "pending"
+    ok = gw.call("POST", f"/v1/approvals/{aid}/approve", gw.alice, json={"reason": "ok"})
+    assert ok.status_code == 200 and ok.json()["status"] == "approved"
 
 
-def test_quorum_needs_distinct_approvers(tmp_path):
-    cfg = {**LOOPBACK_CONFIG, "approvals": {"quorum": 2}}
-    with Sandgate(tmp_path, cfg) as sg:
-        sid = sg.session()["id"]
-        aid = file_deploy(sg, sid)
-        alice, bob = sg.token("approver", "alice"), sg.token("approver", "bob")
-        first = sg.call("POST", f"/v1/approvals/{aid}/approve", alice, json={})
-        assert first.status_code == 200 and first.json()["status"] == "pending"
-        assert sg.call("POST", f"/v1/approvals/{aid}/approve", alice, json={}).status_code == 409
-        second = sg.call("POST", f"/v1/approvals/{aid}/approve", bob, json={})
-        assert second.json()["status"] == "approved" and len(second.json()["votes"]) == 2
+# test_quorum_needs_distinct_approvers (approvals.quorum = 2) is in test_access_e2e.py, on its quorum sandgate
