@@ -139,6 +139,7 @@ class Sandgate:
             self.stop()
             raise RuntimeError(f"sandgate did not start: {self.log()}")
         self.harness_token = (self.data_dir / "harness.token").read_text().strip()
+        self.started_at = time.time()           # this start's harness token was minted before it
         record_start("sandgate", time.monotonic() - began, config=self.digest, args=self.serve_args,
                      own_python=self.python != sys.executable)
         return self

@@ -12,6 +12,7 @@ import pytest
 import requests
 
 from tests.conftest import LOOPBACK_CONFIG, need
+from tests.support.cli import run_cli as cli_in_process
 from tests.support.gateway import Sandgate
 from tests.support.pg import PG_URL, pg_available
 
@@ -28,9 +29,15 @@ def gw(tmp_path_factory):
 
 
 def run_cli(sg, *args, env=None):
+    """A `sandgate` process (each test below runs its command once this way: the entry point, exit status and
+    streams); `in_process` runs the same `gateway.cli.main` in this process for the further calls."""
     return subprocess.run([sys.executable, "-m", "gateway", *args, "--data-dir", str(sg.data_dir),
                            "--config", str(sg.config_path)], capture_output=True, text=True, timeout=60,
                           env={**os.environ, **(env or {})})
+
+
+def in_process(sg, *args, env=None):
+    return cli_in_process(*args, "--data-dir", str(sg.data_dir), "--config", str(sg.config_path), env=env)
 
 
 def test_token_always_expires_default_24h_or_ttl(gw):
@@ -39,20 +46,19 @@ def test_token_always_expires_default_24h_or_ttl(gw):
     assert out.returncode == 0, out.stderr
     c = claims(out.stdout.strip())
     assert abs(c["exp"] - (now + 24 * 3600)) < 60 and c["jti"] in out.stderr
-    c = claims(run_cli(gw, "token", "--role", "harness", "--name", "h", "--ttl-s", "90").stdout.strip())
+    c = claims(in_process(gw, "token", "--role", "harness", "--name", "h", "--ttl-s", "90").stdout.strip())
     assert abs(c["exp"] - (now + 90)) < 60
-    assert run_cli(gw, "token", "--role", "harness").returncode == 2          # --name missing
+    assert in_process(gw, "token", "--role", "harness").returncode == 2          # --name missing
 
 
-def test_harness_token_is_reminted_at_every_start_with_30_days(tmp_path):
-    sg = Sandgate(tmp_path, LOOPBACK_CONFIG)
-    with sg:
-        first = sg.harness_token
-        c = claims(first)
-        assert abs(c["exp"] - (time.time() + 30 * 86400)) < 120
-    with sg:
-        assert sg.harness_token != first and claims(sg.harness_token)["jti"] != c["jti"]
-        assert sg.call("GET", "/v1/sessions").status_code == 200
+def test_harness_token_is_reminted_at_every_start_with_30_days(gw):
+    first = gw.harness_token                     # minted by the module's sandgate as it started
+    c = claims(first)
+    assert abs(c["exp"] - (gw.started_at + 30 * 86400)) < 120
+    gw.stop()
+    gw.start()
+    assert gw.harness_token != first and claims(gw.harness_token)["jti"] != c["jti"]
+    assert gw.call("GET", "/v1/sessions").status_code == 200
 
 
 def test_revoke_cli_refuses_a_harness_token_at_once(gw):
@@ -61,13 +67,13 @@ def test_revoke_cli_refuses_a_harness_token_at_once(gw):
     jti = claims(harness)["jti"]
     denied = run_cli(gw, "token", "revoke", jti, "--api-url", gw.api, "--token", harness)
     assert denied.returncode == 1 and "403" in denied.stderr                 # only an admin revokes
-    out = run_cli(gw, "token", "revoke", jti, "--api-url", gw.api, env={"SANDGATE_TOKEN": gw.admin})
+    out = in_process(gw, "token", "revoke", jti, "--api-url", gw.api, env={"SANDGATE_TOKEN": gw.admin})
     assert out.returncode == 0, out.stderr
     assert gw.call("GET", "/v1/sessions", harness).status_code == 401
     listed = gw.call("GET", "/v1/revocations", gw.admin).json()
     assert any(r["jti"] == jti and r["revoked_by"] == "admin:root" for r in listed)
     # Revoking again is harmless; a whole token names its own id.
-    assert run_cli(gw, "token", "revoke", harness, "--api-url", gw.api, "--token", gw.admin).returncode == 0
+    assert in_process(gw, "token", "revoke", harness, "--api-url", gw.api, "--token", gw.admin).returncode == 0
     assert gw.call("POST", "/v1/revocations", gw.admin, json={"jti": ""}).status_code == 400
 
 
