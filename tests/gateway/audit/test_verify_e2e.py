@@ -5,13 +5,11 @@ row, a cut tail (after the last checkpoint, and under it with the head rewound),
 named (row id, session, seq); an untouched trail passes, also checked with only the public key.
 
 The untouched trail is checked by real `sandgate audit` processes (the command's wiring: its exit code and output);
-each tampered trail by the same command run in this process (`gateway.cli.main`, the same argv, environment and
-output): a CLI process costs about 2 s of CPU importing, and the tampering tests ran fourteen."""
+each tampered trail by the same command run in this process (`run_cli`: `gateway.cli.main`, the same argv,
+environment and output): a CLI process costs about 2 s of CPU importing, and the tampering tests ran fourteen."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import io
 import os
 import re
 import shutil
@@ -25,6 +23,7 @@ from sqlalchemy import create_engine, text
 from gateway.audit.checkpoints import CheckpointWriter, load_or_create_audit_key
 from gateway.store import Store
 from tests.conftest import need, need_binary
+from tests.support.cli import run_cli
 from tests.support.pg import PG_DSN, PG_URL, pg_available
 
 pytestmark = pytest.mark.timeout(600)        # real CLI processes and two writers; slow on a loaded machine
@@ -48,15 +47,8 @@ class World:
                               capture_output=True, text=True, timeout=120, env=self.env)
 
     def verify(self) -> subprocess.CompletedProcess:
-        """`sandgate audit verify` in this process: `main` as the console script runs it, with the same argv and
-        store URL; its exit code and output as a finished process's."""
-        from gateway.cli import main
-        argv = ["audit", "verify", "--data-dir", str(self.data)]
-        out, err = io.StringIO(), io.StringIO()
-        with pytest.MonkeyPatch.context() as mp, contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            mp.setenv("SANDGATE_STORE__URL", self.url)
-            code = main(argv)
-        return subprocess.CompletedProcess(["sandgate", *argv], code, out.getvalue(), err.getvalue())
+        """`sandgate audit verify` in this process (tests/support/cli.py), with the same argv and store URL."""
+        return run_cli("audit", "verify", "--data-dir", str(self.data), env={"SANDGATE_STORE__URL": self.url})
 
     def sql(self, statement: str) -> str:
         """Tamper as an attacker with database access: the sqlite3 shell, or psql."""
