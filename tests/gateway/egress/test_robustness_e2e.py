@@ -8,6 +8,7 @@ import socket
 import time
 
 import h11
+import pytest
 import requests
 
 from tests.conftest import LOOPBACK_CONFIG
@@ -33,28 +34,52 @@ def test_h11_refuses_the_malformed_chunk():
     assert tuple(int(x) for x in h11.__version__.split(".")[:2]) >= (0, 16)
 
 
-def test_policy_hot_reload_and_bad_edit_keeps_last_good(tmp_path, upstream):
-    pol = tmp_path / "policies"
+@pytest.fixture(scope="module")
+def policy_gw(tmp_path_factory):
+    """A sandgate deciding with a copy of the shipped policies that a test may edit, plus a site rule: a budget of
+    3 requests a session, for paths under /budget/ only (the shipped files stay as they are)."""
+    tmp = tmp_path_factory.mktemp("policy-gw")
+    pol = tmp / "policies"
     shutil.copytree(ROOT / "policies", pol, ignore=shutil.ignore_patterns("__pycache__", "*.py"))
-    cfg = {**LOOPBACK_CONFIG, "policy": {"dir": str(pol)}}
-    with Sandgate(tmp_path / "gw", cfg) as sg:
-        sess = sg.session(workload="persistent", allow=["allowed.test"])
-        url = f"http://other.test:{upstream.port}/"
-        assert get(sess, url).status_code == 403
-        rev0 = sg.call("GET", "/healthz").json()["policy_rev"]
-        data_file = pol / "sandgate" / "config" / "data.json"
-        data = json.loads(data_file.read_text())
-        data["egress"]["base_allow"].append("other.test")
-        data_file.write_text(json.dumps(data))
-        rev1 = wait_for(lambda: (r := sg.call("GET", "/healthz").json()["policy_rev"]) != rev0 and r)
-        assert get(sess, url).status_code == 200
-        # A broken edit: logged, rejected, and the last good policy keeps deciding.
-        (pol / "sandgate" / "egress.rego").write_text("package sandgate.egress\nimport rego.v1\ndecision := {\n")
+    (pol / "site").mkdir()
+    (pol / "site" / "budget.rego").write_text(
+        "package sandgate.egress\nimport rego.v1\n"
+        'deny contains {"code": "egress.budget", "reason": "request budget spent"} if {\n'
+        '\tstartswith(input.request.path, "/budget/")\n'
+        "\tinput.session.stats.requests >= 3\n}\n")
+    with Sandgate(tmp / "gw", {**LOOPBACK_CONFIG, "policy": {"dir": str(pol)}}) as sg:
+        sg.policy_dir = pol
+        yield sg
+
+
+def test_policy_hot_reload_and_bad_edit_keeps_last_good(policy_gw, upstream):
+    sg, pol = policy_gw, policy_gw.policy_dir
+    sess = sg.session(workload="persistent", allow=["allowed.test"])
+    url = f"http://other.test:{upstream.port}/"
+    assert get(sess, url).status_code == 403
+    rev0 = sg.call("GET", "/healthz").json()["policy_rev"]
+    data_file = pol / "sandgate" / "config" / "data.json"
+    data = json.loads(data_file.read_text())
+    data["egress"]["base_allow"].append("other.test")
+    data_file.write_text(json.dumps(data))
+    rev1 = wait_for(lambda: (r := sg.call("GET", "/healthz").json()["policy_rev"]) != rev0 and r)
+    assert get(sess, url).status_code == 200
+    # A broken edit: logged, rejected, and the last good policy keeps deciding.
+    egress = pol / "sandgate" / "egress.rego"
+    good = egress.read_text()
+    egress.write_text("package sandgate.egress\nimport rego.v1\ndecision := {\n")
+    try:
         wait_for(lambda: "policy reload rejected" in sg.log(), timeout=20)
         health = sg.call("GET", "/healthz").json()
         assert health["policy_rev"] == rev1 and health["policy_error"] is True
         assert get(sess, url).status_code == 200
         assert get(sess, f"http://evil.test:{upstream.port}/").status_code == 403
+    finally:
+        # the module's sandgate serves other tests: the shipped policy back, and loaded
+        data["egress"]["base_allow"].remove("other.test")
+        data_file.write_text(json.dumps(data))
+        egress.write_text(good)
+        wait_for(lambda: sg.call("GET", "/healthz").json()["policy_error"] is False, timeout=60)
 
 
 def test_malformed_chunk_never_reaches_upstream(loopback_gateway, upstream):
@@ -120,20 +145,11 @@ def test_sessions_survive_restart_and_sigterm_is_prompt(tmp_path, upstream):
         assert seqs == sorted(seqs) and len(set(seqs)) == len(seqs)
 
 
-def test_session_stats_reach_the_policy(tmp_path, upstream):
+def test_session_stats_reach_the_policy(policy_gw, upstream):
     """A policy can budget a session: input.session.stats counts its requests (and is never cached stale)."""
-    pol = tmp_path / "policies"
-    shutil.copytree(ROOT / "policies", pol, ignore=shutil.ignore_patterns("__pycache__", "*.py"))
-    (pol / "site").mkdir()
-    (pol / "site" / "budget.rego").write_text(      # a site rule: the shipped files stay as they are
-        "package sandgate.egress\nimport rego.v1\n"
-        'deny contains {"code": "egress.budget", "reason": "request budget spent"} if {\n'
-        "\tinput.session.stats.requests >= 3\n}\n")
-    cfg = {**LOOPBACK_CONFIG, "policy": {"dir": str(pol)}}
-    with Sandgate(tmp_path / "gw", cfg) as sg:
-        sess = sg.session(allow=["allowed.test"])
-        codes = [get(sess, f"http://allowed.test:{upstream.port}/same").status_code for _ in range(5)]
-        assert codes == [200, 200, 200, 403, 403]
+    sess = policy_gw.session(allow=["allowed.test"])
+    codes = [get(sess, f"http://allowed.test:{upstream.port}/budget/same").status_code for _ in range(5)]
+    assert codes == [200, 200, 200, 403, 403]
 
 
 def test_large_upload_to_denied_host_does_not_fill_memory(loopback_gateway, upstream):
