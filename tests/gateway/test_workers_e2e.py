@@ -170,10 +170,12 @@ def test_a_worker_that_dies_is_started_again(two_workers, upstream):
         c.close()
 
 
-def test_stop_stops_every_worker(tmp_path):
-    need(pg_available(), "PostgreSQL at 127.0.0.1:5432")
-    sg = Sandgate(tmp_path, {**LOOPBACK_CONFIG, "store": {"url": PG_URL}}, serve_args=("--workers", "2")).start()
+def test_stop_stops_every_worker(two_workers):
+    """Runs last (defined last): it stops the module's sandgate, whose workers served the tests above (one of them
+    started again after a kill -9), rather than starting one more of its own."""
+    sg = two_workers
     pids = json.loads((sg.data_dir / "listen.json").read_text())["workers"]
+    assert len(pids) == 2
     assert sg.stop() == 0
     for pid in pids:
         deadline = time.time() + 30
