@@ -321,7 +321,7 @@ class ToolCallGate:
         """What parsing the call adds to its input, and its effects: memoised, on the loop when short, else on a
         thread with a time cap. A failure is not an allow: the policy sees the call unparsed."""
         memo, engine = self.facts, self._engine
-        rev, tables = engine.rev, tables_of_policy(getattr(engine, "data", None))   # the active revision's tables
+        rev, data = engine.rev, getattr(engine, "data", None)      # the active revision, its data with its tables
         read_as = f"{tool}@{base['via']}" if base.get("via") else tool     # a wire statement's facts are its own
         key = memo.key(read_as, args_json, base["session"]["workspace"], links, files, mcp_input,
                        tuple(sorted(base["session"].get("secrets") or [])), rev)
@@ -329,6 +329,7 @@ class ToolCallGate:
             hit = memo.get(key)          # the same call with the same workspace, links and files: parsed before
             if hit is not None:
                 return hit
+            tables = tables_of_policy(data)
             if enrich_inline(tool, args_json, files, mcp) or (read_as == "sql@postgres"
                                                               and len(args_json) <= INLINE_ARGS_BYTES):
                 facts, effects = toolcall_facts(base, links, files, tables)
