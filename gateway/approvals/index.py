@@ -5,7 +5,9 @@ It lets the queue skip the store when an action has no live item (the common cas
 never asked before, or asked and already used). A hit is never trusted on its own: the queue reads the
 candidates from the store before it uses or returns one, so a stale index can only cost a store read or, for
 a change another replica made and has not yet announced, file an item that already exists there (one more
-approval to give), never let an action through.
+approval to give), never let an action through. The one exception: while this process is the store's only
+writer (and has been since it read the index), every change to an item was made here and noted, so the queue
+takes the pending items of a binding from the index (`pending`) instead of reading them again.
 """
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ class BindingIndex:
     def __init__(self) -> None:
         self._by_binding: dict[str, dict[str, str]] = {}       # binding -> {approval id: status}
         self._binding_of: dict[str, str] = {}                  # approval id -> binding
+        self._pending: dict[str, Approval] = {}                # approval id -> the pending item as last noted
 
     def put(self, row: Approval) -> None:
         """Take an item as it is now (filed, decided, used, expired...)."""
@@ -30,8 +33,11 @@ class BindingIndex:
         if live(row):
             self._by_binding.setdefault(row.binding, {})[row.id] = row.status
             self._binding_of[row.id] = row.binding
+            if row.status == "pending":
+                self._pending[row.id] = row
 
     def _drop(self, aid: str) -> None:
+        self._pending.pop(aid, None)
         old = self._binding_of.pop(aid, None)
         if old is not None:
             items = self._by_binding.get(old, {})
@@ -54,6 +60,11 @@ class BindingIndex:
 
     def has(self, binding: str, status: str) -> bool:
         return status in self._by_binding.get(binding, {}).values()
+
+    def pending(self, binding: str) -> list[Approval]:
+        """The binding's pending items as last noted."""
+        items = self._by_binding.get(binding)
+        return [self._pending[aid] for aid, status in items.items() if status == "pending"] if items else []
 
     def __len__(self) -> int:
         return len(self._binding_of)

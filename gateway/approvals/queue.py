@@ -92,6 +92,7 @@ class ApprovalQueue:
         self._index = BindingIndex()                 # bindings with a live item (approval_index.py)
         self._access: dict[str, dict[str, Approval]] = {}   # session -> {id: approved, unwithdrawn access item}
         self._loaded = False
+        self._trusted = False            # the index was read while this process was the store's only writer
         # (event, item) -> a statement written with each filing and decision (gateway/store/outbox.py: the
         # notification outbox, set when [notify] is on)
         self.outbox: Callable[[str, dict], Any] | None = None
@@ -103,13 +104,26 @@ class ApprovalQueue:
         """Read the live items once (at the first ask): pending ones, and approved ones not yet used."""
         if self._loaded:
             return
+        trusted = self._store.sole_writer()
         pending = await self._store.list_approvals(status="pending", limit=1_000_000)
         approved = await self._store.list_approvals(status="approved", limit=1_000_000)
         if not self._loaded:
             self._access = {}
+            self._index.sync_pending(pending)        # items decided elsewhere meanwhile leave the index
             for row in pending + approved:
                 self._note(row)
             self._loaded = True
+            self._trusted = trusted and self._store.sole_writer()
+
+    def _alone(self) -> bool:
+        """Whether the index holds the store's pending items as they are: it was read while this process was the
+        store's only writer and it has been ever since (asked at each use), so every change was made here. Once
+        another process writes the store the index is read again before it is trusted again."""
+        if not self._store.sole_writer():
+            if self._trusted:
+                self._trusted = self._loaded = False     # read again: the other process may change items
+            return False
+        return self._loaded and self._trusted
 
     def _note(self, row: Approval) -> None:
         """Take an item as it is now: the binding index, and the session's granted access items."""
@@ -312,8 +326,10 @@ class ApprovalQueue:
                    reasons: list[str], requested_by: str, ttl_s: float | None = None) -> Approval:
         """File a pending item, or return the pending one already filed for the same binding. TooManyPending when
         the session already has `max_pending` pending (counted across replicas)."""
-        pending = []
-        if not self._loaded or self._index.has(binding, "pending"):     # else nothing pending: no store read
+        pending: list[Approval] = []
+        if self._alone():                # every change to an item was made here: the index has them as stored
+            pending = self._index.pending(binding)
+        elif not self._loaded or self._index.has(binding, "pending"):   # else nothing pending: no store read
             pending = await self._store.list_approvals(status="pending", binding=binding)
         now = time.time()
         for row in pending:

@@ -90,3 +90,33 @@ async def test_a_stale_index_never_lets_an_action_through(svc):
     assert await svc.store.mark_used(first.row["id"])
     again = await queue.request_approval(req)
     assert not again.reused and again.row["status"] == "pending" and again.row["id"] != first.row["id"]
+
+
+async def test_pending_items_come_from_the_index_only_while_this_process_writes_alone(svc, monkeypatch):
+    session, _ = await svc.session()
+    req = ask(session)
+    queue, store = svc.approvals, svc.store
+    first = await queue.request_approval(req)
+    reads = []
+    listed = store.list_approvals
+
+    async def counted(**kw):
+        reads.append(kw)
+        return await listed(**kw)
+
+    monkeypatch.setattr(store, "list_approvals", counted)
+    assert store.sole_writer()
+    again = await queue.request_approval(req)          # every change was made here: no store read
+    assert again.row["id"] == first.row["id"] and not again.reused and reads == []
+    # another process joins the file and cancels the item; this queue is not told
+    monkeypatch.setattr(store, "sole_writer", lambda: False)
+    assert await store.cas_approval(first.row["id"], "pending", {"status": "cancelled", "decided_at": time.time()})
+    other = await queue.request_approval(req)
+    assert other.row["id"] != first.row["id"] and other.row["status"] == "pending" and reads
+    # alone again: the index is read again before it is trusted
+    monkeypatch.setattr(store, "sole_writer", lambda: True)
+    reads.clear()
+    last = await queue.request_approval(req)
+    assert last.row["id"] == other.row["id"] and reads
+    reads.clear()
+    assert (await queue.request_approval(req)).row["id"] == other.row["id"] and reads == []
