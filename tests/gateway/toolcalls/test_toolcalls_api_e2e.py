@@ -83,22 +83,24 @@ def toolcall(sg, sid: str, tool: str, args: dict) -> dict:
     return resp.json()
 
 
-def test_history_and_session_paths_survive_a_restart(tmp_path):
-    with Sandgate(tmp_path, LOOPBACK_CONFIG) as sg:
-        sid = sg.session(workload="persistent")["id"]
-        assert toolcall(sg, sid, "shell", {"command": "ln -s ~ home"})["decision"] == "allow"
-        assert toolcall(sg, sid, "write_file", {"path": "x.sh", "content": "rm -rf /\n"})["decision"] == "allow"
-        for command in ("rm -rf ~", "rm -rf /", "find / -delete"):
-            assert toolcall(sg, sid, "shell", {"command": command})["decision"] == "deny"
-        sg.stop()
-        sg.start()
-        after = toolcall(sg, sid, "shell", {"command": "make install"})
-        assert after["decision"] == "ask" and after["codes"] == ["toolcall.after_denials"]
-        assert toolcall(sg, sid, "shell", {"command": "rm -rf home/"})["codes"] == ["toolcall.delete_home"]
-        assert toolcall(sg, sid, "shell", {"command": "bash x.sh"})["codes"] == ["toolcall.delete_root"]
-        other = sg.session(workload="persistent")["id"]       # session-scoped: another session sees none of it
-        assert toolcall(sg, other, "shell", {"command": "bash x.sh"})["decision"] == "allow"
-        assert toolcall(sg, other, "shell", {"command": "rm -rf home/"})["codes"] == ["toolcall.delete"]
+def test_history_and_session_paths_survive_a_restart(gw):
+    """Restarts the module's sandgate (its sessions and their history are in its store: the table's rows after
+    this one see what they saw before)."""
+    sg = gw
+    sid = sg.session(workload="persistent")["id"]
+    assert toolcall(sg, sid, "shell", {"command": "ln -s ~ home"})["decision"] == "allow"
+    assert toolcall(sg, sid, "write_file", {"path": "x.sh", "content": "rm -rf /\n"})["decision"] == "allow"
+    for command in ("rm -rf ~", "rm -rf /", "find / -delete"):
+        assert toolcall(sg, sid, "shell", {"command": command})["decision"] == "deny"
+    sg.stop()
+    sg.start()
+    after = toolcall(sg, sid, "shell", {"command": "make install"})
+    assert after["decision"] == "ask" and after["codes"] == ["toolcall.after_denials"]
+    assert toolcall(sg, sid, "shell", {"command": "rm -rf home/"})["codes"] == ["toolcall.delete_home"]
+    assert toolcall(sg, sid, "shell", {"command": "bash x.sh"})["codes"] == ["toolcall.delete_root"]
+    other = sg.session(workload="persistent")["id"]       # session-scoped: another session sees none of it
+    assert toolcall(sg, other, "shell", {"command": "bash x.sh"})["decision"] == "allow"
+    assert toolcall(sg, other, "shell", {"command": "rm -rf home/"})["codes"] == ["toolcall.delete"]
 
 
 def test_history_sees_calls_not_yet_written_and_audit_records_facts(gw):
