@@ -1,6 +1,7 @@
 """Webhook notifications through a real sandgate and a real aiohttp receiver on loopback: signed deliveries for
 tool-call, egress and access approvals filed and decided; a receiver down for 5 s gets every event once after it
-returns, and filing does not wait for it. (Restarts and the Slack format: test_notify_restart_e2e.py.)"""
+returns, and filing does not wait for it; a restart in the middle of the retries delivers after the restart, once
+(the module's sandgate restarted). (The Slack format: test_notify_slack_e2e.py.)"""
 from __future__ import annotations
 
 import time
@@ -164,3 +165,26 @@ def test_receiver_down_for_5s_gets_every_event_once_and_filing_does_not_wait(wor
     print(f"filing latency, receiver up: max {max(up) * 1000:.1f} ms; down: max {max(down) * 1000:.1f} ms")
     # Generous: a decision never waits for the receiver (its timeout is 10 s, its backoff up to 30 s).
     assert max(down) < 2.0, down
+
+
+def test_restart_in_the_middle_of_retries_delivers_after_the_restart(world):
+    """The module's sandgate is stopped while its deliveries are being retried (the receiver down), and started
+    again with the receiver back: each event arrives after the restart, once."""
+    sg, receiver = world
+    since = len(receiver.snapshot())
+    failed_before = len(failures(sg))
+    receiver.stop()                   # every attempt fails
+    try:
+        sid = sg.session(allow=[])["id"]
+        filed = [file_toolcall(sg, sid, f"r-{i}") for i in range(3)]
+        deadline = time.time() + 20
+        while len(failures(sg)) <= failed_before and time.time() < deadline:
+            time.sleep(0.2)
+        assert len(failures(sg)) > failed_before, "retrying"
+        assert sg.stop() == 0
+    finally:
+        receiver.start()
+    sg.start()
+    assert receiver.wait_for(lambda ds: len(ds) >= since + 3, timeout=60)
+    time.sleep(1.5)
+    once_each(receiver, {(a, "approval.filed") for a in filed}, since)
