@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from mcp import ClientSession, StdioServerParameters, stdio_client
 
+from tests.support.cli import run_cli
 from tests.support.gateway import ROOT, Sandgate
 
 HERE = Path(__file__).parent
@@ -164,10 +165,16 @@ def test_listing_probe_files_nothing(sg, session):
 
 def test_bad_invocations_exit_2(sg, session):
     base = [sys.executable, "-m", "gateway", "mcp", "--api-url", sg.api, "--token", sg.harness_token]
-    for args in (["--session", session["id"]],                                    # no upstream
-                 ["--session", "s_nope", "--", "true"],                            # unknown session
-                 ["--session", session["id"], "--env", "SANDGATE_TOKEN", "--", "true"]):
-        out = subprocess.run(base + args, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    # a bad invocation is refused before any upstream runs: in this process (gateway.cli.main, as the process runs
+    # it; an exception escaping it fails the test), after one real process; an upstream that fails, below, runs in
+    # a real `sandgate mcp` process each (its log lines go to the process's stderr)
+    for i, args in enumerate((["--session", session["id"]],                       # no upstream
+                              ["--session", "s_nope", "--", "true"],               # unknown session
+                              ["--session", session["id"], "--env", "SANDGATE_TOKEN", "--", "true"])):
+        if i == 0:
+            out = subprocess.run(base + args, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+        else:
+            out = run_cli(*base[3:], *args)
         assert out.returncode == 2, out.stderr
         assert "Traceback" not in out.stderr
     for upstream in (["false"], ["sh", "-c", "echo not-json"], ["/nonexistent/server"]):
