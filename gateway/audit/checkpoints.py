@@ -17,13 +17,16 @@ import logging
 import os
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-from gateway.store import Store
 from gateway.store.chain import Checkpoint, checkpoint_message
 from gateway.store.trail import TrailStore
+
+if TYPE_CHECKING:
+    from gateway.store import Store
 
 log = logging.getLogger("sandgate.audit")
 KEY_FILE = "audit.key"

@@ -9,22 +9,22 @@ import json
 import logging
 import os
 import sys
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
-import jwt
-
-from gateway.api.timefmt import rfc3339
-from gateway.auth.tokens import DEFAULT_TTL_S, TokenSigner, load_or_create_key
 from gateway.config import Config, load_config
-from sandgate.mcp.command import cmd_mcp
 from gateway.policy import commands as policy_commands
-from sandgate.run import cmd_run
 from gateway.runtime.eventloop import loop_factory
 from gateway.cli.workers import run_workers, workers_refusal
-from sandgate.transport import SandgateError, command_endpoint, request_once
 from gateway.cli import audit as audit_commands
 from gateway.cli import packages as package_commands
 from gateway.cli import suggest as suggest_commands
+
+if TYPE_CHECKING:
+    from sandgate.transport import SandgateError
+
+# Each command imports what only it uses when it runs (start-up time: every command pays for every module
+# imported here): the harness side's `run` and `mcp` and the API client (aiohttp), the token signer (PyJWT and
+# cryptography), the composition root (`serve`), SQLAlchemy and alembic (`db`).
 
 Handler = Callable[[Config, argparse.Namespace], int]
 
@@ -104,6 +104,8 @@ def cmd_db(cfg: Config, args: argparse.Namespace) -> int:
 # -- token ---------------------------------------------------------------------------------------------------
 def token_claims(token: str) -> dict:
     """The claims of a token, unverified (to show or name it; never to trust it)."""
+    import jwt
+
     return jwt.decode(token, options={"verify_signature": False})
 
 
@@ -111,6 +113,9 @@ MAX_TOKEN_TTL_S = 10 * 365 * 24 * 3600      # past this, exp overflows time_t on
 
 
 def cmd_token(cfg: Config, args: argparse.Namespace) -> int:
+    from gateway.api.timefmt import rfc3339
+    from gateway.auth.tokens import DEFAULT_TTL_S, TokenSigner, load_or_create_key
+
     if args.words:
         if len(args.words) != 2 or args.words[0] != "revoke":
             print("sandgate: usage: sandgate token revoke JTI", file=sys.stderr)
@@ -151,6 +156,8 @@ Api = tuple[str, str]                   # (API URL, token)
 
 
 def _api_or_fail(cfg: Config, args: argparse.Namespace) -> Api | None:
+    from sandgate.transport import command_endpoint
+
     api = command_endpoint(getattr(args, "api_url", None), getattr(args, "token", None), cfg.api_url,
                            listen_dir=cfg.data_dir)
     if not api[1]:
@@ -170,6 +177,8 @@ def _failed(exc: SandgateError) -> int:
 
 def _answer(api: Api, method: str, path: str, body: Any = None) -> int:
     """Make the call and print the JSON answer (0), or fail (1)."""
+    from sandgate.transport import SandgateError, request_once
+
     try:
         answer = request_once(*api, method, path, body)
     except SandgateError as exc:
@@ -181,6 +190,8 @@ def _answer(api: Api, method: str, path: str, body: Any = None) -> int:
 
 def _listing(api: Api, path: str, line: Callable[[dict], str]) -> int:
     """GET a list and print one line per item (0), or fail (1)."""
+    from sandgate.transport import SandgateError, request_once
+
     try:
         items = request_once(*api, "GET", path)
     except SandgateError as exc:
@@ -218,6 +229,19 @@ def cmd_secrets(cfg: Config, args: argparse.Namespace) -> int:
         hosts = [h.strip() for h in args.hosts.split(",") if h.strip()]
         return _answer(api, "PUT", f"/v1/secrets/{args.name}", {"value": value, "hosts": hosts})
     return 2
+
+
+# -- the harness side (sandgate/): run and mcp ---------------------------------------------------------------
+def cmd_run(cfg: Config, args: argparse.Namespace) -> int:
+    from sandgate.run import cmd_run as run
+
+    return run(cfg, args)
+
+
+def cmd_mcp(cfg: Config, args: argparse.Namespace) -> int:
+    from sandgate.mcp.command import cmd_mcp as mcp
+
+    return mcp(cfg, args)
 
 
 # -- the parser ----------------------------------------------------------------------------------------------

@@ -1,7 +1,27 @@
-from gateway.store.store import Store, StoreError
-from gateway.store import decisions as _decisions  # noqa: F401 - registers the decision-log tables
-from gateway.store import packages as _packages  # noqa: F401 - registers the package firewall's tables
-from gateway.store import oauth2 as _oauth2  # noqa: F401 - registers the OAuth2 secrets' table
-from gateway.store import outbox as _outbox  # noqa: F401 - registers the notification outbox
+"""The store. `Store` and `StoreError` are loaded on first use (PEP 562), with every table registered on
+SQLModel.metadata (`tables`): importing the package, or one of its pure modules (records, chain), costs no
+SQLAlchemy, SQLModel or alembic, so that the commands that need none (`audit pubkey`, `policy ...`) start
+without them."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from gateway.store.store import Store, StoreError
 
 __all__ = ["Store", "StoreError"]
+
+
+def tables() -> None:
+    """Register every table on SQLModel.metadata (the migrations' target)."""
+    from gateway.store import decisions, oauth2, outbox, packages  # noqa: F401 - each registers its tables
+
+
+def __getattr__(name: str) -> Any:
+    if name not in __all__:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from gateway.store import store
+
+    tables()
+    globals().update(Store=store.Store, StoreError=store.StoreError)
+    return globals()[name]

@@ -1,11 +1,13 @@
 """Reading and sealing the audit chain (chain.py) in the store: the head, checkpoints, rows in id order."""
 from __future__ import annotations
 
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
 from gateway.store.bulk import placeholder
 from gateway.store.chain import Checkpoint
-from gateway.store.store import Store
+
+if TYPE_CHECKING:
+    from gateway.store.store import Store
 
 ROW_COLS = ("id", "chain_n", "hash", "seq", "ts", "session", "step", "kind", "action", "reasons", "codes",
             "request_id", "method", "host", "path", "http_status", "bytes_in", "bytes_out", "policy_rev", "detail")

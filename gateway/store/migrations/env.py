@@ -5,7 +5,9 @@ from __future__ import annotations
 from alembic import context
 from sqlmodel import SQLModel
 
-import gateway.store  # noqa: F401 - registers every table on SQLModel.metadata
+from gateway.store import tables
+
+tables()                # every table on SQLModel.metadata
 
 connection = context.config.attributes.get("connection")
 if connection is None:  # pragma: no cover - only migrate.py runs migrations
