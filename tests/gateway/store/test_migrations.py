@@ -144,6 +144,11 @@ def test_a_fresh_store_matches_the_models(empty_url):
     assert diff == []
 
 
+def test_the_newest_revision_read_from_the_files_is_alembics_head():
+    """upgrade() answers a store already at migrate.newest() without loading alembic: it must be the head."""
+    assert migrate.newest() == migrate.head() != ""
+
+
 def test_replicas_upgrading_at_once_do_not_race(empty_url):
     results, errors = [], []
 
