@@ -1,14 +1,28 @@
-"""Two replicas on one PostgreSQL: an access request filed through one, approved on the other, grants through
-both at once; a withdrawal on one ends it on the other."""
+"""Two replicas on one PostgreSQL (one pair for the module; each test has sessions and tokens of its own): an access
+request filed through one, approved on the other, grants through both at once; a withdrawal on one ends it on the
+other; a token revoked on one is refused by the other within a second."""
 from __future__ import annotations
 
 import time
 
+import jwt
+import pytest
 import requests
 
 from tests.conftest import need
 from tests.gateway.test_replicas_pg_e2e import pg_config, start_pair, via
 from tests.support.pg import pg_available
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory):
+    need(pg_available(), "PostgreSQL at 127.0.0.1:5432")
+    a, b = start_pair(tmp_path_factory.mktemp("replicas"), pg_config())
+    try:
+        yield a, b
+    finally:
+        b.stop()
+        a.stop()
 
 
 def until(check, timeout=10.0):
@@ -20,24 +34,31 @@ def until(check, timeout=10.0):
     return False
 
 
-def test_grant_works_through_the_second_replica(tmp_path, upstream):
-    need(pg_available(), "PostgreSQL at 127.0.0.1:5432")
-    a, b = start_pair(tmp_path, pg_config())
-    try:
-        sess = a.session(allow=[])
-        url = f"http://allowed.test:{upstream.port}/v1/x"
-        assert requests.get(url, proxies=via(sess, b), timeout=10).status_code == 403       # b decides it first
-        filed = requests.post("http://sandgate.internal/v1/access-requests", proxies=via(sess, a), timeout=10,
-                              json={"host": "allowed.test", "reason": "replicas", "methods": ["GET"]})
-        assert filed.status_code == 202, filed.text
-        aid = filed.json()["id"]
-        resp = b.call("POST", f"/v1/approvals/{aid}/approve", b.approver, json={"grant": {"ttl_s": 120}})
-        assert resp.status_code == 200 and resp.json()["status"] == "approved", resp.text
-        for sg in (b, a):
-            assert until(lambda: requests.get(url, proxies=via(sess, sg), timeout=10).status_code == 200), sg
-        assert a.call("DELETE", f"/v1/sessions/{sess['id']}/grants/{aid}", a.approver).status_code == 200
-        for sg in (a, b):
-            assert until(lambda: requests.get(url, proxies=via(sess, sg), timeout=10).status_code == 403), sg
-    finally:
-        b.stop()
-        a.stop()
+def test_grant_works_through_the_second_replica(pair, upstream):
+    a, b = pair
+    sess = a.session(allow=[])
+    url = f"http://allowed.test:{upstream.port}/v1/x"
+    assert requests.get(url, proxies=via(sess, b), timeout=10).status_code == 403       # b decides it first
+    filed = requests.post("http://sandgate.internal/v1/access-requests", proxies=via(sess, a), timeout=10,
+                          json={"host": "allowed.test", "reason": "replicas", "methods": ["GET"]})
+    assert filed.status_code == 202, filed.text
+    aid = filed.json()["id"]
+    resp = b.call("POST", f"/v1/approvals/{aid}/approve", b.approver, json={"grant": {"ttl_s": 120}})
+    assert resp.status_code == 200 and resp.json()["status"] == "approved", resp.text
+    for sg in (b, a):
+        assert until(lambda: requests.get(url, proxies=via(sess, sg), timeout=10).status_code == 200), sg
+    assert a.call("DELETE", f"/v1/sessions/{sess['id']}/grants/{aid}", a.approver).status_code == 200
+    for sg in (a, b):
+        assert until(lambda: requests.get(url, proxies=via(sess, sg), timeout=10).status_code == 403), sg
+
+
+def test_revocation_reaches_another_replica_within_a_second(pair):
+    a, b = pair
+    admin = a.token("admin", "root")
+    victim = a.token("harness", "victim")
+    assert b.call("GET", "/v1/sessions", victim).status_code == 200      # cached on b
+    assert a.call("POST", "/v1/revocations", admin, json={"jti": jwt.decode(victim, options={"verify_signature": False})["jti"]}).status_code == 201
+    revoked_at = time.monotonic()
+    while b.call("GET", "/v1/sessions", victim).status_code != 401:
+        assert time.monotonic() - revoked_at < 1.0, "replica b still accepts a revoked token"
+        time.sleep(0.02)
