@@ -18,6 +18,7 @@ import pytest
 import requests
 
 from tests.conftest import need_binary
+from tests.support.cli import run_cli
 from tests.support.gateway import Sandgate
 from tests.support.registries import Registry, RegistryServer
 from tests.support.upstream import make_cert
@@ -73,8 +74,10 @@ def world(tmp_path_factory):
 
 
 def packages_cli(sg: Sandgate, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "gateway", "packages", *args, "--config", str(sg.config_path),
-                           "--data-dir", str(sg.data_dir)], capture_output=True, text=True, timeout=60, env=sg.env)
+    """`sandgate packages ARGS` on the running sandgate's config and data dir, in this process (run_cli: the
+    command's real processes are tests/gateway/packages/test_cli.py's)."""
+    extra = {k: v for k, v in sg.env.items() if os.environ.get(k) != v}
+    return run_cli("packages", *args, "--config", str(sg.config_path), "--data-dir", str(sg.data_dir), env=extra)
 
 
 def session_env(sg: Sandgate, tmp: Path, allow: list[str]) -> dict:
