@@ -238,7 +238,10 @@ def test_s3_rm_recursive_asks_and_completes_once_approved(aws):
                              "s3://rmbkt/d", "--recursive"], env=sandbox_env(sess), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE)
     seen: list[dict] = []
-    time.sleep(3)
+    deadline = time.time() + 60
+    while not pending(sg, sess["id"]) and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.2)
+    assert pending(sg, sess["id"]), "the delete was not held for approval"
     assert direct.list_objects_v2(Bucket="rmbkt").get("KeyCount") == 3      # held: nothing deleted yet
     approve_until(sg, sess["id"], proc, seen)
     out, err = proc.communicate(timeout=60)
