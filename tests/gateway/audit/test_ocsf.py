@@ -14,6 +14,7 @@ from ocsf_json_schema import OcsfJsonSchemaEmbedded, get_ocsf_schema
 
 from gateway.audit.ocsf import OCSF_VERSION, ocsf_event
 from tests.conftest import LOOPBACK_CONFIG
+from tests.support.cli import run_cli
 from tests.support.gateway import Sandgate
 
 SCHEMA = OcsfJsonSchemaEmbedded(get_ocsf_schema(version=OCSF_VERSION))
@@ -130,7 +131,7 @@ def test_a_real_trail_exports_as_valid_ocsf(trail):
 @pytest.mark.e2e
 def test_the_exported_trail_verifies(trail):
     _events, sg = trail
-    out = subprocess.run([sys.executable, "-m", "gateway", "audit", "verify", "--config", str(sg.config_path),
-                          "--data-dir", str(sg.data_dir)], capture_output=True, text=True, timeout=120)
+    # in process (run_cli): the command's real process is test_verify_e2e.py's; the export above runs one here
+    out = run_cli("audit", "verify", "--config", str(sg.config_path), "--data-dir", str(sg.data_dir))
     assert out.returncode == 0, out.stdout + out.stderr
     assert "signed checkpoint" in out.stdout and "; 0 rows after it" in out.stdout     # a clean stop seals the tail
