@@ -1,7 +1,7 @@
 """Budgets through a real sandgate: a download through the proxy spends a session's bytes_in budget, the next
 request asks (budget.exceeded), the counters survive a restart, PATCH raises the budget and the request goes
-through; a tool-call budget; a burst of denials freezes the session and audits an alert; two replicas on one
-PostgreSQL share the counters."""
+through; a tool-call budget; a burst of denials freezes the session and audits an alert (two replicas on one
+PostgreSQL share the counters: tests/gateway/approvals/test_access_replicas_e2e.py)."""
 from __future__ import annotations
 
 import time
@@ -9,10 +9,8 @@ import time
 import pytest
 import requests
 
-from tests.conftest import LOOPBACK_CONFIG, need
-from tests.gateway.test_replicas_pg_e2e import pg_config, start_pair, via
+from tests.conftest import LOOPBACK_CONFIG
 from tests.support.gateway import Sandgate
-from tests.support.pg import pg_available
 
 BUDGET = 100_000
 DOWNLOAD = 300_000
@@ -118,24 +116,5 @@ def test_toolcall_budget_and_denial_burst(sg, upstream):
     assert not session_view(sg, calm["id"])["frozen"]
 
 
-def test_replicas_on_postgresql_share_the_counters(tmp_path, upstream):
-    need(pg_available(), "PostgreSQL at 127.0.0.1:5432")
-    cfg = pg_config(budgets={"persistent": {"bytes_in": BUDGET}})
-    cfg["egress"]["hold_timeout_s"] = 2
-    a, b = start_pair(tmp_path, cfg)
-    try:
-        sess = a.session(workload="persistent", allow=["allowed.test"])
-        base = f"http://allowed.test:{upstream.port}"
-        r = requests.get(f"{base}/big/{DOWNLOAD}", proxies=via(sess, a), timeout=60)
-        assert r.status_code == 200
-        # Replica b sees a's counts within a counter sync or two, and asks.
-        assert wait_for(lambda: session_view(b, sess["id"])["budgets_spent"] == ["bytes_in"])
-        r = requests.get(f"{base}/x", proxies=via(sess, b), timeout=60)
-        assert r.status_code == 403 and r.json()["code"] == "approval.timeout"
-        # Raised on a, through on b.
-        assert a.call("PATCH", f"/v1/sessions/{sess['id']}", json={"budgets": {"bytes_in": 0}}).status_code == 200
-        # (b's proxy takes the change by notification: an ask still in flight may come first)
-        assert wait_for(lambda: requests.get(f"{base}/x", proxies=via(sess, b), timeout=60).status_code == 200)
-    finally:
-        b.stop()
-        a.stop()
+# test_replicas_on_postgresql_share_the_counters is in tests/gateway/approvals/test_access_replicas_e2e.py, on that
+# module's pair of replicas (configured with this module's budget)
