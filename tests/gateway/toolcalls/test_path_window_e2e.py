@@ -32,12 +32,14 @@ def _fill(sg, sid, step, count, prefix="f"):
 
 @pytest.fixture(scope="module")
 def sg(tmp_path_factory):
-    """One sandgate for the module (each test restarts it, and uses a session of its own)."""
     with Sandgate(tmp_path_factory.mktemp("sandgate")) as running:
         yield running
 
 
-def test_a_script_written_before_many_other_writes_is_still_known(sg):
+# Each case below makes its session's calls through the running sandgate and checks what it decides, then returns
+# the check it repeats after the restart (the memory then loaded from the store). The three cases' sessions are
+# apart, so one restart serves the three.
+def _a_script_written_before_many_other_writes_is_still_known(sg):
     sess = sg.session(allow=["allowed.test"])
     sid = sess["id"]
     resp = _call(sg, sid, 1, "write_file", path="/workspace/evil.sh", content="rm -rf ~\n")
@@ -47,23 +49,24 @@ def test_a_script_written_before_many_other_writes_is_still_known(sg):
     assert ran.status_code == 200 and ran.json()["decision"] != "allow", ran.text
     assert "toolcall.runs_written" in ran.json()["codes"] or "toolcall.delete_home" in ran.json()["codes"]
 
-    sg.stop()
-    sg.start()                                   # loaded from the store this time
-    again = _call(sg, sid, step + 1, "shell", command="bash evil.sh")
-    assert again.status_code == 200 and again.json()["decision"] != "allow", again.text
+    def after_the_restart(sg):
+        again = _call(sg, sid, step + 1, "shell", command="bash evil.sh")
+        assert again.status_code == 200 and again.json()["decision"] != "allow", again.text
+    return after_the_restart
 
 
-def test_a_link_made_before_many_other_writes_is_still_followed(sg):
+def _a_link_made_before_many_other_writes_is_still_followed(sg):
     sess = sg.session(allow=["allowed.test"])
     sid = sess["id"]
     assert _call(sg, sid, 1, "shell", command="ln -s /etc conf").json()["decision"] == "allow"
     step = _fill(sg, sid, 2, 600)
     rm = _call(sg, sid, step, "shell", command="echo x > conf/passwd")
     assert rm.status_code == 200 and rm.json()["decision"] != "allow", rm.text
-    sg.stop()
-    sg.start()
-    rm = _call(sg, sid, step + 1, "shell", command="echo x > conf/passwd")
-    assert rm.status_code == 200 and rm.json()["decision"] != "allow", rm.text
+
+    def after_the_restart(sg):
+        rm = _call(sg, sid, step + 1, "shell", command="echo x > conf/passwd")
+        assert rm.status_code == 200 and rm.json()["decision"] != "allow", rm.text
+    return after_the_restart
 
 
 def _denied(resp) -> None:
@@ -72,12 +75,25 @@ def _denied(resp) -> None:
     assert body["decision"] == "deny" and body["codes"] == ["toolcall.paths_exceeded"], body
 
 
-def test_past_the_bound_the_sessions_tool_calls_are_denied(sg):
+def _past_the_bound_the_sessions_tool_calls_are_denied(sg):
     sess = sg.session(allow=["allowed.test"])
     sid = sess["id"]
     step = _fill(sg, sid, 1, MAX_SESSION_PATHS + 1)
     _denied(_call(sg, sid, step + 1, "shell", command="ls"))
+
+    def after_the_restart(sg):
+        _denied(_call(sg, sid, step + 2, "read_file", path="/workspace/README.md"))
+        assert any(e.get("codes") == ["toolcall.paths_exceeded"] and e["kind"] == "toolcall"
+                   for e in sg.events(sid))
+    return after_the_restart
+
+
+def test_what_a_session_left_is_known_after_many_writes_and_a_restart(sg):
+    """A script written early, a link made early (each before 600 other writes), and a session past the bound."""
+    checks = [_a_script_written_before_many_other_writes_is_still_known(sg),
+              _a_link_made_before_many_other_writes_is_still_followed(sg),
+              _past_the_bound_the_sessions_tool_calls_are_denied(sg)]
     sg.stop()
-    sg.start()
-    _denied(_call(sg, sid, step + 2, "read_file", path="/workspace/README.md"))
-    assert any(e.get("codes") == ["toolcall.paths_exceeded"] and e["kind"] == "toolcall" for e in sg.events(sid))
+    sg.start()                                   # loaded from the store this time
+    for check in checks:
+        check(sg)
