@@ -1,5 +1,5 @@
 """`sandgate policy suggest` end to end: real denials through the real proxy (and an access request filed from
-inside), the CLI as a subprocess reading the decision log (the store, and the API with an admin token), the patch
+inside), the CLI (in process, the patch from a real process) reading the decision log (the store, and the API with an admin token), the patch
 applied with `patch -p1` to a copy of the policy directory, `sandgate policy test` passing there, and the proxy,
 once the live policy directory carries the patch, allowing the host for the proposed scope and nothing else."""
 from __future__ import annotations
@@ -15,6 +15,7 @@ import pytest
 import requests
 
 from tests.conftest import LOOPBACK_CONFIG
+from tests.support.cli import run_cli
 from tests.support.gateway import ROOT, Sandgate
 
 ENDPOINT = "http://sandgate.internal/v1/access-requests"
@@ -35,18 +36,22 @@ def gw(tmp_path_factory):
         yield sg
 
 
-def cli(gw, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "gateway", *args, "--config", str(gw.config_path),
-                           "--data-dir", str(gw.data_dir)], capture_output=True, text=True, timeout=timeout,
+def cli(gw, *args: str, timeout: float = 120, process: bool = False) -> subprocess.CompletedProcess:
+    """A command on the gateway's configuration and data directory: in this process (tests/support/cli.py), or a
+    real `sandgate` process (the patch below, for the wiring)."""
+    argv = (*args, "--config", str(gw.config_path), "--data-dir", str(gw.data_dir))
+    if not process:
+        return run_cli(*argv, env=gw.env)
+    return subprocess.run([sys.executable, "-m", "gateway", *argv], capture_output=True, text=True, timeout=timeout,
                           env=gw.env)
 
 
-def suggest(gw, *args: str, wait: bool = True) -> subprocess.CompletedProcess:
+def suggest(gw, *args: str, wait: bool = True, process: bool = False) -> subprocess.CompletedProcess:
     """With `wait`, run until the decision log's batch is written (rows are flushed within ~100 ms, but the machine
     may be busy)."""
     deadline = time.time() + (30 if wait else 0)
     while True:
-        proc = cli(gw, "policy", "suggest", "--since", "1h", *args)
+        proc = cli(gw, "policy", "suggest", "--since", "1h", *args, process=process)
         if proc.returncode != 0 or "nothing to suggest" not in proc.stderr or time.time() > deadline:
             return proc
         time.sleep(0.5)
@@ -91,7 +96,7 @@ def test_repeated_denials_become_a_reviewed_patch_whose_test_passes_and_which_al
         ("api.partner.test", {"team": "x", "env": "prod"})]
 
     # the patch: applied to a copy of the policy directory, `sandgate policy test` passes there
-    patch = suggest(gw, "--min-count", "5")
+    patch = suggest(gw, "--min-count", "5", process=True)
     assert patch.returncode == 0, patch.stderr
     assert doc["patch"] in patch.stdout and patch.stdout.index(doc["patch"]) > 0       # after the why-lines
     assert "allow api.partner.test" in patch.stdout.split("---", 1)[0]
