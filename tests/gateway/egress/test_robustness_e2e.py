@@ -1,10 +1,12 @@
-"""Hot reload, request smuggling, streaming memory, restart durability and clean shutdown."""
+"""Hot reload, request smuggling, streaming memory, restart durability (sessions, audit, counters) and clean
+shutdown."""
 from __future__ import annotations
 
 import base64
 import json
 import shutil
 import socket
+import sqlite3
 import time
 
 import h11
@@ -129,20 +131,20 @@ def test_large_download_streams_with_bounded_memory(loopback_gateway, upstream):
     assert grew_mb < 100, f"RSS grew by {grew_mb:.0f} MB while streaming {size >> 20} MiB"
 
 
-def test_sessions_survive_restart_and_sigterm_is_prompt(tmp_path, upstream):
-    with Sandgate(tmp_path, LOOPBACK_CONFIG) as sg:
-        sess = sg.session(allow=["allowed.test"])
-        assert get(sess, f"http://allowed.test:{upstream.port}/one").status_code == 200
-        denied = get(sess, f"http://other.test:{upstream.port}/")
-        t0 = time.time()
-        assert sg.stop() == 0
-        assert time.time() - t0 < 5
-        sg.start()
-        assert get(sess, f"http://allowed.test:{upstream.port}/two").status_code == 200
-        events = sg.events(sess["id"])
-        assert any(e["request_id"] == denied.json()["request_id"] for e in events), "audit flushed on SIGTERM"
-        seqs = [e["seq"] for e in events]
-        assert seqs == sorted(seqs) and len(set(seqs)) == len(seqs)
+def test_sessions_survive_restart_and_sigterm_is_prompt(loopback_gateway, upstream):
+    sg = loopback_gateway                      # restarted here: the tests after this one use the new process
+    sess = sg.session(allow=["allowed.test"])
+    assert get(sess, f"http://allowed.test:{upstream.port}/one").status_code == 200
+    denied = get(sess, f"http://other.test:{upstream.port}/")
+    t0 = time.time()
+    assert sg.stop() == 0
+    assert time.time() - t0 < 5
+    sg.start()
+    assert get(sess, f"http://allowed.test:{upstream.port}/two").status_code == 200
+    events = sg.events(sess["id"])
+    assert any(e["request_id"] == denied.json()["request_id"] for e in events), "audit flushed on SIGTERM"
+    seqs = [e["seq"] for e in events]
+    assert seqs == sorted(seqs) and len(set(seqs)) == len(seqs)
 
 
 def test_session_stats_reach_the_policy(policy_gw, upstream):
@@ -210,3 +212,31 @@ def test_refused_upload_is_answered_or_closed_not_left_hanging(loopback_gateway,
                 raise AssertionError(f"{framing}: neither an answer nor the connection's end") from None
         assert reply == b"" or reply.startswith(b"HTTP/1.1 403 "), reply[:200]
     assert not any(r.path == "/upload" for r in upstream.recorder.requests)
+
+
+def test_sigterm_keeps_the_counts_taken_since_the_last_sync(loopback_gateway):
+    """A session's counters (`input.session.stats`: tool calls, requests, ...) survive a stop: SIGTERM writes the
+    counts taken since the last sync (regression: they were synced once a second by a background task that the
+    stop cancelled, so a restart forgot up to a second of tool calls, and a policy limiting them saw fewer).
+    Runs last (defined last): it ends with the module's sandgate stopped."""
+    sg = loopback_gateway
+    sess = sg.session(allow=["allowed.test"])
+    for step in range(40):
+        resp = sg.call("POST", "/v1/toolcalls", json={"session": sess["id"], "tool": "shell", "step": step,
+                                                     "args": {"command": f"echo {step}"}})
+        assert resp.status_code == 200, resp.text
+    assert sg.stop() == 0
+    with sqlite3.connect(sg.data_dir / "sandgate.db") as db:
+        row = db.execute("SELECT toolcalls FROM session_stats WHERE session = ?", (sess["id"],)).fetchone()
+    assert row is not None and row[0] == 40
+
+    sg.start()                                 # and the restarted process goes on from there
+    try:
+        resp = sg.call("POST", "/v1/toolcalls", json={"session": sess["id"], "tool": "shell", "step": 40,
+                                                     "args": {"command": "echo again"}})
+        assert resp.status_code == 200, resp.text
+    finally:
+        assert sg.stop() == 0
+    with sqlite3.connect(sg.data_dir / "sandgate.db") as db:
+        assert db.execute("SELECT toolcalls FROM session_stats WHERE session = ?",
+                          (sess["id"],)).fetchone()[0] == 41
