@@ -103,7 +103,7 @@ class Client:
         return status, body
 
 
-async def run(tree: Path, calls: int, warm: int, profile: str, callgrind: Any, quiet: bool) -> dict:
+async def run(tree: Path, calls: int, warm: int, profile: str, callgrind: Any, quiet: bool, idle: float) -> dict:
     from gateway.app import open_gateway
     from gateway.config import load_config
     import gateway.app as gapp
@@ -154,6 +154,13 @@ async def run(tree: Path, calls: int, warm: int, profile: str, callgrind: Any, q
         if profile:
             import cProfile
             prof = cProfile.Profile()
+        if idle:                          # what the clock-driven tasks cost, with no calls
+            cpu0, proc0 = thread_cpu(), time.process_time()
+            await asyncio.sleep(idle)
+            cpu1, proc1 = thread_cpu(), time.process_time()
+            print(f"idle {idle:g} s: {(proc1 - proc0) * 1e3 / idle:.1f} ms CPU a second (process), threads: "
+                  + ", ".join(f"{k} {(v - cpu0.get(k, 0.0)) * 1e3 / idle:.1f}" for k, v in sorted(cpu1.items())),
+                  flush=True)
         cpu0, wall0, proc0 = thread_cpu(), time.perf_counter(), time.process_time()
         state["left"] = calls
         if prof is not None:
@@ -187,6 +194,8 @@ def main() -> int:
                          "(LIB: a shared library with cg_start/cg_stop, the callgrind.h client requests)")
     ap.add_argument("--quiet", action="store_true",
                     help="stop the timed background tasks (polls, housekeeping, the policy watch): per-call work only")
+    ap.add_argument("--idle", type=float, default=0.0, metavar="S",
+                    help="first measure S seconds with no calls (the clock-driven tasks' CPU a second)")
     ap.add_argument("--json", action="store_true", help="print one JSON line")
     args = ap.parse_args()
     tree = Path(args.tree).resolve()
@@ -200,7 +209,7 @@ def main() -> int:
     import logging
     logging.basicConfig(level=logging.WARNING)
     out = asyncio.run(run(tree, args.calls, args.warm, args.profile, ctypes.CDLL(args.callgrind) if args.callgrind else None,
-                          args.quiet), loop_factory=loop_factory())
+                          args.quiet, args.idle), loop_factory=loop_factory())
     load = os.getloadavg()[0]
     if args.json:
         print(json.dumps({"tree": str(tree), "load": load, **out}))
