@@ -15,7 +15,9 @@ def toolcall(sg, sess, tool, args):
     return resp.json()
 
 
-def test_opa_engine_through_proxy_and_toolcalls_and_fail_closed(tmp_path, upstream):
+def test_opa_engine_through_proxy_and_toolcalls_timeouts_and_fail_closed(tmp_path, upstream):
+    """One OPA server and one sandgate (each start costs seconds of CPU): decisions through it, then its timeout
+    and undefined faults, then the server gone."""
     with OpaServer(tmp_path / "opa") as opa:
         cfg = {**LOOPBACK_CONFIG, "policy": {"engine": "opa", "opa_url": opa.url, "dir": str(ROOT / "policies"),
                                              "timeout_s": 1.0}}
@@ -33,28 +35,26 @@ def test_opa_engine_through_proxy_and_toolcalls_and_fail_closed(tmp_path, upstre
             served = opa.stats()["decisions"]
             assert served >= 4, "the decisions came from the OPA server"
 
+            # an OPA that does not answer in time, or answers without a result: denied (the server's slow fault
+            # sleeps 30 s, far past the 1 s timeout)
+            faulty = sg.session(allow=["allowed.test"])
+            opa.fault("slow")
+            resp = requests.get(f"http://allowed.test:{upstream.port}/slow", proxies=faulty["proxies"], timeout=30)
+            assert resp.status_code == 403 and resp.json()["code"] == "policy.timeout"
+            opa.fault("no_result")
+            resp = requests.get(f"http://allowed.test:{upstream.port}/none", proxies=faulty["proxies"], timeout=30)
+            assert resp.status_code == 403 and resp.json()["code"] == "policy.undefined"
+            opa.fault("")
+
             opa.stop()                                            # the OPA server goes away
             gone = requests.get(f"http://allowed.test:{upstream.port}/c", proxies=proxies, timeout=30)
             assert gone.status_code == 403 and gone.json()["code"] == "policy.error"
-            assert not any(r.path == "/c" for r in upstream.recorder.requests)
+            assert not any(r.path in ("/c", "/slow", "/none") for r in upstream.recorder.requests)
             tc = toolcall(sg, sess, "read_file", {"path": "/workspace/b"})
             assert tc["decision"] == "deny" and tc["codes"] == ["policy.error"]
             health = sg.call("GET", "/healthz").json()
             assert health["policy"]["state"] == "unreachable"
             assert opa.url not in sg.call("GET", "/healthz").text      # no addresses or error texts served
-
-
-def test_opa_engine_timeout_denies(tmp_path, upstream):
-    with OpaServer(tmp_path / "opa") as opa:
-        cfg = {**LOOPBACK_CONFIG, "policy": {"engine": "opa", "opa_url": opa.url, "timeout_s": 0.5}}
-        with Sandgate(tmp_path / "gw", cfg) as sg:
-            sess = sg.session(allow=["allowed.test"])
-            opa.fault("slow")
-            resp = requests.get(f"http://allowed.test:{upstream.port}/slow", proxies=sess["proxies"], timeout=30)
-            assert resp.status_code == 403 and resp.json()["code"] == "policy.timeout"
-            opa.fault("no_result")
-            resp = requests.get(f"http://allowed.test:{upstream.port}/none", proxies=sess["proxies"], timeout=30)
-            assert resp.status_code == 403 and resp.json()["code"] == "policy.undefined"
 
 
 def test_opa_engine_unreachable_at_start_refuses_to_start(tmp_path):
