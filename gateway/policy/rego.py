@@ -130,6 +130,8 @@ def smoke_test(engine: Any) -> None:
 
 
 def compile_source(source: PolicySource) -> Any:
-    engine = build_engine(source)
+    """An engine for the source, analysed once (its smoke test's clones and its own first evaluation do not
+    redo the analysis), its entry points evaluated once."""
+    engine = prepared(build_engine(source))
     smoke_test(engine)
     return engine
