@@ -5,6 +5,7 @@ lets the same statement through on the wire."""
 from __future__ import annotations
 
 import threading
+import time
 
 import psycopg
 
@@ -31,7 +32,11 @@ def test_a_statement_is_decided_with_via_postgres_and_audited_once(pg_gateway, c
                                                            "args": {"query": "SELECT 1", "database": "prod"}})
     assert again.status_code == 200, again.text
     admin = pg_gateway.token("admin", "pg-history")
-    logged = pg_gateway.call("GET", f"/v1/decisions?request_id={again.json()['id']}", token=admin).json()
+    # the decision log's writer stores the row within its flush interval (0.1 s): asked until it is there
+    deadline = time.monotonic() + 30
+    while not (logged := pg_gateway.call("GET", f"/v1/decisions?request_id={again.json()['id']}",
+                                         token=admin).json())["decisions"] and time.monotonic() < deadline:
+        time.sleep(0.05)
     doc = logged["decisions"][0]["input"]         # the wire statements are in the session's history and counts
     summaries = [h["summary"] for h in doc["history"]]
     assert "postgres sql: SELECT count(*) FROM t" in summaries and "postgres sql: SELECT v FROM t WHERE id = 2" in summaries
