@@ -153,6 +153,7 @@ class Connection:
         self._tasks: list[asyncio.Task] = []
         self._out: list[bytes] = []                  # messages for the upstream not yet written (see _flush)
         self._out_bytes = 0
+        self._messages = wire.MessageReader(reader)      # the client's messages after start-up
         self._ending: tuple[str, str] | None = None
 
     # -- the start-up phase ------------------------------------------------------------------------
@@ -286,8 +287,9 @@ class Connection:
         handlers = {b"Q": self._on_query, b"P": self._on_parse, b"B": self._on_bind, b"E": self._on_execute,
                     b"D": self._on_describe, b"C": self._on_close, b"S": self._on_sync, b"H": self._forward,
                     b"d": self._on_copy, b"c": self._on_copy, b"f": self._on_copy, b"F": self._on_function_call}
+        messages = self._messages
         while True:
-            kind, body = await wire.read_message(self.reader)
+            kind, body = await messages.next()
             if kind == b"X":
                 self._queue(wire.message(b"X"))
                 await self._flush()
@@ -341,7 +343,7 @@ class Connection:
         return True
 
     async def _flush_after(self, kind: bytes) -> None:
-        if kind in ANSWERED or self._out_bytes >= FLUSH_BYTES or not _buffered(self.reader):
+        if kind in ANSWERED or self._out_bytes >= FLUSH_BYTES or not self._messages.buffered():
             await self._flush()
 
     def _queue(self, data: bytes) -> None:
@@ -844,11 +846,6 @@ COPY_MESSAGES = frozenset((b"d", b"c", b"f"))
 ANSWERED = frozenset((b"S", b"H", b"Q", b"F", b"c", b"f"))
 FLUSH_BYTES = 1 << 16
 
-
-def _buffered(reader: asyncio.StreamReader) -> bool:
-    """Whether the client's next bytes are already read (asyncio's StreamReader keeps them in `_buffer`; a
-    reader without one counts as empty, so everything is flushed at once)."""
-    return bool(getattr(reader, "_buffer", None))
 DECIDED = frozenset((b"Q", b"P", b"B", b"F"))
 
 

@@ -1,5 +1,6 @@
 """PostgreSQL frontend/backend protocol v3: message framing, encoders and decoders. Pure (bytes in, bytes out),
-except `read_message` / `read_startup`, which read one bounded message from an asyncio stream.
+except `read_message` / `read_startup`, which read one bounded message from an asyncio stream, and `MessageReader`,
+which reads a connection's messages a read's worth at a time.
 
 Every message after start-up is a type byte, an Int32 length (counting itself) and a body. Start-up packets
 (StartupMessage, SSLRequest, GSSENCRequest, CancelRequest) have no type byte.
@@ -79,6 +80,53 @@ async def read_message(reader: asyncio.StreamReader, limit: int = MAX_MESSAGE_BY
     if length < 4 or length - 4 > limit:
         raise ProtocolError(f"message {kind!r} of {length} bytes is out of bounds")
     return kind, (await reader.readexactly(length - 4) if length > 4 else b"")
+
+
+READ_BYTES = 1 << 16
+
+
+class MessageReader:
+    """The messages of a stream, as `read_message` reads them (the same bounds, IncompleteReadError at end of
+    stream), taken a read's worth at a time: the messages of one round trip (Bind, Execute, Sync) cost one read
+    instead of two awaited `readexactly` each. A message longer than what is read is completed with one
+    `readexactly` of its remainder."""
+    __slots__ = ("_reader", "_buf", "_pos", "limit")
+
+    def __init__(self, reader: asyncio.StreamReader, limit: int = MAX_MESSAGE_BYTES) -> None:
+        self._reader = reader
+        self._buf = b""
+        self._pos = 0
+        self.limit = limit
+
+    def buffered(self) -> bool:
+        """Whether bytes of a next message have arrived already (read here, or waiting in the stream's buffer;
+        a stream without one counts as empty)."""
+        return self._pos < len(self._buf) or bool(getattr(self._reader, "_buffer", None))
+
+    async def next(self) -> tuple[bytes, bytes]:
+        buf, pos = self._buf, self._pos
+        while True:
+            size = len(buf)
+            if size - pos >= 5:
+                length = int.from_bytes(buf[pos + 1:pos + 5], "big", signed=True)
+                if length < 4 or length - 4 > self.limit:
+                    raise ProtocolError(f"message {buf[pos:pos + 1]!r} of {length} bytes is out of bounds")
+                end = pos + 1 + length
+                if end <= size:
+                    self._pos = end
+                    return buf[pos:pos + 1], buf[pos + 5:end]
+                need = end - size
+            else:
+                need = 5 - (size - pos)
+            if need > READ_BYTES:
+                data = await self._reader.readexactly(need)
+            else:
+                data = await self._reader.read(READ_BYTES)
+                if not data:
+                    raise asyncio.IncompleteReadError(buf[pos:], need)
+            buf = buf[pos:] + data if pos < size else data
+            pos = 0
+            self._buf, self._pos = buf, pos
 
 
 def message(kind: bytes, body: bytes = b"") -> bytes:

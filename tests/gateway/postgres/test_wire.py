@@ -58,6 +58,44 @@ def test_read_message_bounds():
         asyncio.run(go(b"Q" + struct.pack("!i", 3), 10))
 
 
+def test_message_reader_frames_what_read_message_frames():
+    """Messages split anywhere across reads, several in one read, a body longer than one read, the same bounds
+    and the same end of stream as read_message."""
+    big = b"x" * (wire.READ_BYTES * 2 + 7)
+    msgs = [wire.message(b"B", b"\0s\0" + big[:40]), wire.message(b"E", b"\0\0\0\0\0"), wire.message(b"S"),
+            wire.message(b"d", big), wire.message(b"Q", b"select 1\0")]
+    data = b"".join(msgs)
+
+    async def go(chunks: list[bytes], limit: int = wire.MAX_MESSAGE_BYTES) -> list:
+        reader = asyncio.StreamReader()
+        messages = wire.MessageReader(reader, limit)
+        out = []
+
+        async def feed():
+            for chunk in chunks:
+                reader.feed_data(chunk)
+                await asyncio.sleep(0)
+            reader.feed_eof()
+        feeding = asyncio.ensure_future(feed())
+        try:
+            while True:
+                out.append(await messages.next())
+        except asyncio.IncompleteReadError as exc:
+            out.append(("end", exc.partial))
+        except wire.ProtocolError:
+            out.append(("error",))
+        await feeding
+        return out
+    want = [(m[:1], m[5:]) for m in msgs] + [("end", b"")]
+    for cut in (1, 3, 5, 6, 17, 4096, len(data)):
+        chunks = [data[i:i + cut] for i in range(0, len(data), cut)] if cut < 1000 else [data[:cut], data[cut:]]
+        assert asyncio.run(go(chunks)) == want, cut
+    assert asyncio.run(go([data[:-3]]))[-1] == ("end", msgs[-1][:-3])
+    assert asyncio.run(go([wire.message(b"Q", b"x" * 20)], 10)) == [("error",)]
+    assert asyncio.run(go([b"Q" + struct.pack("!i", 3)], 10)) == [("error",)]
+    assert asyncio.run(go([b"Q" + struct.pack("!i", -1)], 10)) == [("error",)]
+
+
 def _exchange(verifier_password: str, client_password: str, gs2: str = "n") -> str:
     """A SCRAM-SHA-256 client as libpq runs it (empty user name in the exchange), against the gateway's server."""
     server = ScramServer(make_verifier(verifier_password))
