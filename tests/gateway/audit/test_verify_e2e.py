@@ -4,9 +4,10 @@ database access would, with the sqlite3 shell or psql: an edited row, a deleted 
 row, a cut tail (after the last checkpoint, and under it with the head rewound), a forged checkpoint. Each is
 named (row id, session, seq); an untouched trail passes, also checked with only the public key.
 
-The untouched trail is checked by real `sandgate audit` processes (the command's wiring: its exit code and output);
-each tampered trail by the same command run in this process (`run_cli`: `gateway.cli.main`, the same argv,
-environment and output): a CLI process costs about 2 s of CPU importing, and the tampering tests ran fourteen."""
+The untouched trail is checked by real `sandgate audit` processes (the command's wiring: its exit code and output;
+verify, pubkey and verify --pubkey once each); each tampered trail, and another key's, by the same command run in
+this process (`run_cli`: `gateway.cli.main`, the same argv, environment and output): a CLI process costs about 2 s
+of CPU importing, and the tampering tests ran fourteen."""
 from __future__ import annotations
 
 import asyncio
@@ -132,10 +133,11 @@ def test_an_untouched_trail_passes_also_with_only_the_public_key(world):
     assert world.cli("verify", "--pubkey", str(world.tmp / "audit.pub")).returncode == 0
     other = world.tmp / "other"
     load_or_create_audit_key(other)
-    other_pub = subprocess.run([sys.executable, "-m", "gateway", "audit", "pubkey", "--data-dir", str(other)],
-                               capture_output=True, text=True, timeout=60).stdout
+    # another deployment's key: the same commands, in process (each form ran as a real process above)
+    other_pub = run_cli("audit", "pubkey", "--data-dir", str(other)).stdout
     (world.tmp / "other.pub").write_text(other_pub)
-    wrong = world.cli("verify", "--pubkey", str(world.tmp / "other.pub"))
+    wrong = run_cli("audit", "verify", "--pubkey", str(world.tmp / "other.pub"), "--data-dir", str(world.data),
+                    env={"SANDGATE_STORE__URL": world.url})
     assert wrong.returncode == 1 and "no valid signature" in wrong.stdout
 
 
