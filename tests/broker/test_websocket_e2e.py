@@ -61,14 +61,23 @@ class WsUpstream:
 
 
 @pytest.fixture(scope="module")
-def ws_env(tmp_path_factory):
+def ws_gw(tmp_path_factory):
+    """One sandgate for the module: the TLS upstream's CA (what the wss tests need; the cleartext ws tests' upstream
+    does not use it), `api` bound to bound.test."""
     tmp = tmp_path_factory.mktemp("ws")
     cert = make_cert(tmp / "certs", ["bound.test", "other.test"])
     cfg = {"egress": {**LOOPBACK_CONFIG["egress"], "upstream_ca": cert.cert,
                       "resolve": {"bound.test": ["127.0.0.1"], "other.test": ["127.0.0.1"]}},
            "secrets": {"api": {"source": "env:SG_WS_KEY", "hosts": ["bound.test"]}}}
-    with WsUpstream(cert) as up, Sandgate(tmp / "gw", cfg, env={"SG_WS_KEY": REAL}) as sg:
-        yield sg, up
+    with Sandgate(tmp / "gw", cfg, env={"SG_WS_KEY": REAL}) as sg:
+        sg.cert = cert
+        yield sg
+
+
+@pytest.fixture(scope="module")
+def ws_env(ws_gw):
+    with WsUpstream(ws_gw.cert) as up:
+        yield ws_gw, up
 
 
 async def talk(sess, url, headers, send):
@@ -112,13 +121,9 @@ def test_placeholder_in_frame_to_unbound_host_is_dropped(ws_env):
 
 
 @pytest.fixture(scope="module")
-def plain_ws(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("ws-plain")
-    cfg = {"egress": {**LOOPBACK_CONFIG["egress"],
-                      "resolve": {"bound.test": ["127.0.0.1"], "other.test": ["127.0.0.1"]}},
-           "secrets": {"api": {"source": "env:SG_WS_KEY", "hosts": ["bound.test"]}}}
-    with WsUpstream() as up, Sandgate(tmp / "gw", cfg, env={"SG_WS_KEY": REAL}) as sg:
-        yield sg, up
+def plain_ws(ws_gw):
+    with WsUpstream() as up:
+        yield ws_gw, up
 
 
 def ws_exchange(sock, target: str, host: str, send: str, headers=()) -> tuple[bytes, list[str]]:
