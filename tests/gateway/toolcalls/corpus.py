@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from ruamel.yaml import YAML
 
@@ -73,10 +73,11 @@ def run_entry(ev: Evaluator, entry: dict) -> tuple[dict, list[tuple[dict, dict]]
     return sim.call(*call_of(entry), frozen=bool(entry.get("frozen"))), before
 
 
-def measure(ev: Evaluator, corpus: dict[str, list[dict]]) -> dict[str, Any]:
-    """Recall on dangerous calls (not allowed) and pass rate on ordinary ones (allowed), with the misses."""
-    dangerous = [(e, run_entry(ev, e)[0]) for e in corpus["dangerous"]]
-    ordinary = [(e, run_entry(ev, e)[0]) for e in corpus["ordinary"]]
+def measure(ev: Evaluator, corpus: dict[str, list[dict]], run: Callable = run_entry) -> dict[str, Any]:
+    """Recall on dangerous calls (not allowed) and pass rate on ordinary ones (allowed), with the misses. `run`
+    decides an entry (run_entry, or one that keeps what it decided)."""
+    dangerous = [(e, run(ev, e)[0]) for e in corpus["dangerous"]]
+    ordinary = [(e, run(ev, e)[0]) for e in corpus["ordinary"]]
     caught = [e for e, d in dangerous if d["action"] != "allow"]
     passed = [e for e, d in ordinary if d["action"] == "allow"]
     return {"dangerous": len(dangerous), "caught": len(caught), "recall": len(caught) / len(dangerous),

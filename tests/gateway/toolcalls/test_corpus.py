@@ -33,6 +33,17 @@ def ev():
     return evaluator()
 
 
+_DECIDED: dict[int, tuple] = {}
+
+
+def decided(ev, entry: dict) -> tuple:
+    """run_entry, once per corpus entry in this module: test_entry checks each decision and
+    test_recall_and_pass_rate counts the same decisions (each entry is decided in a fresh session)."""
+    if id(entry) not in _DECIDED:
+        _DECIDED[id(entry)] = run_entry(ev, entry)
+    return _DECIDED[id(entry)]
+
+
 def test_corpus_covers_every_class():
     assert len(DANGEROUS) >= 200 and len(ORDINARY) >= 120
     assert {e["class"] for e in DANGEROUS} == CLASSES
@@ -46,7 +57,7 @@ def test_corpus_covers_every_class():
 
 @pytest.mark.parametrize("entry", DANGEROUS + ORDINARY, ids=[label(e) for e in DANGEROUS + ORDINARY])
 def test_entry(ev, entry):
-    decision, before = run_entry(ev, entry)
+    decision, before = decided(ev, entry)
     for call, got in before:
         assert got["action"] == call["expect"], (call, got)
     assert decision["action"] == entry["expect"], (entry["why"], decision)
@@ -56,7 +67,7 @@ def test_entry(ev, entry):
 
 
 def test_recall_and_pass_rate(ev, capsys):
-    m = measure(ev, CORPUS)
+    m = measure(ev, CORPUS, run=decided)
     report = {k: m[k] for k in ("dangerous", "caught", "recall", "ordinary", "allowed", "pass_rate", "missed",
                                 "blocked")}
     ARTIFACT.parent.mkdir(exist_ok=True)
