@@ -134,7 +134,8 @@ def test_serve_workers_drain_each_worker_on_sigterm(tmp_path, upstream):
         t, out = background(lambda: requests.delete(url, proxies=sess["proxies"], timeout=90))
         item = pending_for(sg, sess["id"])[0]
         sg.proc.send_signal(signal.SIGTERM)
-        wait_until(lambda: readyz(sg) == 503, what="the workers draining")
+        # two workers and their supervisor on a loaded machine: 20 s was not always enough (drain_s is 60)
+        wait_until(lambda: readyz(sg) == 503, timeout=45.0, what="the workers draining")
         assert sg.proc.poll() is None
         r = sg.call("POST", f"/v1/approvals/{item['id']}/approve", sg.approver, json={})
         assert r.status_code == 200, r.text
