@@ -676,15 +676,14 @@ class Connection:
             pos = start = 0
             size = len(buf)
             while size - pos >= 5:
-                kind = buf[pos]
-                length = int.from_bytes(buf[pos + 1:pos + 5], "big")
+                kind, length = _BACKEND_HEAD.unpack_from(buf, pos)
                 if length < 4 or length > wire.MAX_MESSAGE_BYTES:
                     raise wire.ProtocolError("the server sent a message out of bounds")
                 end = pos + 1 + length
                 if end > size:
                     break
-                if kind != 0x44:                      # DataRow: never looked at
-                    replaced = self._on_backend(bytes((kind,)), bytes(buf[pos + 5:end]))
+                if kind not in _PASSED:
+                    replaced = self._on_backend(_KINDS[kind], bytes(buf[pos + 5:end]) if kind in _READ else b"")
                     if replaced is not None:
                         parts += [buf[start:pos], replaced]
                         start = end
@@ -838,6 +837,10 @@ class Connection:
         self.writer.close()
 
 
+_BACKEND_HEAD = struct.Struct("!Bi")
+_KINDS = tuple(bytes((i,)) for i in range(256))
+_PASSED = frozenset(b"D23")         # DataRow, BindComplete, CloseComplete: relayed, never looked at
+_READ = frozenset(b"ECZtS")         # the backend messages whose body _on_backend reads (the rest: by type alone)
 SKIPPED = frozenset((b"P", b"B", b"E", b"D", b"C", b"H"))
 BATCH = frozenset((b"P", b"B", b"E", b"D", b"C"))          # extended-protocol messages a Sync ends
 COPY_MESSAGES = frozenset((b"d", b"c", b"f"))
