@@ -13,9 +13,8 @@ import re
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 from urllib.parse import parse_qsl, unquote
-
-import botocore.loaders
 
 # signing name (credential scope) -> botocore's model name, where they differ
 MODEL_OF = {"monitoring": "cloudwatch", "awsssoportal": "sso", "email": "ses", "states": "stepfunctions",
@@ -94,10 +93,11 @@ def build_index(service: str, model: Mapping) -> ServiceIndex:
 
 
 class ServiceModels:
-    """botocore's service models, each loaded once (blocking: call `load` off the loop)."""
+    """botocore's service models, each loaded once (blocking: call `load` off the loop). botocore itself is
+    imported by the first `load` (start-up time: most gateways never see an AWS request)."""
 
     def __init__(self) -> None:
-        self._loader = botocore.loaders.create_loader()
+        self._loader: Any = None
         self._indexes: dict[str, ServiceIndex | None] = {}
         self._lock = threading.Lock()
 
@@ -112,6 +112,10 @@ class ServiceModels:
         with self._lock:
             if service not in self._indexes:
                 name = MODEL_OF.get(service, service)
+                if self._loader is None and name:
+                    import botocore.loaders
+
+                    self._loader = botocore.loaders.create_loader()
                 try:
                     model = self._loader.load_service_model(name, "service-2") if name else None
                 except Exception:  # noqa: BLE001 - no such model (DataNotFoundError, UnknownServiceError)

@@ -18,13 +18,13 @@ import re
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import NamedTuple
+from types import SimpleNamespace
+from typing import TYPE_CHECKING, Any, NamedTuple
 from urllib.parse import quote, unquote
 
-from botocore.auth import (S3SigV4Auth, S3SigV4QueryAuth, SigV4Auth, SigV4QueryAuth)
-from botocore.awsrequest import AWSRequest
-from botocore.credentials import ReadOnlyCredentials
-from botocore.utils import normalize_url_path
+if TYPE_CHECKING:
+    from botocore.auth import SigV4Auth
+    from botocore.awsrequest import AWSRequest
 
 ALGORITHM = "AWS4-HMAC-SHA256"
 AMZ_DATE = re.compile(r"(\d{8})T\d{6}Z\Z")
@@ -245,13 +245,13 @@ def _query_spec(pairs: list[tuple[str, str]]) -> str:
 
 
 def _path_botocore(path: str, s3: bool) -> str:
-    return path if s3 else quote(normalize_url_path(path), safe="/~")
+    return path if s3 else quote(_botocore().normalize_url_path(path), safe="/~")
 
 
 def _path_spec(path: str, s3: bool) -> str:
     decoded = unquote(path)
     if not s3:
-        decoded = normalize_url_path(decoded)
+        decoded = _botocore().normalize_url_path(decoded)
         return quote(quote(decoded, safe="/~"), safe="/~")
     return quote(decoded, safe="/~")
 
@@ -315,8 +315,7 @@ def _fixed_payload(base: type[SigV4Auth]) -> type[SigV4Auth]:
     class Signer(base):  # type: ignore[misc, valid-type]
         """botocore's signer, with the payload hash the sandbox signed (never re-read from a body)."""
 
-        def __init__(self, credentials: ReadOnlyCredentials, service: str, region: str, payload: str,
-                     **kwargs: int) -> None:
+        def __init__(self, credentials: Any, service: str, region: str, payload: str, **kwargs: int) -> None:
             super().__init__(credentials, service, region, **kwargs)
             self._payload = payload
 
@@ -327,12 +326,23 @@ def _fixed_payload(base: type[SigV4Auth]) -> type[SigV4Auth]:
     return Signer
 
 
-_HEAD_SIGNER = {True: _fixed_payload(S3SigV4Auth), False: _fixed_payload(SigV4Auth)}
-_QUERY_SIGNER = {True: _fixed_payload(S3SigV4QueryAuth), False: _fixed_payload(SigV4QueryAuth)}
+@functools.cache
+def _botocore() -> SimpleNamespace:
+    """What this module uses of botocore, loaded at the first AWS request a secret is injected into (botocore
+    and the urllib3 it imports cost a `serve` start about a tenth of a second of CPU)."""
+    from botocore.auth import S3SigV4Auth, S3SigV4QueryAuth, SigV4Auth, SigV4QueryAuth
+    from botocore.awsrequest import AWSRequest
+    from botocore.credentials import ReadOnlyCredentials
+    from botocore.utils import normalize_url_path
+
+    return SimpleNamespace(
+        head_signer={True: _fixed_payload(S3SigV4Auth), False: _fixed_payload(SigV4Auth)},
+        query_signer={True: _fixed_payload(S3SigV4QueryAuth), False: _fixed_payload(SigV4QueryAuth)},
+        AWSRequest=AWSRequest, ReadOnlyCredentials=ReadOnlyCredentials, normalize_url_path=normalize_url_path)
 
 
 def _aws_request(method: str, url: str, headers: list[tuple[str, str]]) -> AWSRequest:
-    aws = AWSRequest(method=method, url=url)
+    aws = _botocore().AWSRequest(method=method, url=url)
     for name, value in headers:
         aws.headers[name] = value               # an HTTPMessage: a repeated name is kept, in order
     return aws
@@ -355,13 +365,14 @@ def resign(req: Request, sig: Signature, creds: Credentials, payload: str, now: 
             and k.lower() != "date"]
     if not any(k.lower() == "host" for k, _ in keep):
         keep.append(("host", req.host))
-    credentials = ReadOnlyCredentials(creds.access_key, creds.secret_key, creds.token or None)
+    botocore = _botocore()
+    credentials = botocore.ReadOnlyCredentials(creds.access_key, creds.secret_key, creds.token or None)
     if sig.presigned:
         query = "&".join(f"{k}={v}" for k, v in _query_pairs(req.raw_query) if unquote(k).lower() not in AUTH_QUERY)
         url = f"{req.scheme}://{req.host}{req.raw_path}" + (f"?{query}" if query else "")
         remaining = int(parse_timestamp(sig.timestamp) + sig.expires - now)
         aws = _aws_request(req.method, url, keep)
-        _QUERY_SIGNER[sig.s3](credentials, sig.service, sig.region, payload,
+        botocore.query_signer[sig.s3](credentials, sig.service, sig.region, payload,
                               expires=max(1, min(remaining, MAX_PRESIGN_S))).add_auth(aws)
         _scheme, _, rest = aws.url.partition("://")
         path = "/" + rest.partition("/")[2]
@@ -372,7 +383,7 @@ def resign(req: Request, sig: Signature, creds: Credentials, payload: str, now: 
     if "x-amz-content-sha256" in sig.signed_headers or sig.s3:
         keep.append(("X-Amz-Content-SHA256", payload))
     aws = _aws_request(req.method, f"{req.scheme}://{req.host}{req.path}", keep)
-    _HEAD_SIGNER[sig.s3](credentials, sig.service, sig.region, payload).add_auth(aws)
+    botocore.head_signer[sig.s3](credentials, sig.service, sig.region, payload).add_auth(aws)
     out = [(name, aws.headers[name]) for name in ("Authorization", "X-Amz-Date", "X-Amz-Security-Token",
                                                   "X-Amz-Content-SHA256") if name in aws.headers]
     auth = aws.headers["Authorization"]

@@ -19,7 +19,7 @@ import ssl
 import time
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable, Coroutine, Mapping
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Coroutine, Mapping
 
 from aiohttp import web
 
@@ -40,7 +40,6 @@ from gateway.store.changes import Change, ChangeFeed, LocalChangeFeed, PgChangeF
 from gateway.config import Config, DatabaseSettings, postgres_authority, secret_source
 from gateway.egress.addon import EgressAddon, EgressDeps
 from gateway.egress.aws import AwsSigning
-from gateway.egress.dns import DnsServer, open_resolver
 from gateway.egress.hold import HoldAddon
 from gateway.egress.limits import ConnectionLimits, HeldLimits
 from gateway.net.hosts import normalise_host
@@ -77,12 +76,13 @@ from gateway.server import create_app
 from gateway.sessions.registry import SessionCache, SessionRegistry
 from gateway.store import Store, StoreError
 from gateway.store.oauth2 import StoreTokenState
-from gateway.postgres.connection import GatewayDeps
-from gateway.postgres.gate import GateJudge
-from gateway.postgres.registry import ConnectionRegistry
-from gateway.postgres.secrets import database_secrets
-from gateway.postgres.server import PostgresGateway, SessionLogins, StatementRecorder, postgres_socket, server_tls
 from gateway.toolcalls.memo import FactsMemo
+
+if TYPE_CHECKING:
+    from gateway.egress.dns import DnsServer
+
+# Imported where they are started, when configured (start-up time of every other `serve`): the filtering
+# resolver of transparent capture (dnspython) and the PostgreSQL gateway (pglast, scramp).
 
 log = logging.getLogger("sandgate")
 START_TIMEOUT_S = 30.0
@@ -469,6 +469,8 @@ async def open_gateway(cfg: Config, stack: AsyncExitStack, worker: bool = False,
     if transparent is not None:
         # Transparent capture (`sandgate run --isolate`): a second listener in the same master, and the filtering
         # resolver whose synthetic addresses it reads back.
+        from gateway.egress.dns import DnsServer, open_resolver
+
         names = SyntheticNames()
         addons.insert(0, TransparentAddon(egress, sessions, names))
         await approvals.load_index()            # grants' hosts resolve from the first query (never waited for)
@@ -490,6 +492,8 @@ async def open_gateway(cfg: Config, stack: AsyncExitStack, worker: bool = False,
     pg_listen = cfg.proxy.postgres_listen
     pg_endpoint = None
     if pg_listen is not None:
+        from gateway.postgres.server import postgres_socket
+
         pg_sock = postgres_socket(pg_listen, reuse_port=worker)        # bound now: its port goes into the sessions' URLs
         pg_bound = pg_sock.getsockname()[:2]
         pg_endpoint = PostgresEndpoint(postgres_authority(cfg.proxy.postgres_advertise, pg_bound),
@@ -540,6 +544,12 @@ async def _start_postgres(stack: AsyncExitStack, cfg: Config, sock: socket.socke
                           broker: Broker, toolcalls: ToolCallGate, feed: ChangeFeed) -> tuple[str, int]:
     """The PostgreSQL gateway (gateway/postgres/): its statements are decided by the tool-call gate, in this
     process, with via "postgres" (gateway/postgres/gate.py)."""
+    from gateway.postgres.connection import GatewayDeps
+    from gateway.postgres.gate import GateJudge
+    from gateway.postgres.registry import ConnectionRegistry
+    from gateway.postgres.secrets import database_secrets
+    from gateway.postgres.server import PostgresGateway, SessionLogins, StatementRecorder, server_tls
+
     judge = GateJudge(toolcalls, approvals)
     secrets = database_secrets(broker.resolver, cfg.databases.values(), cfg.broker.vault.as_mapping(),
                                cfg.broker.cache_ttl_s)

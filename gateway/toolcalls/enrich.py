@@ -26,7 +26,7 @@ from gateway.policy.cache import Stamped
 from gateway.toolcalls.describe import Effects, Files, describe_line, describe_shell
 from gateway.toolcalls.options import parse_options
 from gateway.toolcalls.paths import clean_dir, describe_path
-from gateway.toolcalls.sql import MAX_SQL_LENGTH, describe_sql, sql_side_effects
+from gateway.toolcalls.sqlentry import MAX_SQL_LENGTH, describe_sql, sql_side_effects
 from gateway.toolcalls.streams import MAX_TEXT
 from gateway.toolcalls.tables import Tables
 from gateway.toolcalls.urls import describe_url

@@ -22,9 +22,9 @@ from sqlglot import exp
 from sqlglot.errors import ErrorLevel
 from sqlglot.optimizer.simplify import simplify
 
+from gateway.toolcalls.sqlconst import MAX_SQL_LENGTH
 from gateway.toolcalls.sqlpg import CLASSES, classify_pg
 
-MAX_SQL_LENGTH = 100_000
 logging.getLogger("sqlglot").setLevel(logging.ERROR)   # "falling back to parsing as a Command" per statement
 
 _SQL_KINDS = {

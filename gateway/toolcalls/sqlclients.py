@@ -12,8 +12,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Callable
 
-from gateway.toolcalls.sql import describe_sql, sql_side_effects
-from gateway.toolcalls.sqlpg import CLASSES
+from gateway.toolcalls.sqlentry import CLASSES, describe_sql, sql_side_effects
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,8 @@ from pglast.enums import A_Expr_Kind, BoolExprType, BoolTestType, NullTestType, 
 from pglast.enums import VariableSetKind
 from pglast.visitors import Continue, Visitor
 
-CLASSES = ("read", "session", "write", "delete", "other")
+from gateway.toolcalls.sqlconst import CLASSES
+
 _RANK = {c: i for i, c in enumerate(CLASSES)}
 
 _SESSION_TX = {TransactionStmtKind.TRANS_STMT_BEGIN, TransactionStmtKind.TRANS_STMT_START,
