@@ -4,16 +4,24 @@ server side of that exchange), the URL the sandbox connects with. Pure."""
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 import hmac
 import secrets
 from dataclasses import dataclass
+from typing import Any
 from urllib.parse import quote
 
-from scramp import ScramMechanism
-
 ITERATIONS = 4096
-_MECH = ScramMechanism("SCRAM-SHA-256")
+
+
+@functools.cache
+def _mechanism() -> Any:
+    """scramp's SCRAM-SHA-256, loaded by the first session given a database (scramp and asn1crypto are not
+    imported by every start)."""
+    from scramp import ScramMechanism
+
+    return ScramMechanism("SCRAM-SHA-256")
 
 
 @dataclass(frozen=True)
@@ -38,11 +46,16 @@ def new_password() -> str:
 
 
 def make_verifier(password: str) -> Verifier:
-    return Verifier(*_MECH.make_auth_info(password, iteration_count=ITERATIONS))
+    return Verifier(*_mechanism().make_auth_info(password, iteration_count=ITERATIONS))
 
 
-# what an unknown user is checked against (the exchange runs its course and fails, as for a wrong password)
-DUMMY = make_verifier(secrets.token_urlsafe(24))
+def __getattr__(name: str) -> Any:
+    """DUMMY, what an unknown user is checked against (the exchange runs its course and fails, as for a wrong
+    password): made once, by the first import of it (the PostgreSQL gateway's), not by every start (PEP 562)."""
+    if name != "DUMMY":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    dummy = globals()["DUMMY"] = make_verifier(secrets.token_urlsafe(24))
+    return dummy
 
 
 def database_url(user: str, password: str, advertise: str, name: str, ca_path: str) -> str:
