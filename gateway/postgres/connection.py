@@ -88,7 +88,7 @@ class Prepared:
     verdict: Verdict
     param_types: list[int]
     rebind: bool                # every Bind is decided again, with the values
-    spent: bool = False         # an approved statement ran once: its next Bind is decided again
+    spent: bool = False         # the Parse's decision covered one run: its next Bind is decided again
     positions: list[tuple[int, int, int]] | None = None     # where its $n stand (found once, at the first Bind)
     stamp: object = None        # the judge's stamp at Parse: a Bind after a policy or session change decides again
     run: int = 0                # how many Syncs and Queries went upstream before its Parse
@@ -498,7 +498,7 @@ class Connection:
         if statements.has_params(parse.query):
             # Nothing runs at Parse: a statement with parameters runs only through a Bind. A deny stands now. An
             # ask is not held here (what would be approved is not known yet): each Bind asks with its values. An
-            # allow covers every Bind unless the values can change what the statement does.
+            # allow covers the first Bind unless the values can change what the statement does.
             verdict = await self.deps.judge.decide(StatementRequest(self.session, self.database, parse.query))
             if verdict.action == "ask" and verdict.approval_id:
                 await self.deps.judge.withdraw(verdict.approval_id, "decided again at Bind, with the values")
@@ -550,10 +550,10 @@ class Connection:
         bound = statements.bind_statement(prepared.query, values, prepared.positions) if bind.params \
             else prepared.query
         if not (prepared.rebind or prepared.spent) and prepared.stamp == self.deps.judge.stamp(self.session):
-            # what it does cannot depend on the values: the Parse's decision covers it (the audit row shows them);
-            # an approval covers one run. A policy revision or a change of the session since (a freeze) decides
-            # it again.
-            prepared.spent = prepared.verdict.action != "allow"
+            # what it does cannot depend on the values: the Parse's decision covers its first run (the audit row
+            # shows the values). Every later run is a statement of its own, decided again: it joins the session's
+            # history and counts, and the policy sees them (a budget spent by the earlier runs makes it ask).
+            prepared.spent = True
             self._portals[bind.portal] = (bound, prepared.verdict)
             await self._forward(kind, body)
             return

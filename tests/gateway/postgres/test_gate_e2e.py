@@ -4,6 +4,7 @@ policy sees the via, each statement has one audit row, of kind `sql`, that names
 lets the same statement through on the wire."""
 from __future__ import annotations
 
+import json
 import threading
 import time
 
@@ -70,3 +71,32 @@ def test_an_approved_sql_tool_call_does_not_let_the_wire_statement_through(pg_ga
     assert cluster.count() == 10
     again = pg_gateway.call("POST", "/v1/toolcalls", json=body).json()    # the tool call's approval is still its own
     assert again["decision"] == "allow" and "approval.approved" in again["codes"]
+
+
+def test_every_run_of_a_prepared_statement_counts_and_is_decided(pg_gateway, cluster):
+    """A statement prepared once and run many times is many statements: each run joins the session's counts, so
+    a tool-call budget spent by the earlier runs makes the next run ask (the Parse's decision covers one run)."""
+    sess, url = db_session(pg_gateway)
+    admin = pg_gateway.token("admin", "pg-prepared-budget")
+    resp = pg_gateway.call("PATCH", f"/v1/sessions/{sess['id']}", json={"budgets": {"toolcalls": 4}}, token=admin)
+    assert resp.status_code == 200, resp.text
+    out: dict = {"ran": 0}
+
+    def run() -> None:
+        try:
+            with psycopg.connect(url, autocommit=True) as conn:
+                for _ in range(8):
+                    assert conn.execute("SELECT v FROM t WHERE id = 2", prepare=True).fetchone() == ("row2",)
+                    out["ran"] += 1
+        except Exception as exc:  # noqa: BLE001 - handed to the test
+            out["error"] = exc
+    th = threading.Thread(target=run, daemon=True)
+    th.start()
+    items = pending(pg_gateway, sess["id"])          # past the budget, a run of the prepared statement asks
+    assert len(items) == 1 and "budget.exceeded" in json.dumps(items[0]), items
+    assert out["ran"] <= 4
+    decide(pg_gateway, items[0]["id"], "deny")
+    th.join(30)
+    assert isinstance(out.get("error"), psycopg.errors.InsufficientPrivilege), out
+    stats = pg_gateway.call("GET", f"/v1/sessions/{sess['id']}", token=admin).json()["stats"]
+    assert stats["toolcalls"] >= 5, stats

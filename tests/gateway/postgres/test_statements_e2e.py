@@ -253,9 +253,10 @@ def test_a_connection_that_changes_how_statements_lex_is_closed(pg_gateway, clus
     assert cluster.count() == 10
 
 
-def test_a_prepared_statement_is_decided_once_unless_its_values_matter(pg_gateway, cluster):
-    """`id = $1` cannot change what the statement does: the Parse's decision covers each run (the audit rows show
-    the values); `id = $1 OR $2` can: each Bind is decided with its values."""
+def test_each_run_of_a_prepared_statement_is_decided(pg_gateway, cluster):
+    """`id = $1` cannot change what the statement does: the Parse's decision covers its first run (the audit rows
+    show the values), and each later run is a statement of its own, decided again (it joins the session's history
+    and counts: test_gate_e2e's budget test); `id = $1 OR $2` can: each Bind is decided with its values."""
     sess, url = db_session(pg_gateway)
     with psycopg.connect(url, autocommit=True) as conn:
         for i in (1, 2, 3):
@@ -267,7 +268,7 @@ def test_a_prepared_statement_is_decided_once_unless_its_values_matter(pg_gatewa
     plain = [e for e in rows if " OR " not in e["detail"]["statement"]]
     either = [e for e in rows if " OR " in e["detail"]["statement"]]
     assert [e["detail"]["statement"] for e in plain] == [f"SELECT v FROM t WHERE id = ({i})" for i in (1, 2, 3)]
-    assert len({e["request_id"] for e in plain}) == 1                # one decision, at Parse
+    assert len({e["request_id"] for e in plain}) == 3                # the Parse's, then one per later run
     assert len({e["request_id"] for e in either}) == 2               # one per Bind
 
 
