@@ -557,7 +557,9 @@ class Connection:
             self._portals[bind.portal] = (bound, prepared.verdict)
             await self._forward(kind, body)
             return
-        verdict, error = await self._decide(bound)
+        # values that cannot change what it does: decided as at its Parse (the same text, so the same facts and
+        # cache entry), with the session as it is now; values that can: decided with them written in
+        verdict, error = await self._decide(bound if prepared.rebind else prepared.query)
         if error is not None:
             self.deps.recorder.statement(self.session, self.database, bound, verdict, tag="", rows=None,
                                          error="refused", duration_ms=0.0)
