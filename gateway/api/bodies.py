@@ -14,10 +14,13 @@ from typing import Any, Callable, Mapping
 from gateway.api.errors import ApiError
 from gateway.approvals.access import GRANT_FIELDS
 from gateway.config import BUDGET_KEYS
+from gateway.sessions.spec import MAX_ALLOW, MAX_LABEL_KEY, MAX_LABEL_VALUE, MAX_LABELS, MAX_NAMES, MAX_PATH
+from gateway.gates.toolcall import MAX_ARGS_BYTES
 
 MAX_STEP = 2 ** 31 - 1                  # the store's INTEGER column
 MAX_TOOLS = 1000
 MAX_TEXTS = 10000
+MAX_TOOL_NAME = 256                     # characters of a tool call's `tool` (held in its approval, history, audit)
 
 
 def _str(v: Any) -> bool:
@@ -155,23 +158,27 @@ def read_body(body: Any, schema: Body) -> Checked:
     return Checked(check_body(body, schema), schema)
 
 
+LABELS_CAP = (f"at most {MAX_LABELS}; a name at most {MAX_LABEL_KEY} characters, a value at most {MAX_LABEL_VALUE}")
+
 CREATE_SESSION = Body("POST", "/v1/sessions", "harness", "create a session: its token, proxy URL, CA and env", {
     "workload": Field("string", "`ephemeral` (default ttl 1 h) or `persistent` (7 days)",
                       problem="workload must be 'ephemeral' or 'persistent'"),
-    "labels": Field("object of strings", "labels the policy sees as `input.session.labels`",
+    "labels": Field("object of strings", f"labels the policy sees as `input.session.labels` ({LABELS_CAP})",
                     problem="labels must be an object of strings"),
     "allow": Field("list of strings", "host patterns (`host`, `*.host`, `host:port`) the session may reach "
-                                      "beyond the policy's base allowlist",
+                                      f"beyond the policy's base allowlist (at most {MAX_ALLOW})",
                    problem="allow must be a list of host patterns"),
     "secrets": Field("list of strings", "configured secrets (`[secrets.NAME]`) whose placeholders the session "
-                                        "gets in its env", problem="secrets must be a list of names"),
+                                        f"gets in its env (at most {MAX_NAMES} names)",
+                     problem="secrets must be a list of names"),
     "databases": Field("list of strings", "configured databases (`[databases.NAME]`) whose URLs the session gets "
-                                          "in its env", problem="databases must be a list of names"),
+                                          f"in its env (at most {MAX_NAMES} names)",
+                       problem="databases must be a list of names"),
     "ttl_s": Field("integer", "lifetime in seconds (default by workload, at most 30 days)"),
-    "workspace": Field("string", "the sandbox's workspace path (absolute; default `/workspace`)",
-                       problem="workspace must be an absolute path"),
-    "ca_path": Field("string", "where the sandbox finds the CA (absolute; default `/etc/sandgate/ca.pem`)",
-                     problem="ca_path must be an absolute path"),
+    "workspace": Field("string", f"the sandbox's workspace path (absolute, at most {MAX_PATH} characters; "
+                                 "default `/workspace`)", problem="workspace must be an absolute path"),
+    "ca_path": Field("string", f"where the sandbox finds the CA (absolute, at most {MAX_PATH} characters; default "
+                               "`/etc/sandgate/ca.pem`)", problem="ca_path must be an absolute path"),
     "source": Field("string", "bind the session to this source IP address (transparent capture; inside "
                               "`proxy.transparent_sources`)", problem="source must be an IP address"),
     "budgets": Field("object", "the session's own budgets (`requests`, `bytes_out`, `bytes_in`, `toolcalls`, "
@@ -182,7 +189,8 @@ CREATE_SESSION = Body("POST", "/v1/sessions", "harness", "create a session: its 
 PATCH_SESSION = Body("PATCH", "/v1/sessions/{id}", "harness", "change a live session (at least one field)", {
     "frozen": Field("boolean", "a frozen session's requests and tool calls are denied",
                     problem="frozen must be a boolean"),
-    "labels": Field("object of strings", "replace the labels", problem="labels must be an object of strings"),
+    "labels": Field("object of strings", f"replace the labels ({LABELS_CAP})",
+                    problem="labels must be an object of strings"),
     "ttl_s": Field("integer", "renew: expire `ttl_s` seconds from now (never past the session's maximum "
                               "lifetime)", problem="ttl_s must be a positive integer"),
     "budgets": Field("object", "replace the budgets given (0 = none); the others stay",
@@ -191,9 +199,10 @@ PATCH_SESSION = Body("PATCH", "/v1/sessions/{id}", "harness", "change a live ses
 
 TOOLCALL = Body("POST", "/v1/toolcalls", "harness", "ask before running a tool call: allow, deny or ask", {
     "session": Field("string", "the session id", required=True, problem="session and tool are required strings"),
-    "tool": Field("non-empty string", "the tool's name (`shell`, `sql`, an MCP tool, ...)", required=True,
-                  problem="session and tool are required strings"),
-    "args": Field("object", "the tool's arguments (`command` for shell, `query` for sql)",
+    "tool": Field("non-empty string", f"the tool's name (`shell`, `sql`, an MCP tool, ...; at most {MAX_TOOL_NAME} "
+                                      "characters)", required=True, problem="session and tool are required strings"),
+    "args": Field("object", "the tool's arguments (`command` for shell, `query` for sql; at most "
+                            f"{MAX_ARGS_BYTES // 1024} KiB as JSON: beyond, 413 `too_large`)",
                   problem="args must be an object"),
     "step": Field("integer", "the agent's step number (audited)", check=lambda v: 0 <= v <= MAX_STEP,
                   problem=f"step must be an integer from 0 to {MAX_STEP}"),

@@ -17,7 +17,7 @@ from gateway.api.approvals import grant_view
 from gateway.api.timefmt import rfc3339
 from gateway.sessions.budgets import parse_own
 from gateway.sessions.database import database_url, make_verifier, new_password
-from gateway.sessions.spec import (BadRequest, build_env, owns, parse_session_spec, parse_source,
+from gateway.sessions.spec import (BadRequest, build_env, check_labels, owns, parse_session_spec, parse_source,
                                   renewed_expiry, session_status)
 from gateway.sessions.registry import SessionRegistry, SourceInUse
 from gateway.store.records import Session
@@ -133,7 +133,10 @@ async def patch_session(request: web.Request) -> web.Response:
     if body.frozen is not None:
         values.update(frozen=body.frozen)
     if body.labels is not None:
-        values.update(labels=body.labels)
+        try:
+            values.update(labels=check_labels(body.labels))
+        except BadRequest as exc:
+            raise ApiError(400, "bad_request", str(exc)) from None
     if body.budgets is not None:
         try:                               # the keys given replace the session's own (0 = none), the rest stay
             values.update(budgets={**(row.budgets or {}), **parse_own(body.budgets)})

@@ -8,7 +8,7 @@ from __future__ import annotations
 from aiohttp import web
 
 from gateway.api.auth import require
-from gateway.api.bodies import TOOLCALL, read_body
+from gateway.api.bodies import MAX_TOOL_NAME, TOOLCALL, read_body
 from gateway.api.errors import ApiError
 from gateway.api.state import TOOLCALLS, read_json
 from gateway.gates.toolcall import ToolCallRefused, ToolCallRequest
@@ -21,6 +21,8 @@ async def post_toolcall(request: web.Request) -> web.Response:
     principal = require(request, "harness")
     body = read_body(await read_json(request), TOOLCALL)
     args = body.doc.get("args", {})                 # absent: no arguments; null: refused
+    if len(body.tool) > MAX_TOOL_NAME:
+        raise ApiError(400, "bad_request", f"tool: a name is at most {MAX_TOOL_NAME} characters")
     if args is None:
         raise ApiError(400, "bad_request", "args must be an object")
     try:

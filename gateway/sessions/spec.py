@@ -18,6 +18,13 @@ STAT_KEYS = ("requests", "denied", "asked", "bytes_out", "bytes_in", "toolcalls"
 # the default for persistent sessions): about a century, so in practice the harness renews it for as long as it
 # wants; the session token's `exp` is that ceiling, and the token dies with the session row before.
 MAX_TTL_S = 100 * 365 * 24 * 3600
+# What one session may make sandgate hold (its row, every policy input, the approval page): a larger spec is 400.
+MAX_LABELS = 64                 # labels of a session
+MAX_LABEL_KEY = 128             # characters of a label's name
+MAX_LABEL_VALUE = 1024          # characters of a label's value
+MAX_ALLOW = 256                 # host patterns in `allow`
+MAX_NAMES = 64                  # names in `secrets`, in `databases`
+MAX_PATH = 4096                 # characters of `workspace`, of `ca_path` (PATH_MAX)
 
 
 def lifetime_ceiling(workload: str, max_lifetime_s: int = 0, ephemeral_max_lifetime_s: int = 86400) -> int:
@@ -43,6 +50,29 @@ class BadRequest(ValueError):
     """A request body that does not fit the contract (-> 400)."""
 
 
+def check_labels(labels: Any) -> dict:
+    """A session's labels (create, PATCH): an object of at most MAX_LABELS strings, names and values capped."""
+    if not isinstance(labels, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in labels.items()):
+        raise BadRequest("labels must be an object of strings")
+    if len(labels) > MAX_LABELS:
+        raise BadRequest(f"labels: at most {MAX_LABELS} labels (got {len(labels)})")
+    for key, value in labels.items():
+        if len(key) > MAX_LABEL_KEY or len(value) > MAX_LABEL_VALUE:
+            raise BadRequest(f"labels: a name is at most {MAX_LABEL_KEY} characters and a value at most "
+                             f"{MAX_LABEL_VALUE} (label {key[:40]!r})")
+    return labels
+
+
+def _names(body: Mapping[str, Any], key: str, what: str) -> list[str]:
+    """`body[key]`: a list of at most MAX_NAMES names."""
+    names = body.get(key, []) or []
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        raise BadRequest(f"{key} must be a list of names")
+    if len(names) > MAX_NAMES:
+        raise BadRequest(f"{key}: at most {MAX_NAMES} {what} (got {len(names)})")
+    return names
+
+
 @dataclass(frozen=True)
 class SessionSpec:
     workload: str
@@ -64,28 +94,24 @@ def parse_session_spec(body: Any, known_secrets: Mapping[str, Any],
     workload = body.get("workload", "ephemeral")
     if workload not in WORKLOADS:
         raise BadRequest("workload must be 'ephemeral' or 'persistent'")
-    labels = body.get("labels", {}) or {}
-    if not isinstance(labels, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in labels.items()):
-        raise BadRequest("labels must be an object of strings")
+    labels = check_labels(body.get("labels", {}) or {})
     allow_raw = body.get("allow", []) or []
     if not isinstance(allow_raw, list) or not all(isinstance(a, str) for a in allow_raw):
         raise BadRequest("allow must be a list of host patterns")
+    if len(allow_raw) > MAX_ALLOW:
+        raise BadRequest(f"allow: at most {MAX_ALLOW} host patterns (got {len(allow_raw)})")
     try:
         allow = list(dict.fromkeys(str(parse_allow_entry(a)) for a in allow_raw))
     except ValueError as exc:
-        raise BadRequest(f"allow: {exc}") from None
-    names = body.get("secrets", []) or []
-    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
-        raise BadRequest("secrets must be a list of names")
+        raise BadRequest(f"allow: {str(exc)[:300]}") from None
+    names = _names(body, "secrets", "secrets")
     unknown = [n for n in names if n not in known_secrets]
     if unknown:
-        raise BadRequest(f"unknown secrets: {', '.join(sorted(unknown))}")
-    databases = body.get("databases", []) or []
-    if not isinstance(databases, list) or not all(isinstance(n, str) for n in databases):
-        raise BadRequest("databases must be a list of names")
+        raise BadRequest(f"unknown secrets: {', '.join(sorted(unknown))}"[:400])
+    databases = _names(body, "databases", "databases")
     unknown = [n for n in databases if n not in known_databases]
     if unknown:
-        raise BadRequest(f"unknown databases: {', '.join(sorted(unknown))}"
+        raise BadRequest(f"unknown databases: {', '.join(sorted(unknown))}"[:400]
                          + ("" if known_databases else " (this sandgate has no PostgreSQL gateway configured)"))
     ceiling = lifetime_ceiling(workload, *lifetimes)
     ttl = body.get("ttl_s", min(WORKLOADS[workload], ceiling))
@@ -96,6 +122,8 @@ def parse_session_spec(body: Any, known_secrets: Mapping[str, Any],
     for key, val in (("workspace", workspace), ("ca_path", ca_path)):
         if not isinstance(val, str) or not val.startswith("/") or "\0" in val:
             raise BadRequest(f"{key} must be an absolute path")
+        if len(val) > MAX_PATH:
+            raise BadRequest(f"{key}: at most {MAX_PATH} characters")
     try:
         own = parse_budgets(body.get("budgets") or {}, "budgets")
     except ValueError as exc:
