@@ -125,8 +125,8 @@ def cmd_token(cfg: Config, args: argparse.Namespace) -> int:
         print("sandgate: token needs --role and --name", file=sys.stderr)
         return 2
     ttl_s = DEFAULT_TTL_S if args.ttl_s is None else args.ttl_s
-    if ttl_s > MAX_TOKEN_TTL_S:
-        print(f"sandgate: --ttl-s may be at most {MAX_TOKEN_TTL_S} (ten years)", file=sys.stderr)
+    if not 0 < ttl_s <= MAX_TOKEN_TTL_S:            # 0 or less would mint a token already expired
+        print(f"sandgate: --ttl-s must be from 1 to {MAX_TOKEN_TTL_S} (ten years) seconds", file=sys.stderr)
         return 2
     cfg.data_dir.mkdir(parents=True, exist_ok=True)
     signer = TokenSigner(load_or_create_key(cfg.data_dir))
@@ -286,7 +286,7 @@ def build_parser() -> argparse.ArgumentParser:
     token.add_argument("words", nargs="*", metavar="revoke JTI", help="revoke the token with this id (admin)")
     token.add_argument("--role", choices=["harness", "approver", "admin"])
     token.add_argument("--name")
-    token.add_argument("--ttl-s", type=int, default=None, help="lifetime in seconds (default 24 h)")
+    token.add_argument("--ttl-s", type=int, default=None, help="lifetime in seconds, 1 to ten years (default 24 h)")
     token.set_defaults(func=cmd_token)
 
     audit_sub = policy_commands.register(sub, _common)

@@ -1,5 +1,6 @@
 """Red team: `sandgate token --ttl-s` with a huge value was a Python traceback (OverflowError); now one line
-and exit 2. The tokens it does mint always carry a usable `exp`."""
+and exit 2. A zero or negative one minted a token that was already expired (exit 0); now one line and exit 2.
+The tokens it does mint always carry a usable `exp`."""
 from __future__ import annotations
 
 import subprocess
@@ -19,6 +20,14 @@ def test_huge_ttl_is_a_clean_error(tmp_path, ttl):
     proc = mint(tmp_path, ttl)
     assert proc.returncode == 2 and proc.stdout == ""
     assert "Traceback" not in proc.stderr and "ttl" in proc.stderr.lower()
+    assert len(proc.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("ttl", ["0", "-5"])
+def test_zero_or_negative_ttl_is_a_clean_error(tmp_path, ttl):
+    proc = mint(tmp_path, ttl)
+    assert proc.returncode == 2 and proc.stdout == "", proc.stdout
+    assert "Traceback" not in proc.stderr and "--ttl-s must be from 1" in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
 
 
