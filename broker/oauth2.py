@@ -87,7 +87,7 @@ def parse_oauth2(name: str, table: Mapping[str, Any]) -> OAuth2Params:
 
 
 GITHUB_APP_KEYS = frozenset({"app_id", "private_key", "installation_id", "api_url"})
-_DIGITS = re.compile(r"[0-9]{1,20}\Z")
+_ID = re.compile(r"[1-9][0-9]{0,18}\Z")       # GitHub's ids: positive integers (int64), no leading zeros
 
 
 @dataclass(frozen=True)
@@ -113,8 +113,9 @@ def parse_github_app(name: str, table: Mapping[str, Any]) -> GitHubAppParams:
     for key in ("app_id", "installation_id"):
         value = table.get(key)
         value = str(value) if isinstance(value, int) and not isinstance(value, bool) else value
-        if not isinstance(value, str) or not _DIGITS.match(value):
-            raise ValueError(f"secrets.{name}.{key}: a number is required")
+        if not isinstance(value, str) or not _ID.match(value) or int(value) >= 2 ** 63:
+            raise ValueError(f"secrets.{name}.{key}: a positive integer (GitHub's id of the "
+                             f"{'app' if key == 'app_id' else 'installation'}) is required, not {str(value)[:40]!r}")
         ids[key] = value
     key_source = table.get("private_key")
     try:

@@ -19,6 +19,7 @@ from gateway.egress.resolver import StaticResolver, SystemResolver
 from gateway.egress.token_transport import VettedTransport
 from gateway.net.addresses import parse_networks, vet_addresses
 from gateway.net.hosts import normalise_host
+from tests.support.cli import run_cli
 from tests.support.oauth_server import OAuthServer
 from tests.support.upstream import make_cert
 
@@ -207,6 +208,12 @@ def test_github_app_spec():
 
 @pytest.mark.parametrize("table, match", [
     ({"app_id": "x1", "installation_id": 1, "private_key": "env:K"}, "app_id"),
+    ({"app_id": "0", "installation_id": 1, "private_key": "env:K"}, "app_id"),
+    ({"app_id": 0, "installation_id": 1, "private_key": "env:K"}, "app_id"),
+    ({"app_id": -3, "installation_id": 1, "private_key": "env:K"}, "app_id"),
+    ({"app_id": "007", "installation_id": 1, "private_key": "env:K"}, "app_id"),
+    ({"app_id": str(2 ** 63), "installation_id": 1, "private_key": "env:K"}, "app_id"),
+    ({"app_id": 1, "installation_id": "0", "private_key": "env:K"}, "installation_id"),
     ({"app_id": 1, "installation_id": True, "private_key": "env:K"}, "installation_id"),
     ({"app_id": 1, "installation_id": 2, "private_key": "-----BEGIN"}, "private_key"),
     ({"app_id": 1, "installation_id": 2, "private_key": "env:K", "api_url": "http://ghe.corp/api/v3"}, "api_url"),
@@ -215,6 +222,21 @@ def test_github_app_spec():
 def test_bad_github_app_tables_refuse_to_start(table, match):
     with pytest.raises(ValueError, match=match):
         parse_secret_specs({"gh": {"kind": "github_app", "hosts": ["api.github.com"], **table}}, normalise_host)
+
+
+@pytest.mark.parametrize("app_id", ['"0"', "0", '"00"'])
+def test_serve_refuses_a_github_app_whose_app_id_is_not_an_id(tmp_path, app_id):
+    # `sandgate serve` in this process (tests/support/cli.py): refused at config load, before anything is made
+    (tmp_path / "sandgate.toml").write_text(f"""[secrets.gh]
+kind = "github_app"
+app_id = {app_id}
+installation_id = 678
+private_key = "env:GH_APP_KEY"
+hosts = ["api.github.com"]
+""")
+    proc = run_cli("serve", "--config", str(tmp_path / "sandgate.toml"), "--data-dir", str(tmp_path / "data"))
+    assert proc.returncode == 2 and "secrets.gh.app_id: a positive integer" in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr and not (tmp_path / "data").exists()
 
 
 def app_key():
