@@ -67,7 +67,9 @@ SCHEMA: dict[str, Any] = {
     "api": {
         "listen": Key("127.0.0.1:8700", "host:port of the API and the approval page"),
         "harness_token_file": Key("", "a file holding the harness token to use instead of writing "
-                                      "`DATA_DIR/harness.token`"),
+                                      "`DATA_DIR/harness.token` (mint it with `sandgate token --role harness`): "
+                                      "`serve` refuses to start unless it holds a harness token this data dir's "
+                                      "key signed, not expired; `run` and `mcp` read their token from it"),
         "trusted_proxies": Key([], "CIDR networks of TLS-terminating proxies (an ingress) whose "
                                    "`X-Forwarded-Proto` is believed (the page's cookie is then `Secure`); "
                                    "from anyone else the header is ignored"),

@@ -136,6 +136,7 @@ async def embedded_sandgate(config: str | None, stderr: TextIO,
         cmd += ["--config", config]
     log = open(ddir / "serve.log", "wb")
     env = {k: v for k, v in os.environ.items() if k not in ("SANDGATE_TOKEN", "SANDGATE_DATA_DIR")}
+    env["SANDGATE_API__HARNESS_TOKEN_FILE"] = ""     # its own data dir, its own harness.token (read below)
     proc = await asyncio.create_subprocess_exec(*cmd, stdout=log, stderr=log, stdin=subprocess.DEVNULL, env=env,
                                                 start_new_session=True)
     try:
@@ -308,7 +309,8 @@ def cmd_run(cfg: Any, args: Any) -> int:
         print("sandgate run: no command (sandgate run [OPTIONS] -- CMD [ARGS...])", file=sys.stderr)
         return 2
     explicit = bool(args.api_url)
-    api_url, token = command_endpoint(args.api_url, args.token, cfg.api_url, cfg.data_dir)
+    api_url, token = command_endpoint(args.api_url, args.token, cfg.api_url, cfg.data_dir,
+                                      token_file=cfg.api.harness_token_file or None)
     spec = RunSpec(cmd=cmd, allow=list(args.allow or []), secrets=list(args.secret or []),
                    databases=list(args.database or []), workload=args.workload, ttl_s=args.ttl_s, isolate=args.isolate)
     try:

@@ -88,14 +88,16 @@ def resolve_endpoint(api_url: str | None = None, token: str | None = None,
 
 
 def command_endpoint(api_url: str | None, token: str | None, configured_url: str,
-                     data_dir: Path | None = None, listen_dir: Path | None = None) -> tuple[str, str]:
+                     data_dir: Path | None = None, listen_dir: Path | None = None,
+                     token_file: str | os.PathLike | None = None) -> tuple[str, str]:
     """(API URL, token) for a CLI command: `--api-url`, else the API a sandgate serving from `listen_dir` (the
     data dir) wrote to its `listen.json`, as the SDK finds it, else the configured API; `--token`, else
-    `SANDGATE_TOKEN`, else — for the harness commands (`run`, `mcp`), which pass `data_dir` — the data dir's
-    `harness.token`. The operator commands (`approvals`, `secrets`, `token revoke`) never fall back to it."""
+    `SANDGATE_TOKEN`, else — for the harness commands (`run`, `mcp`), which pass `data_dir` — the harness token:
+    the file `token_file` names (`api.harness_token_file`), or the data dir's `harness.token`. The operator
+    commands (`approvals`, `secrets`, `token revoke`) never fall back to it."""
     tok = token or os.environ.get("SANDGATE_TOKEN", "")
     if not tok and data_dir is not None:
-        tok = harness_token(data_dir)
+        tok = _read_token(Path(token_file)) if token_file else harness_token(data_dir)
     found = listen_url(listen_dir or data_dir) if not api_url and (listen_dir or data_dir) else None
     return (api_url or found or configured_url).rstrip("/"), tok
 
@@ -113,9 +115,13 @@ def listen_url(data_dir: str | os.PathLike) -> str | None:
 
 def harness_token(data_dir: str | os.PathLike) -> str:
     """The token `sandgate serve` wrote for the harness in its data dir ("" when there is none)."""
+    return _read_token(Path(data_dir) / "harness.token")
+
+
+def _read_token(path: Path) -> str:
     try:
-        return (Path(data_dir) / "harness.token").read_text().strip()
-    except OSError:
+        return path.read_text().strip()
+    except (OSError, UnicodeDecodeError):
         return ""
 
 

@@ -149,3 +149,31 @@ class TokenVerifier:
             raise AuthError("the token has expired")
         if self.revocations.revoked(principal):
             raise AuthError("the token was revoked")
+
+
+MAX_TOKEN_FILE_BYTES = 16 * 1024
+
+
+def read_harness_token_file(path: Path, signer: TokenSigner) -> str:
+    """The harness token in `api.harness_token_file`: a token this data dir's key signed for the `harness` role,
+    not expired (the harness uses it instead of DATA_DIR/harness.token). ValueError saying what is wrong."""
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read(MAX_TOKEN_FILE_BYTES + 1)
+    except OSError as exc:
+        raise ValueError(f"api.harness_token_file: cannot read {path}: {exc.strerror or exc}") from None
+    try:
+        token = data.decode("ascii").strip()
+    except UnicodeDecodeError:
+        token = ""
+    if not token or len(data) > MAX_TOKEN_FILE_BYTES:
+        raise ValueError(f"api.harness_token_file: {path} does not hold a token")
+    try:
+        principal = signer.verify(token)
+    except AuthError as exc:
+        raise ValueError(f"api.harness_token_file: the token in {path} is not valid here ({exc}; mint one with "
+                         "`sandgate token --role harness` and this data dir)") from None
+    if principal.role != "harness" or principal.purpose is not None:
+        raise ValueError(f"api.harness_token_file: the token in {path} is not a harness token "
+                         f"(role {principal.role})")
+    return token

@@ -9,6 +9,7 @@ import json
 import logging
 import os
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from gateway.config import Config, load_config
@@ -45,6 +46,17 @@ def cmd_serve(cfg: Config, args: argparse.Namespace) -> int:
                         format="%(asctime)s %(levelname)s %(name)s %(message)s")
     logging.getLogger("mitmproxy").setLevel(logging.WARNING)
     logging.getLogger("alembic").setLevel(logging.WARNING)
+    if args.worker_index is None and cfg.api.harness_token_file:
+        # the harness uses this token instead of DATA_DIR/harness.token: refuse to start when it would be refused
+        from gateway.auth.tokens import TokenSigner, load_or_create_key, read_harness_token_file
+
+        try:
+            cfg.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+            read_harness_token_file(Path(cfg.api.harness_token_file),
+                                    TokenSigner(load_or_create_key(cfg.data_dir)))
+        except ValueError as exc:
+            print(f"sandgate: configuration error: {exc}", file=sys.stderr)
+            return 2
     if args.worker_index is None and args.workers != 1:
         refusal = workers_refusal(cfg, args.workers)
         if refusal is not None:

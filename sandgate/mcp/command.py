@@ -180,7 +180,8 @@ def cmd_mcp(cfg: Any, args: Any) -> int:
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(OneLineFormatter("sandgate mcp: %(levelname)s %(message)s"))
     logging.basicConfig(level=logging.WARNING, handlers=[handler])
-    api_url, token = command_endpoint(args.api_url, args.token, cfg.api_url, cfg.data_dir)
+    api_url, token = command_endpoint(args.api_url, args.token, cfg.api_url, cfg.data_dir,
+                                      token_file=cfg.api.harness_token_file or None)
     if not token:
         print("sandgate mcp: no harness token (use --token, SANDGATE_TOKEN or the data dir's harness.token)",
               file=sys.stderr)

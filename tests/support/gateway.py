@@ -95,6 +95,7 @@ class Sandgate:
         }
         for key, val in (config or {}).items():
             base[key] = {**base.get(key, {}), **val} if isinstance(val, dict) else val
+        self.config = base
         self.config_path = tmp / "sandgate.toml"
         # what decides the started process's behaviour, ports and this start's own paths left out: starts with
         # one digest could share one process (SANDGATE_TEST_STARTS)
@@ -138,7 +139,9 @@ class Sandgate:
         else:
             self.stop()
             raise RuntimeError(f"sandgate did not start: {self.log()}")
-        self.harness_token = (self.data_dir / "harness.token").read_text().strip()
+        # the harness token: DATA_DIR/harness.token, or the file `api.harness_token_file` names
+        token_file = self.config.get("api", {}).get("harness_token_file") or self.data_dir / "harness.token"
+        self.harness_token = Path(token_file).read_text().strip()
         self.started_at = time.time()           # this start's harness token was minted before it
         record_start("sandgate", time.monotonic() - began, config=self.digest, args=self.serve_args,
                      own_python=self.python != sys.executable)
