@@ -69,6 +69,20 @@ def cpu_s(pid: int) -> float:
     return total / ticks
 
 
+def thread_cpu_s(pid: int) -> dict[str, float]:
+    """CPU seconds so far of the process's event-loop thread (`loop`: the main thread) and of its other threads
+    together (`threads`: the store's writers, the decision log's, the policy's)."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    out = {"loop": 0.0, "threads": 0.0}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        out["loop" if int(task.name) == pid else "threads"] += (int(fields[11]) + int(fields[12])) / ticks
+    return out
+
+
 def pgbench(conninfo: dict, mode: str, seconds: int, env: dict, logdir: Path) -> dict:
     for old in logdir.glob("pgbench_log.*"):
         old.unlink()
@@ -133,6 +147,9 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--seconds", type=int, default=0)
     ap.add_argument("--memory", type=int, default=100_000)
+    ap.add_argument("--paths", default="direct,relay,relay-tls,gateway,adapter",
+                    help="which paths to run (comma-separated; the table shows only runs that were made)")
+    ap.add_argument("--modes", default="simple,prepared")
     ap.add_argument("--profile", default="", help="a directory: py-spy records the gateway during its runs "
                                                   "(py-spy installed beside the interpreter, not a dependency)")
     args = ap.parse_args()
@@ -140,7 +157,7 @@ def main() -> int:
     tmp = Path(tempfile.mkdtemp(prefix="sandgate-pgbench-"))
     os.chmod(tmp, 0o777)
     cluster = PgCluster().start()
-    relay = sg = adapter = None
+    relay = relay_tls = sg = adapter = None
     try:
         cluster._as_pg("pgbench", "-i", "-s", "10", "-q", "-h", str(cluster.sockdir), "-p", str(cluster.port),
                        "-U", "postgres", "app")
@@ -161,6 +178,12 @@ def main() -> int:
                                     str(adapter_port), f"localhost:{cluster.port}", cluster.ca_file, APP_PASSWORD],
                                    stdout=subprocess.PIPE, text=True)
         assert adapter.stdout is not None and adapter.stdout.readline().strip() == "adapter ready"
+        relay_tls_port = free_port()     # TLS ended and begun again, as the gateway does: like with like
+        relay_tls = subprocess.Popen([sys.executable, str(ROOT / "tests/bench/pgrelay.py"), str(relay_tls_port),
+                                      "localhost", str(cluster.port), "--tls", str(tmp / "adapter/postgres-tls.pem"),
+                                      str(tmp / "adapter/postgres-tls.key"), cluster.ca_file],
+                                     stdout=subprocess.PIPE, text=True)
+        assert relay_tls.stdout is not None and relay_tls.stdout.readline().strip() == "relay ready"
         sess = sg.session(databases=["prod"])
         from urllib.parse import urlsplit
         u = urlsplit(sess["env"]["PROD_DATABASE_URL"])
@@ -168,17 +191,24 @@ def main() -> int:
         paths = {
             "direct": ({"host": "127.0.0.1", "port": cluster.port, "user": "app", "dbname": "app"}, plain),
             "relay": ({"host": "127.0.0.1", "port": relay_port, "user": "app", "dbname": "app"}, plain),
+            # the server's certificate is not the one the client sees, so no SCRAM channel binding (the gateway
+            # offers none either)
+            "relay-tls": ({"host": "127.0.0.1", "port": relay_tls_port, "user": "app", "dbname": "app"},
+                          {**plain, "PGCHANNELBINDING": "disable"}),
             "gateway": ({"host": u.hostname, "port": u.port, "user": u.username, "dbname": "prod"},
                         {"PGPASSWORD": u.password, "PGSSLMODE": "require"}),
             "adapter": ({"host": "127.0.0.1", "port": adapter_port, "user": "s_bench000000000000", "dbname": "prod"},
                         {"PGPASSWORD": "bench-placeholder", "PGSSLMODE": "require"}),
         }
+        paths = {name: paths[name] for name in args.paths.split(",")}
+        modes = args.modes.split(",")
         results: dict = {}
         rss: dict = {}
-        pids = {"gateway": sg.proc.pid, "adapter": adapter.pid, "relay": relay.pid}
-        for mode in ("simple", "prepared"):
+        pids = {"gateway": sg.proc.pid, "adapter": adapter.pid, "relay": relay.pid, "relay-tls": relay_tls.pid}
+        for mode in modes:
             for name, (conninfo, env) in paths.items():
                 cpu_before = cpu_s(pids[name]) if name in pids else 0.0
+                split_before = thread_cpu_s(pids[name]) if name in ("gateway", "adapter") else None
                 if name == "gateway":
                     rss.setdefault("before", sg.rss_kb())
                 if name == "adapter":
@@ -189,44 +219,60 @@ def main() -> int:
                                             "200", "-f", "raw", "-o", f"{args.profile}/gateway-{mode}.txt",
                                             "-p", str(sg.proc.pid)],
                                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-                results[(name, mode)] = pgbench(conninfo, mode, seconds, env, tmp)
+                result = results[(name, mode)] = pgbench(conninfo, mode, seconds, env, tmp)
                 if spy is not None:
                     spy.send_signal(2)
                     spy.wait(60)
+                n = max(result["txns"], 1)
                 if name in pids:
-                    results[(name, mode)]["cpu_ms"] = ((cpu_s(pids[name]) - cpu_before) * 1000
-                                                       / max(results[(name, mode)]["txns"], 1))
+                    result["cpu_ms"] = (cpu_s(pids[name]) - cpu_before) * 1000 / n
+                if split_before is not None:
+                    after = thread_cpu_s(pids[name])
+                    result["loop_ms"] = (after["loop"] - split_before["loop"]) * 1000 / n
+                    result["threads_ms"] = (after["threads"] - split_before["threads"]) * 1000 / n
                 if name == "gateway":
                     rss["after"] = sg.rss_kb()
                 if name == "adapter":
                     rss["adapter_after"] = rss_kb(adapter.pid)
-        served = sum(results[("gateway", m)]["txns"] for m in ("simple", "prepared"))
         print(f"\npgbench -S -c 8 -j 2 -T {seconds} (select-only), {os.cpu_count()} cores, PostgreSQL "
               f"{cluster.psql_local('SHOW server_version').strip()}\n")
-        print("| figure | gateway | adapter | relay | direct | gateway / relay | adapter / relay |")
-        print("|---|---|---|---|---|---|---|")
-        for mode in ("simple", "prepared"):
-            g, a, r, d = (results[(p, mode)] for p in ("gateway", "adapter", "relay", "direct"))
-            print(f"| tps, {mode} | {g['tps']:,.0f} | {a['tps']:,.0f} | {r['tps']:,.0f} | {d['tps']:,.0f} | "
-                  f"{g['tps'] / r['tps']:.2f}x | {a['tps'] / r['tps']:.2f}x |")
-            print(f"| p50 ms, {mode} | {g['p50_ms']:.3f} | {a['p50_ms']:.3f} | {r['p50_ms']:.3f} | "
-                  f"{d['p50_ms']:.3f} | +{g['p50_ms'] - r['p50_ms']:.3f} ms | +{a['p50_ms'] - r['p50_ms']:.3f} ms |")
-            print(f"| CPU ms a statement, {mode} | {g['cpu_ms']:.3f} | {a['cpu_ms']:.3f} | {r['cpu_ms']:.3f} | | "
-                  f"{g['cpu_ms'] / r['cpu_ms']:.1f}x | {a['cpu_ms'] / r['cpu_ms']:.1f}x |")
-        growth = (rss["after"] - rss["before"]) * 1024
-        print(f"| gateway RSS over {served:,} statements | {rss['before'] // 1024} -> {rss['after'] // 1024} MiB | "
-              f"| | | {growth / max(served, 1):.1f} B/statement | |")
-        adapted = sum(results[("adapter", m)]["txns"] for m in ("simple", "prepared"))
-        a_growth = (rss["adapter_after"] - rss["adapter_before"]) * 1024
-        print(f"| adapter RSS over {adapted:,} statements | | {rss['adapter_before'] // 1024} -> "
-              f"{rss['adapter_after'] // 1024} MiB | | | | {a_growth / max(adapted, 1):.1f} B/statement |")
-        if args.memory:
+        names = [p for p in ("gateway", "adapter", "relay", "relay-tls", "direct") if p in paths]
+        ratios = [(a, b) for a, b in (("gateway", "relay"), ("adapter", "relay"), ("gateway", "relay-tls"),
+                                      ("adapter", "relay-tls")) if a in paths and b in paths]
+        print("| figure | " + " | ".join(names) + "".join(f" | {a} / {b}" for a, b in ratios) + " |")
+        print("|---" * (1 + len(names) + len(ratios)) + "|")
+
+        def row(label: str, cell, ratio) -> None:
+            cells = [cell(results[(p, mode)]) for p in names]
+            print(f"| {label}, {mode} | " + " | ".join(cells)
+                  + "".join(f" | {ratio(results[(a, mode)], results[(b, mode)])}" for a, b in ratios) + " |")
+
+        def ms(key: str):
+            return lambda r: f"{r[key]:.3f}" if key in r else ""
+
+        for mode in modes:
+            row("tps", lambda r: f"{r['tps']:,.0f}", lambda a, b: f"{a['tps'] / b['tps']:.2f}x")
+            row("p50 ms", ms("p50_ms"), lambda a, b: f"+{a['p50_ms'] - b['p50_ms']:.3f} ms")
+            row("CPU ms a statement", ms("cpu_ms"),
+                lambda a, b: f"{a['cpu_ms'] / b['cpu_ms']:.1f}x" if "cpu_ms" in a and "cpu_ms" in b else "")
+            row("of which the loop thread", ms("loop_ms"), lambda a, b: "")
+        if "gateway" in paths:
+            served = sum(results[("gateway", m)]["txns"] for m in modes)
+            growth = (rss["after"] - rss["before"]) * 1024
+            print(f"| gateway RSS over {served:,} statements: {rss['before'] // 1024} -> {rss['after'] // 1024} MiB, "
+                  f"{growth / max(served, 1):.1f} B/statement |")
+        if "adapter" in paths:
+            adapted = sum(results[("adapter", m)]["txns"] for m in modes)
+            a_growth = (rss["adapter_after"] - rss["adapter_before"]) * 1024
+            print(f"| adapter RSS over {adapted:,} statements: {rss['adapter_before'] // 1024} -> "
+                  f"{rss['adapter_after'] // 1024} MiB, {a_growth / max(adapted, 1):.1f} B/statement |")
+        if args.memory and "gateway" in paths:
             memory(sg, paths["gateway"], args.memory, tmp)
         return 0
     finally:
         if sg is not None:
             sg.stop()
-        for proc in (relay, adapter):
+        for proc in (relay, relay_tls, adapter):
             if proc is not None:
                 proc.terminate()
                 proc.wait()

@@ -1,0 +1,213 @@
+"""The PostgreSQL gateway in one process: CPU a statement per thread, for comparing revisions under load.
+
+    .venv/bin/python tests/bench/pg_inproc.py [--mode simple|prepared] [--statements N] [--profile FILE]
+
+Run as root (the cluster runs as `postgres`). It starts a cluster of its own (`pgbench -i -s 1`), builds sandgate
+as `serve` does (`gateway.app.open_gateway`, PostgreSQL gateway on, the shipped policies) on sandgate's event loop
+in this process, creates one session with the database, and runs `pgbench -S -c 8 -j 2 -t N/8` through the
+gateway (a subprocess: its CPU is not counted). After a warm-up run it counts each thread's CPU time over the
+measured run (`pthread_getcpuclockid`) and prints µs a statement per thread: `loop` is the event loop (the wire
+protocol, the gate), the rest are the store's writers, the decision log's and the policy's threads.
+
+`--profile FILE`: cProfile over the measured run (pstats format; on Python 3.12 it sees every thread).
+`--callgrind LIB`: under valgrind, count only the measured run's instructions (see tests/bench/toolcalls_inproc.py
+for LIB). Nothing is asserted.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import ctypes
+import json
+import os
+import sys
+import tempfile
+import threading
+import time
+from contextlib import AsyncExitStack
+from pathlib import Path
+from urllib.parse import urlsplit
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from tests.bench.toolcalls_inproc import TIMED, Client, free_port  # noqa: E402
+from tests.support.pgcluster import APP_PASSWORD, PgCluster  # noqa: E402
+
+
+# --breakdown: the loop thread's CPU inside each of these (inclusive: nested ones count in both), by wrapping them
+BREAKDOWN = ("gateway.postgres.gate:GateJudge.decide", "gateway.gates.toolcall:ToolCallGate.decide",
+             "gateway.gates.toolcall:ToolCallGate._session_memory", "gateway.gates.toolcall:ToolCallGate._facts",
+             "gateway.gates.toolcall:ToolCallGate._live_session", "gateway.policy.base:CachingEngine.decide",
+             "gateway.policy.cache:DecisionCache.key", "gateway.postgres.server:StatementRecorder.statement",
+             "gateway.toolcalls.enrich:toolcall_base", "gateway.sessions.registry:SessionRegistry.with_stats",
+             "gateway.postgres.connection:Connection._on_bind", "gateway.postgres.connection:Connection._on_query",
+             "gateway.postgres.connection:Connection._on_backend", "gateway.postgres.connection:Connection._finish",
+             "gateway.postgres.connection:Connection._flush", "gateway.postgres.statements:split_statements")
+SPENT: dict[str, list] = {}
+
+
+def wrap_breakdown() -> None:
+    import functools
+    import importlib
+    import inspect
+    main = threading.main_thread()
+    for spec in BREAKDOWN:
+        module, _, qual = spec.partition(":")
+        owner = importlib.import_module(module)
+        *path, name = qual.split(".")
+        for part in path:
+            owner = getattr(owner, part)
+        fn = getattr(owner, name)
+        acc = SPENT.setdefault(qual, [0, 0])
+        if inspect.iscoroutinefunction(fn):
+            async def wrapper(*a, __fn=fn, __acc=acc, **kw):
+                # a coroutine's CPU between its awaits is not separable here: counted from start to end on the
+                # loop thread, which includes other tasks run meanwhile only when it awaits (rare on a cache hit)
+                t = time.thread_time_ns()
+                try:
+                    return await __fn(*a, **kw)
+                finally:
+                    __acc[0] += time.thread_time_ns() - t
+                    __acc[1] += 1
+        else:
+            def wrapper(*a, __fn=fn, __acc=acc, **kw):
+                if threading.current_thread() is not main:
+                    return __fn(*a, **kw)
+                t = time.thread_time_ns()
+                try:
+                    return __fn(*a, **kw)
+                finally:
+                    __acc[0] += time.thread_time_ns() - t
+                    __acc[1] += 1
+        functools.update_wrapper(wrapper, fn)
+        setattr(owner, name, wrapper)
+        if module.endswith(".enrich") and name == "toolcall_base":
+            import gateway.gates.toolcall as tc
+            tc.toolcall_base = wrapper
+        if module.endswith(".statements"):
+            import gateway.postgres.connection as conn
+            conn.statements.split_statements = wrapper
+
+
+def thread_cpu() -> dict[str, float]:
+    out: dict[str, float] = {}
+    for t in threading.enumerate():
+        try:
+            secs = time.clock_gettime(time.pthread_getcpuclockid(t.ident))
+        except (OSError, TypeError):
+            continue
+        name = "loop" if t is threading.main_thread() else t.name.split("_")[0].rstrip("0123456789-")
+        out[name] = out.get(name, 0.0) + secs
+    return out
+
+
+async def pgbench(u, mode: str, per_client: int, cwd: Path) -> str:
+    proc = await asyncio.create_subprocess_exec(
+        "pgbench", "-n", "-S", "-c", "8", "-j", "2", "-t", str(per_client), "-M", mode, "-h", u.hostname,
+        "-p", str(u.port), "-U", u.username, "prod", cwd=cwd, stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE, env={**os.environ, "PGPASSWORD": u.password, "PGSSLMODE": "require"})
+    out, err = await proc.communicate()
+    if proc.returncode != 0:
+        raise RuntimeError(err.decode()[-2000:])
+    return out.decode()
+
+
+async def run(args, cluster: PgCluster) -> dict:
+    from gateway.app import open_gateway
+    from gateway.config import load_config
+
+    tmp = Path(tempfile.mkdtemp(prefix="sandgate-pginproc-"))
+    os.chmod(tmp, 0o777)
+    api_port = free_port()
+    (tmp / "sandgate.toml").write_text(
+        f'[proxy]\nlisten = "127.0.0.1:{free_port()}"\npostgres_listen = "127.0.0.1:{free_port()}"\n'
+        f'[api]\nlisten = "127.0.0.1:{api_port}"\n[policy]\ndir = "{ROOT / "policies"}"\n'
+        f'[databases.prod]\nupstream = "localhost:{cluster.port}"\ndbname = "app"\nuser = "app"\n'
+        f'password = "env:BENCH_DB_PASSWORD"\nupstream_ca = "{cluster.ca_file}"\n')
+    os.environ["BENCH_DB_PASSWORD"] = APP_PASSWORD
+    cfg = load_config(tmp / "sandgate.toml", tmp / "data")
+    async with AsyncExitStack() as stack:
+        await open_gateway(cfg, stack)
+        token = (tmp / "data" / "harness.token").read_text().strip()
+        client = Client(api_port, token)
+        await client.open()
+        status, body = await client.send(client.request("POST", "/v1/sessions", {"databases": ["prod"]}))
+        assert status in (200, 201), body[:300]
+        u = urlsplit(json.loads(body)["env"]["PROD_DATABASE_URL"])
+        if args.quiet:
+            for task in asyncio.all_tasks():
+                if task.get_name() in TIMED:
+                    task.cancel()
+        await pgbench(u, args.mode, max(1, args.warm // 8), tmp)
+        await asyncio.sleep(1.0)
+        prof = None
+        if args.profile:
+            import cProfile
+            prof = cProfile.Profile()
+        callgrind = ctypes.CDLL(args.callgrind) if args.callgrind else None
+        for acc in SPENT.values():
+            acc[0] = acc[1] = 0
+        cpu0, wall0, proc0 = thread_cpu(), time.perf_counter(), time.process_time()
+        if prof is not None:
+            prof.enable()
+        if callgrind is not None:
+            callgrind.cg_start()
+        out = await pgbench(u, args.mode, max(1, args.statements // 8), tmp)
+        await asyncio.sleep(1.0)          # the writers' last batches
+        if callgrind is not None:
+            callgrind.cg_stop()
+        if prof is not None:
+            prof.disable()
+        cpu1, wall1, proc1 = thread_cpu(), time.perf_counter(), time.process_time()
+        if prof is not None:
+            prof.dump_stats(args.profile)
+        client.writer.close()
+    n = (args.statements // 8) * 8
+    tps = next((line.split()[2] for line in out.splitlines() if line.startswith("tps = ")), "?")
+    return {"process": (proc1 - proc0) * 1e6 / n, "wall_s": wall1 - wall0, "tps": tps,
+            "threads": {k: (v - cpu0.get(k, 0.0)) * 1e6 / n for k, v in cpu1.items()}}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--mode", default="prepared", choices=("simple", "prepared"))
+    ap.add_argument("--statements", type=int, default=8000)
+    ap.add_argument("--warm", type=int, default=2000)
+    ap.add_argument("--profile", default="")
+    ap.add_argument("--callgrind", default="", metavar="LIB")
+    ap.add_argument("--quiet", action="store_true", help="stop the timed background tasks")
+    ap.add_argument("--json", action="store_true")
+    ap.add_argument("--breakdown", action="store_true",
+                    help="the loop thread's CPU a statement inside the gate's and the adapter's main functions")
+    args = ap.parse_args()
+    from gateway.runtime.eventloop import loop_factory
+    import logging
+    logging.basicConfig(level=logging.WARNING)
+    if args.breakdown:
+        wrap_breakdown()
+    cluster = PgCluster().start()
+    try:
+        cluster._as_pg("pgbench", "-i", "-s", "1", "-q", "-h", str(cluster.sockdir), "-p", str(cluster.port),
+                       "-U", "postgres", "app")
+        cluster.psql_local("ALTER TABLE pgbench_accounts OWNER TO app; ALTER TABLE pgbench_branches OWNER TO app; "
+                           "ALTER TABLE pgbench_tellers OWNER TO app; ALTER TABLE pgbench_history OWNER TO app")
+        out = asyncio.run(run(args, cluster), loop_factory=loop_factory())
+    finally:
+        cluster.stop()
+    load = os.getloadavg()[0]
+    n = (args.statements // 8) * 8
+    for qual, (ns, calls) in SPENT.items():
+        if calls:
+            print(f"  {qual}: {ns / 1e3 / n:.1f} µs a statement ({calls} calls, {ns / 1e3 / calls:.1f} µs each)")
+    if args.json:
+        print(json.dumps({"mode": args.mode, "load": load, **out}))
+        return 0
+    threads = ", ".join(f"{k} {v:.0f}" for k, v in sorted(out["threads"].items(), key=lambda kv: -kv[1]) if v >= 0.5)
+    print(f"{args.mode}: {out['process']:.0f} µs CPU a statement (process), threads: {threads}; "
+          f"{args.statements} statements in {out['wall_s']:.1f} s ({out['tps']} tps), load {load:.1f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
