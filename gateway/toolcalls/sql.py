@@ -22,7 +22,7 @@ from sqlglot import exp
 from sqlglot.errors import ErrorLevel
 from sqlglot.optimizer.simplify import simplify
 
-from gateway.toolcalls.sqlconst import MAX_SQL_LENGTH
+from gateway.toolcalls.sqlconst import MAX_SQL_LENGTH, SEQUENCE_WRITES
 from gateway.toolcalls.sqlpg import CLASSES, classify_pg
 
 logging.getLogger("sqlglot").setLevel(logging.ERROR)   # "falling back to parsing as a Command" per statement
@@ -314,6 +314,7 @@ def _classes(statements: list) -> dict:
     unsafe: list[str] = []
     for stmt in statements:
         cls = _glot_class(stmt, settings, unsafe)
+        called = len(functions)
         for node in stmt.walk():
             if isinstance(node, exp.Func) and type(node).__name__ not in _SYNTAX \
                     and not isinstance(node, (exp.Binary, exp.Connector, exp.Unary, exp.Predicate)):
@@ -321,6 +322,8 @@ def _classes(statements: list) -> dict:
             if node is not stmt and isinstance(node, (exp.Insert, exp.Update, exp.Delete, exp.Merge)):
                 inner = _glot_class(node, settings, unsafe)
                 cls = inner if _RANK[inner] > _RANK[cls] else cls
+        if _RANK[cls] < _RANK["write"] and not SEQUENCE_WRITES.isdisjoint(functions[called:]):
+            cls = "write"                    # SELECT nextval('s') advances the sequence
         classes.append(cls)
     kind = max(classes, key=_RANK.__getitem__) if classes else "other"
     return {"kind": kind, "functions": list(dict.fromkeys(f for f in functions if f)),

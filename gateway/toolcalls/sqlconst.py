@@ -4,3 +4,6 @@ from __future__ import annotations
 
 MAX_SQL_LENGTH = 100_000
 CLASSES = ("read", "session", "write", "delete", "other")       # a statement's class, least safe last
+# Functions that change the database however they are called: a statement calling one is at least a write, never
+# a read (`SELECT nextval('s')` advances the sequence), whether or not the policy's safe functions list it.
+SEQUENCE_WRITES = frozenset(("nextval", "setval"))

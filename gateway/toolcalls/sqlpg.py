@@ -30,7 +30,7 @@ from pglast.enums import A_Expr_Kind, BoolExprType, BoolTestType, NullTestType, 
 from pglast.enums import VariableSetKind
 from pglast.visitors import Continue, Visitor
 
-from gateway.toolcalls.sqlconst import CLASSES
+from gateway.toolcalls.sqlconst import CLASSES, SEQUENCE_WRITES
 
 _RANK = {c: i for i, c in enumerate(CLASSES)}
 
@@ -183,6 +183,8 @@ class _Facts:
         for node in [stmt] + scan.nested:
             cls = self.dml_node(node, node is stmt)
             worst = cls if _RANK[cls] > _RANK[worst] else worst
+        if worst == "read" and not SEQUENCE_WRITES.isdisjoint(scan.functions):
+            worst = "write"                  # SELECT nextval('s') advances the sequence
         return worst
 
     def dml_node(self, node: Any, top: bool) -> str:

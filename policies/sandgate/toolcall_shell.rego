@@ -71,6 +71,14 @@ deleting contains i if {
 	count(object.get(c, "deletes", [])) > 0
 }
 
+# A program that drops what it replaces when given a flag (`pg_restore --clean`, `-c`: DROP before each CREATE) deletes
+# as dropdb does; its operands are not files it deletes.
+deleting contains i if {
+	some i, c in commands
+	some flag in object.get(conf_map("delete_command_flags"), c.name, [])
+	flag in c.flags
+}
+
 # delete_targets: what a delete may remove; git works on its working directory too.
 delete_targets(c) := array.concat(object.get(c, "deletes", []), object.get(c, "paths", [])) if {
 	file_delete(c)

@@ -180,6 +180,30 @@ test_deny_find_delete_home if {
 	d.codes == ["toolcall.delete_home"]
 }
 
+test_ask_pg_restore_clean_like_dropdb if {
+	d := decide([cmd(["pg_restore", "-c", "-d", "app", "dump.tar"], {"flags": ["-c", "-d"], "operands": ["dump.tar"], "paths": [path("dump.tar", {})]})])
+	d.codes == ["toolcall.delete"]
+	d.reasons == ["deleting needs approval: pg_restore -c -d app dump.tar"]
+	dropdb := decide([cmd(["dropdb", "prod"], {})])
+	dropdb.codes == ["toolcall.delete"]
+}
+
+test_ask_pg_restore_long_clean if {
+	d := decide([cmd(["pg_restore", "--clean", "--dbname=app", "dump"], {"flags": ["--clean", "--dbname"], "operands": ["dump"]})])
+	d.codes == ["toolcall.delete"]
+}
+
+test_allow_pg_restore_without_clean_as_a_write if {
+	d := decide([cmd(["pg_restore", "-d", "app", "dump.tar"], {"flags": ["-d"], "operands": ["dump.tar"]})])
+	d.codes == ["toolcall.write"]
+}
+
+test_delete_command_flags_from_data if {
+	d := toolcall.decision with input as shell([cmd(["mytool", "--purge"], {"flags": ["--purge"]})])
+		with data.sandgate.config.toolcall.delete_command_flags as {"mytool": ["--purge"]}
+	d.codes == ["toolcall.delete"]
+}
+
 test_ask_find_without_delete_is_a_read if {
 	d := decide([cmd(["find", "."], {"paths": [path(".", {})]})])
 	d.codes == ["toolcall.read"]

@@ -1,7 +1,10 @@
 """The shipped `data.sandgate.config.toolcall.sql_safe_functions`: PostgreSQL's built-in functions (pg_catalog)
 whose every overload is immutable or stable (pg_proc.provolatile in ('i', 's')), read from a real server, and
 EXTRA: volatile built-ins that change nothing but a sequence or return fresh values (random, gen_random_uuid,
-clock_timestamp, nextval, pg_sleep, ...), so `INSERT ... VALUES (nextval('s'), gen_random_uuid(), now())` stays a write.
+clock_timestamp, nextval, ...), so `INSERT ... VALUES (nextval('s'), gen_random_uuid(), now())` stays a write
+(a statement calling nextval is a write, never a read: gateway/toolcalls/sqlconst.py's SEQUENCE_WRITES).
+Not pg_sleep, pg_sleep_for, pg_sleep_until: a sleep holds a connection (upstream and through the PostgreSQL
+gateway) for as long as it asks, so it is not a safe read; a site that wants it lists it.
 
 Regenerate: `.venv/bin/python -m tests.support.sql_safe_functions [DSN]` (default: the tests' server).
 """
@@ -18,7 +21,7 @@ QUERY = """SELECT proname FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronam
 VOLATILE = """SELECT DISTINCT proname FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
               WHERE n.nspname = 'pg_catalog' AND provolatile = 'v'"""
 EXTRA = ("random", "random_normal", "gen_random_uuid", "clock_timestamp", "timeofday", "nextval", "currval",
-         "lastval", "pg_sleep")
+         "lastval")
 
 
 def shipped() -> dict[str, bool]:

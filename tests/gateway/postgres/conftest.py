@@ -1,6 +1,7 @@
 """A PostgreSQL cluster of the test process's own and a sandgate whose PostgreSQL gateway fronts it as `prod`."""
 from __future__ import annotations
 
+import json
 import shutil
 import time
 from pathlib import Path
@@ -47,10 +48,16 @@ deny contains {"code": "site.tautology", "reason": "no 1=1 here"} if {
 
 
 def policy_dir(tmp: Path) -> Path:
-    """The shipped policies plus a site rule that denies TRUNCATE."""
+    """The shipped policies plus a site rule that denies TRUNCATE, and `pg_sleep` among the safe functions (the
+    shipped table leaves it out: it holds the connection): the tests' statement that runs upstream until it is
+    cancelled or its session ends."""
     pol = tmp / "policies"
     shutil.copytree(ROOT / "policies", pol, ignore=shutil.ignore_patterns("__pycache__", "*.py"))
     (pol / "site_sql.rego").write_text(SITE_RULE)
+    data = pol / "sandgate/config/toolcall/data.json"
+    doc = json.loads(data.read_text())
+    doc["sql_safe_functions"] = {"pg_sleep": True}          # merged with the shipped table
+    data.write_text(json.dumps(doc))
     return pol
 
 

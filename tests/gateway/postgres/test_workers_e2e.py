@@ -10,7 +10,7 @@ import psycopg
 import pytest
 
 from tests.conftest import need
-from tests.gateway.postgres.conftest import db_session, gateway_config
+from tests.gateway.postgres.conftest import db_session, gateway_config, policy_dir
 from tests.support.gateway import Sandgate
 from tests.support.pg import PG_URL, pg_available
 from tests.support.pgcluster import APP_PASSWORD
@@ -20,8 +20,9 @@ from tests.support.upstream import free_port
 @pytest.fixture(scope="module")
 def pg_workers(pgcluster, tmp_path_factory):
     need(pg_available(), "PostgreSQL at 127.0.0.1:5432")
-    config = gateway_config(pgcluster, free_port()) | {"store": {"url": PG_URL}}
-    sg = Sandgate(tmp_path_factory.mktemp("pg-workers"), config, env={"PROD_DB_PASSWORD": APP_PASSWORD},
+    tmp = tmp_path_factory.mktemp("pg-workers")
+    config = gateway_config(pgcluster, free_port()) | {"store": {"url": PG_URL}, "policy": {"dir": str(policy_dir(tmp))}}
+    sg = Sandgate(tmp, config, env={"PROD_DB_PASSWORD": APP_PASSWORD},
                   serve_args=("--workers", "2"))
     sg.start()
     try:

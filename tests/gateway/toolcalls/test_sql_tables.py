@@ -58,5 +58,5 @@ def test_shipped_functions_are_immutable_or_stable_on_a_real_server():
     assert not (shipped & volatile) - set(table.EXTRA)
     assert len(stable - shipped) < 50          # a newer server adds a few; the table is regenerated from one
     for name in ("dblink_exec", "lo_unlink", "lo_import", "pg_terminate_backend", "pg_read_file", "query_to_xml",
-                 "set_config", "pg_reload_conf", "ts_rewrite"):
+                 "set_config", "pg_reload_conf", "ts_rewrite", "setval", "pg_sleep", "pg_sleep_for", "pg_sleep_until"):
         assert name not in shipped
