@@ -48,7 +48,10 @@ class EngineThread:
                 result: tuple = (True, (value, time.perf_counter() - started))
             except Exception as exc:  # noqa: BLE001 - handed to the caller, who denies
                 result = (False, exc)
-            loop.call_soon_threadsafe(_settle, fut, result)
+            try:
+                loop.call_soon_threadsafe(_settle, fut, result)
+            except RuntimeError:           # the loop closed meanwhile (sandgate stopping): nobody waits for it
+                pass
         engine = None                      # dropped on its own thread
 
     def submit(self, source: PolicySource, entrypoint: str, doc: dict) -> asyncio.Future:
