@@ -12,11 +12,15 @@ from xdist.scheduler import LoadScopeScheduling
 
 from gateway.runtime.eventloop import ServeLoop
 from tests.support.durations import load as load_durations
+from tests.support.gateway import FORK as SANDGATE_FORK
 from tests.support.gateway import TIER as SANDGATE_TIER
 from tests.support.gateway import Sandgate
 from tests.support.upstream import Upstream, make_cert
 
 IN_CI = os.environ.get("CI") == "true"
+# Sandgate starts in tests fork this test process's zygote (tests/support/zygote.py, docs/testing.md);
+# SANDGATE_TEST_EXEC=1 makes every start a real process.
+SANDGATE_FORK["on"] = True
 
 # Property tests never depend on timing (no per-example deadline: a loaded 2-core machine is not a failure). In CI
 # they draw the same examples every run, so a red run is reproducible and a green one stays green; on a developer's

@@ -13,6 +13,7 @@ from typing import Any
 
 import requests
 
+from tests.support import zygote
 from tests.support.upstream import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -69,11 +70,39 @@ def record_start(what: str, seconds: float, **detail: Any) -> None:
         out.write(line + "\n")
 
 
+# Whether starts may fork from the test process's zygote (tests/support/zygote.py) rather than exec a fresh
+# interpreter: set by tests/conftest.py, so the benchmarks (outside pytest) always run a real process.
+# SANDGATE_TEST_EXEC=1 makes every start a real process.
+FORK = {"on": False}
+
+
+def fork_refusal(python: str, serve_args: list[str]) -> str | None:
+    """Why this start execs a real process rather than forking the zygote (None: it may fork)."""
+    if not FORK["on"]:
+        return "outside pytest"
+    if os.environ.get("SANDGATE_TEST_EXEC") == "1":
+        return "SANDGATE_TEST_EXEC=1"
+    if python != sys.executable:
+        return "another interpreter's install"
+    if "--workers" in serve_args:
+        return "serve --workers (its supervisor and workers run as the command line starts them)"
+    return None
+
+
 # How long `Sandgate.start` waits for a sandgate to listen. A loaded machine (a parallel `make test` on 2 cores) can
 # take a minute to import and start one: a start that is slow is not a failure; one that exits or never listens is.
 # The wait stays below pytest's own timeout (pyproject: 120 s), so that a start that never ends fails with the
 # sandgate's log rather than a bare timeout.
 START_TIMEOUT_S = 100.0
+
+
+def process_cpu(pid: int) -> float | None:
+    """User+system CPU seconds a process has used so far (/proc/PID/stat), None if it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return round((int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK"), 3)
 
 
 class Sandgate:
@@ -105,7 +134,9 @@ class Sandgate:
         write_toml(self.config_path, base)
         self.env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
         self.log_path = tmp / "sandgate.log"
-        self.proc: subprocess.Popen | None = None
+        self.proc: subprocess.Popen | zygote.Forked | None = None
+        self.forked = False         # whether the last start forked the zygote (else: a real process, exec_reason)
+        self.exec_reason: str | None = None
 
     @property
     def api(self) -> str:
@@ -122,9 +153,11 @@ class Sandgate:
             listen.unlink()
         began = time.monotonic()
         self._log = open(self.log_path, "ab")
-        self.proc = subprocess.Popen([self.python, "-m", "gateway", "serve", "--config", str(self.config_path),
-                                      "--data-dir", str(self.data_dir), *self.serve_args], stdout=self._log, stderr=self._log,
-                                     env=self.env, cwd=str(self.tmp))
+        args = ["serve", "--config", str(self.config_path), "--data-dir", str(self.data_dir), *self.serve_args]
+        self.proc = self._fork(args)
+        if self.proc is None:
+            self.proc = subprocess.Popen([self.python, "-m", "gateway", *args], stdout=self._log, stderr=self._log,
+                                         env=self.env, cwd=str(self.tmp))
         deadline = time.time() + timeout
         while time.time() < deadline:
             if self.proc.poll() is not None:
@@ -139,13 +172,36 @@ class Sandgate:
         else:
             self.stop()
             raise RuntimeError(f"sandgate did not start: {self.log()}")
+        self.start_cpu = process_cpu(self.proc.pid)
         # the harness token: DATA_DIR/harness.token, or the file `api.harness_token_file` names
         token_file = self.config.get("api", {}).get("harness_token_file") or self.data_dir / "harness.token"
         self.harness_token = Path(token_file).read_text().strip()
         self.started_at = time.time()           # this start's harness token was minted before it
         record_start("sandgate", time.monotonic() - began, config=self.digest, args=self.serve_args,
-                     own_python=self.python != sys.executable)
+                     own_python=self.python != sys.executable, forked=self.forked, cpu=self.start_cpu)
         return self
+
+    def _fork(self, args: list[str]) -> "zygote.Forked | None":
+        """`python -m gateway ARGS` forked from this test process's zygote, or None: a real process runs instead
+        (the reason in `self.exec_reason`), as it does when the zygote cannot start or fork."""
+        self.forked = False
+        self.exec_reason = fork_refusal(self.python, self.serve_args)
+        if self.exec_reason is not None:
+            return None
+        server = zygote.client(START_TIMEOUT_S)
+        if server is None:
+            self.exec_reason = f"no zygote: {zygote.failure()}"
+            return None
+        if not server.forks(self.env):
+            self.exec_reason = "an environment variable read at import differs from the zygote's"
+            return None
+        try:
+            proc = server.spawn(args, self.env, str(self.tmp), self._log.fileno())
+        except zygote.ZygoteGone as exc:
+            self.exec_reason = f"the zygote could not fork: {exc}"
+            return None
+        self.forked = True
+        return proc
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""

@@ -1,0 +1,414 @@
+"""A fork server ("zygote") for the `sandgate serve` processes tests start (docs/testing.md, "The zygote").
+
+A real start of `python -m gateway serve` spends about 2 s of CPU importing (`gateway.app`, mitmproxy, aiohttp,
+SQLAlchemy, regorus) before it reads its configuration. The zygote is one small process per test process, started
+on first use (`python -m tests.support.zygote`), that imports those modules once and then forks a child for each
+start. Before it imports anything it starts no thread, event loop or socket and reads no configuration (it checks
+that it has one thread before it answers), so a child is the same interpreter state a fresh process has after
+its imports, and the child then does what `python -m gateway serve ARGS` does from there: it takes the request's
+argv, environment (os.environ replaced wholesale), cwd, stdout/stderr (the test's log file), and runs the
+`gateway` package as `__main__` (`runpy`, as `-m` does), exiting through the interpreter's own shutdown.
+
+Variables that Python or an imported module reads as it starts or imports (`IMPORT_TIME_ENV` and any
+`PYTHON*`: PYTHONUNBUFFERED decides how sys.stdout and sys.stderr buffer, and the child keeps the zygote's) are
+fixed in the zygote: a start whose environment differs in one of them runs a real process instead
+(`Sandgate.start`), as does one when the zygote cannot start or a fork fails. `SANDGATE_TEST_EXEC=1` makes every start a real process.
+
+Protocol: a SOCK_SEQPACKET socket pair, one JSON message each way per event. The client sends
+{"argv", "env", "cwd", "new_session"} with the log file's descriptor attached; the zygote answers {"pid"} with a
+pidfd of the child attached (signals go through it: never to a reused pid), or {"error"}; when a child ends the
+zygote reaps it and sends {"exit": pid, "status": returncode as Popen reports it, "cpu": user+sys seconds}. The
+zygote exits when the socket closes (its test process ended) or its parent is gone (PR_SET_PDEATHSIG, and a
+check of the parent every few seconds).
+"""
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# What `sandgate serve` imports before it reads its configuration (the command line, the composition root), and
+# what its start imports afterwards (listed from sys.modules after a start): the SQLite and PostgreSQL drivers
+# and dialects, the shipped policies' package, the codecs and resource readers.
+PRELOAD = ("gateway.cli", "gateway.cli.commands", "gateway.app", "sqlite3", "sqlalchemy.dialects.sqlite.pysqlite",
+           "sqlalchemy.dialects.sqlite.aiosqlite", "psycopg", "sqlalchemy.dialects.postgresql.psycopg",
+           "gateway.store.migrate", "encodings.idna", "encodings.utf_8_sig", "importlib.resources.readers",
+           "sandgate_policies")
+
+# Environment variables read while importing the PRELOAD modules, found by `python -m tests.support.zygote
+# --audit-env` (every key os.environ and os.getenv were asked for during the imports): aiohttp's, multidict's,
+# yarl's, propcache's and frozenlist's *_NO_EXTENSIONS, AIOHTTP_NOSENDFILE, the SSL context aiohttp's connector
+# builds at import (SSLKEYLOGFILE, and OpenSSL's own SSL_CERT_FILE/SSL_CERT_DIR), mitmproxy's
+# MITMPROXY_CASE_SENSITIVE_FILTERS and SSLKEYLOGFILE, prometheus_client's multiprocess directory and series
+# switches, sysconfig's HOME, zoneinfo's PYTHONTZPATH; plus what the interpreter and the C libraries read as they
+# start (any PYTHON*, the locale, the loader). sandgate's own modules read none at import (gateway/ and sandgate/
+# read the environment in functions). wsgiref.handlers copies the whole environment at import, into a class
+# sandgate never uses. A start whose value of one of these differs from the zygote's runs a real process.
+IMPORT_TIME_ENV = frozenset({
+    "LANG", "LANGUAGE", "LC_ALL", "LC_CTYPE", "LC_MESSAGES", "LD_PRELOAD", "LD_LIBRARY_PATH", "TZ", "HOME",
+    "PROMETHEUS_MULTIPROC_DIR", "prometheus_multiproc_dir", "PROMETHEUS_DISABLE_CREATED_SERIES",
+    "PROMETHEUS_LEGACY_NAME_VALIDATION", "AIOHTTP_NO_EXTENSIONS", "AIOHTTP_NOSENDFILE", "MULTIDICT_NO_EXTENSIONS",
+    "YARL_NO_EXTENSIONS", "PROPCACHE_NO_EXTENSIONS", "FROZENLIST_NO_EXTENSIONS", "PYDANTIC_DISABLE_PLUGINS",
+    "MITMPROXY_CASE_SENSITIVE_FILTERS", "MITMPROXY_SSLKEYLOGFILE", "SSLKEYLOGFILE", "SSL_CERT_FILE",
+    "SSL_CERT_DIR", "OPENSSL_CONF", "OPENSSL_MODULES", "_PYTHON_PROJECT_BASE", "_PYTHON_SYSCONFIGDATA_NAME",
+})
+
+
+def import_time_key(key: str) -> bool:
+    return key in IMPORT_TIME_ENV or key.startswith("PYTHON")
+
+
+# -- the zygote ---------------------------------------------------------------------------------------------
+PR_SET_PDEATHSIG = 1
+MAX_MESSAGE = 1 << 20
+
+
+def _die_with_parent() -> None:
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+
+
+def _threads() -> int:
+    return len(os.listdir("/proc/self/task"))
+
+
+def _become(request: dict, log_fd: int, own: list) -> None:
+    """In the forked child: become `python -m gateway ARGS` as the request describes. It never returns: the
+    exception that ends it (SystemExit, as `sys.exit(main())` raises) unwinds to the interpreter's own shutdown
+    (atexit, non-daemon threads joined, streams flushed), as a fresh process's does."""
+    for thing in own:                              # the zygote's socket, selector and its other children's pidfds
+        if isinstance(thing, int):
+            os.close(thing)
+        else:
+            thing.close()
+    os.dup2(log_fd, 1)
+    os.dup2(log_fd, 2)
+    os.close(log_fd)
+    if request.get("new_session"):
+        os.setsid()
+    os.chdir(request["cwd"])
+    os.environ.clear()
+    os.environ.update(request["env"])
+    args = request["argv"]
+    sys.orig_argv = [sys.executable, "-m", "gateway", *args]
+    sys.argv = ["-m", *args]                       # runpy puts the module's file in argv[0], as -m does
+    sys.path[0] = os.getcwd()                      # -m puts the working directory first
+    import runpy
+
+    runpy.run_module("gateway", run_name="__main__", alter_sys=True)
+    sys.exit(0)
+
+
+def serve(sock_fd: int, parent: int) -> None:
+    """The zygote's loop: one fork per request, one exit message per child. Single-threaded, no signal handlers."""
+    import selectors
+
+    if threading.current_thread() is threading.main_thread() and os.environ.get("SANDGATE_ZYGOTE_PDEATHSIG"):
+        _die_with_parent()
+    if os.getppid() != parent:
+        return
+    sock = socket.socket(fileno=sock_fd)
+    import importlib
+
+    began = time.process_time()
+    try:
+        for name in PRELOAD:
+            importlib.import_module(name)
+    except BaseException as exc:                     # noqa: BLE001 -- reported, and the client execs instead
+        sock.send(json.dumps({"error": f"preload failed: {exc!r}"}).encode())
+        return
+    if _threads() != 1 or threading.active_count() != 1:
+        sock.send(json.dumps({"error": f"{_threads()} threads after the imports: forking is not safe"}).encode())
+        return
+    sock.send(json.dumps({"ready": True, "pid": os.getpid(),
+                          "import_cpu": round(time.process_time() - began, 3)}).encode())
+    sel = selectors.DefaultSelector()
+    sel.register(sock, selectors.EVENT_READ, None)
+    children: dict[int, int] = {}                    # pidfd -> pid
+    while True:
+        events = sel.select(timeout=5.0)
+        if os.getppid() != parent:
+            return
+        for key, _ in events:
+            if key.data is None:
+                try:
+                    data, fds, _flags, _addr = socket.recv_fds(sock, MAX_MESSAGE, 1)
+                except OSError:
+                    return
+                if not data:
+                    return                           # the test process closed its end: it is gone
+                request = json.loads(data)
+                if not fds:
+                    sock.send(json.dumps({"error": "no log descriptor"}).encode())
+                    continue
+                log_fd = fds[0]
+                try:
+                    pid = os.fork()
+                except OSError as exc:
+                    os.close(log_fd)
+                    sock.send(json.dumps({"error": f"fork failed: {exc!r}"}).encode())
+                    continue
+                if pid == 0:
+                    _become(request, log_fd, [sock, sel, *children])
+                    return                           # unreachable: _become raises SystemExit
+                os.close(log_fd)
+                pidfd = os.pidfd_open(pid)
+                children[pidfd] = pid
+                sel.register(pidfd, selectors.EVENT_READ, pid)
+                socket.send_fds(sock, [json.dumps({"pid": pid}).encode()], [pidfd])
+            else:
+                pidfd, pid = key.fd, key.data
+                sel.unregister(pidfd)
+                os.close(pidfd)
+                del children[pidfd]
+                _, status, usage = os.wait4(pid, 0)
+                sock.send(json.dumps({"exit": pid, "status": os.waitstatus_to_exitcode(status),
+                                      "cpu": round(usage.ru_utime + usage.ru_stime, 3)}).encode())
+
+
+# -- the test process's side ----------------------------------------------------------------------------------
+class ZygoteGone(RuntimeError):
+    pass
+
+
+class Forked:
+    """A Popen-like handle on a child of the zygote: pid, returncode, poll, wait, send_signal, terminate, kill."""
+
+    def __init__(self, client: "Client", pid: int, pidfd: int, args: list[str]):
+        self._client = client
+        self.pid = pid
+        self.args = args
+        self.returncode: int | None = None
+        self.cpu: float | None = None             # user+sys seconds of the child, once it has ended
+        self._pidfd = pidfd
+
+    def _ended(self, status: int, cpu: float) -> None:
+        self.returncode = status
+        self.cpu = cpu
+        if self._pidfd is not None:
+            os.close(self._pidfd)
+            self._pidfd = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            self._client.pump(0)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.returncode is None:
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                raise subprocess.TimeoutExpired(self.args, timeout)
+            self._client.pump(left if left is None else min(left, 1.0))
+        return self.returncode
+
+    def send_signal(self, sig: int) -> None:
+        if self.returncode is None and self._pidfd is not None:
+            try:
+                signal.pidfd_send_signal(self._pidfd, sig)
+            except ProcessLookupError:
+                pass
+
+    def terminate(self) -> None:
+        self.send_signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+
+class Client:
+    """This test process's zygote. `spawn` forks a child of it; `pump` reads what the zygote reported."""
+
+    def __init__(self, timeout: float):
+        self.owner = os.getpid()
+        self.lock = threading.RLock()
+        self.children: dict[int, Forked] = {}
+        self.log_path = Path(tempfile.gettempdir()) / f"sandgate-zygote-{os.getpid()}.log"
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        # the zygote's environment: this process's, so a start with the same import-time variables can fork
+        self.env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        if threading.current_thread() is threading.main_thread():
+            self.env["SANDGATE_ZYGOTE_PDEATHSIG"] = "1"   # PR_SET_PDEATHSIG follows the thread that started it
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen([sys.executable, "-m", "tests.support.zygote", str(theirs.fileno()),
+                                          str(os.getpid())], pass_fds=[theirs.fileno()], cwd=str(ROOT),
+                                         stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=self.env)
+        theirs.close()
+        self.sock = ours
+        self.sock.settimeout(timeout)
+        try:
+            ready = json.loads(self.sock.recv(MAX_MESSAGE) or b'{"error": "the zygote exited"}')
+        except (OSError, ValueError) as exc:
+            ready = {"error": repr(exc)}
+        self.sock.settimeout(None)
+        if not ready.get("ready"):
+            self.close()
+            raise ZygoteGone(f"{ready.get('error')}: {self.log()}")
+        self.import_cpu = ready["import_cpu"]
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")[-3000:] if self.log_path.exists() else ""
+
+    def close(self) -> None:
+        if self.sock.fileno() < 0:
+            return
+        self.sock.close()
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.log_path.unlink(missing_ok=True)
+
+    def forks(self, env: dict[str, str]) -> bool:
+        """Whether a child with this environment is what a fresh process would be: no variable read at import
+        time differs from the zygote's."""
+        keys = {k for k in (*env, *self.env) if import_time_key(k)}
+        return all(env.get(k) == self.env.get(k) for k in keys)
+
+    def spawn(self, args: list[str], env: dict[str, str], cwd: str, log_fd: int,
+              new_session: bool = False) -> Forked:
+        """`python -m gateway ARGS` as a child of the zygote; ZygoteGone if it cannot fork one."""
+        with self.lock:
+            if self.proc.poll() is not None:
+                raise ZygoteGone(f"the zygote exited: {self.log()}")
+            message = json.dumps({"argv": args, "env": env, "cwd": cwd, "new_session": new_session}).encode()
+            try:
+                socket.send_fds(self.sock, [message], [log_fd])
+                while True:
+                    reply = self._receive(None)
+                    if reply is None:
+                        raise ZygoteGone(f"the zygote exited: {self.log()}")
+                    data, fds = reply
+                    if "exit" in data:
+                        self._exited(data)
+                        continue
+                    if "error" in data:
+                        raise ZygoteGone(data["error"])
+                    child = Forked(self, data["pid"], fds[0], ["-m", "gateway", *args])
+                    self.children[child.pid] = child
+                    return child
+            except OSError as exc:
+                raise ZygoteGone(repr(exc)) from exc
+
+    def _receive(self, timeout: float | None) -> tuple[dict, list[int]] | None:
+        self.sock.settimeout(timeout)
+        try:
+            data, fds, _flags, _addr = socket.recv_fds(self.sock, MAX_MESSAGE, 1)
+        except (TimeoutError, BlockingIOError):
+            raise
+        finally:
+            self.sock.settimeout(None)
+        if not data:
+            return None
+        return json.loads(data), fds
+
+    def _exited(self, data: dict) -> None:
+        child = self.children.pop(data["exit"], None)
+        if child is not None:
+            child._ended(data["status"], data["cpu"])
+
+    def pump(self, timeout: float | None) -> None:
+        """Read the zygote's exit reports: wait up to `timeout` for the first one (0: only what has arrived)."""
+        with self.lock:
+            wait = timeout
+            while True:
+                try:
+                    reply = self._receive(wait)
+                except (TimeoutError, BlockingIOError):
+                    return
+                except OSError:
+                    reply = None
+                if reply is None:
+                    self._lost()
+                    return
+                self._exited(reply[0])
+                wait = 0
+
+    def _lost(self) -> None:
+        """The zygote is gone (it never is while its test process lives, unless killed): its children's exit
+        statuses went with it. A child that has ended raises on wait; one still running is waited for."""
+        for pid, child in list(self.children.items()):
+            if child._pidfd is not None:
+                import select
+
+                ready, _, _ = select.select([child._pidfd], [], [], 0)
+                if ready:
+                    del self.children[pid]
+                    raise ZygoteGone(f"the zygote exited, and with it child {pid}'s exit status: {self.log()}")
+        time.sleep(0.1)
+
+
+_CLIENT: dict[str, Client | None] = {}
+_FAILED: dict[int, str] = {}
+
+
+def client(timeout: float) -> Client | None:
+    """This test process's zygote, started on first use; None when it cannot start (the reason: `failure()`)."""
+    pid = os.getpid()
+    current = _CLIENT.get("client")
+    if current is not None and current.owner == pid and current.proc.poll() is None:
+        return current
+    if pid in _FAILED:
+        return None
+    try:
+        started = _CLIENT["client"] = Client(timeout)
+    except (ZygoteGone, OSError) as exc:
+        _FAILED[pid] = str(exc)
+        _CLIENT["client"] = None
+        return None
+    # at exit the zygote is stopped and reaped by this process, so its children's CPU counts in this process's
+    # RUSAGE_CHILDREN (and in `time`), as a real start's does
+    atexit.register(lambda: started.close() if started.owner == os.getpid() else None)
+    return started
+
+
+def failure() -> str | None:
+    return _FAILED.get(os.getpid())
+
+
+def audit_env() -> list[str]:
+    """Every environment key read while importing PRELOAD (os.environ's reads and os.getenv's), in order."""
+    import importlib
+
+    seen: list[str] = []
+
+    class Recording(type(os.environ)):
+        def __getitem__(self, key):
+            seen.append(key)
+            return super().__getitem__(key)
+
+        def __contains__(self, key):
+            seen.append(key)
+            return super().__contains__(key)
+
+    recording = Recording(os.environ._data, os.environ.encodekey, os.environ.decodekey, os.environ.encodevalue,
+                          os.environ.decodevalue)
+    os.environ = recording
+    try:
+        for name in PRELOAD:
+            importlib.import_module(name)
+    finally:
+        os.environ = os._Environ(recording._data, recording.encodekey, recording.decodekey, recording.encodevalue,
+                                 recording.decodevalue)
+    return list(dict.fromkeys(seen))
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] == ["--audit-env"]:
+        print("\n".join(audit_env()))
+        sys.exit(0)
+    serve(int(sys.argv[1]), int(sys.argv[2]))

@@ -1,0 +1,114 @@
+"""The zygote (tests/support/zygote.py): a start forked from it is the real server in its own process, with the
+start's environment, working directory and log, fresh random state, a Popen's exit statuses; the escape hatch and
+the fallbacks run a real process; the zygote ends with its test process."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import requests
+
+from tests.support import zygote
+from tests.support.gateway import ROOT, Sandgate
+
+
+def parent_of(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+
+
+def environ_of(pid: int) -> dict[str, str]:
+    raw = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    return dict(item.decode().split("=", 1) for item in raw if b"=" in item)
+
+
+def children_of(pid: int) -> list[int]:
+    return [int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+
+
+def test_a_forked_start_is_the_server_with_the_starts_environment_cwd_and_log(tmp_path):
+    with Sandgate(tmp_path / "gw", env={"SG_ZYGOTE_PROBE": "from-this-start"}) as sg:
+        assert sg.forked, sg.exec_reason
+        server = zygote.client(100)
+        assert parent_of(sg.proc.pid) == server.proc.pid != os.getpid()
+        assert Path(f"/proc/{sg.proc.pid}/cwd").resolve() == (tmp_path / "gw").resolve()
+        assert requests.get(sg.api + "/healthz", timeout=10).json()["status"] == "ok"
+        # its policy workers are real processes it started with its os.environ: the start's variables, and none
+        # of the zygote's own (os.environ is replaced, not merged)
+        workers = children_of(sg.proc.pid)
+        assert workers
+        for worker in workers:
+            env = environ_of(worker)
+            assert env["SG_ZYGOTE_PROBE"] == "from-this-start"
+            assert "SANDGATE_ZYGOTE_PDEATHSIG" not in env
+        assert sg.stop() == 0
+    assert "sandgate ready" in sg.log()
+
+
+def test_forked_starts_draw_fresh_random_state_and_report_exit_statuses_as_popen(tmp_path):
+    first = Sandgate(tmp_path / "one").start()
+    second = Sandgate(tmp_path / "two").start()
+    try:
+        assert first.forked and second.forked
+        assert first.harness_token != second.harness_token
+        one, two = first.session(), second.session()
+        assert one["ca_pem"] != two["ca_pem"]           # keys made by OpenSSL in each child: reseeded after fork
+        assert one["id"] != two["id"]
+        assert first.proc.poll() is None
+        second.proc.send_signal(signal.SIGKILL)
+        assert second.proc.wait(60) == -signal.SIGKILL
+        try:
+            first.proc.wait(0.2)
+            raise AssertionError("a running child reported an exit")
+        except subprocess.TimeoutExpired:
+            pass
+    finally:
+        assert first.stop() == 0
+        second.stop()
+
+
+def test_the_escape_hatch_another_python_and_an_import_time_variable_exec_a_real_process(tmp_path, monkeypatch):
+    sg = Sandgate(tmp_path / "env", env={"AIOHTTP_NO_EXTENSIONS": "1"}).start()
+    try:
+        assert not sg.forked and "import" in sg.exec_reason
+        assert isinstance(sg.proc, subprocess.Popen) and parent_of(sg.proc.pid) == os.getpid()
+        assert b"-m\0gateway\0serve" in Path(f"/proc/{sg.proc.pid}/cmdline").read_bytes()
+    finally:
+        assert sg.stop() == 0
+    monkeypatch.setenv("SANDGATE_TEST_EXEC", "1")
+    sg = Sandgate(tmp_path / "hatch").start()
+    try:
+        assert not sg.forked and sg.exec_reason == "SANDGATE_TEST_EXEC=1"
+        assert parent_of(sg.proc.pid) == os.getpid()
+    finally:
+        assert sg.stop() == 0
+
+
+def test_a_start_after_the_zygote_died_still_runs(tmp_path):
+    old = zygote.client(100)
+    old.proc.kill()
+    old.proc.wait()
+    sg = Sandgate(tmp_path / "after").start()
+    try:
+        assert requests.get(sg.api + "/healthz", timeout=10).ok
+        assert zygote.client(100).proc.pid != old.proc.pid
+    finally:
+        assert sg.stop() == 0
+
+
+def test_the_zygote_ends_with_its_test_process(tmp_path):
+    code = ("import os, sys; from tests.support import zygote; c = zygote.client(100); "
+            "print(c.proc.pid, flush=True); sys.stdin.read(); os._exit(0)")   # no atexit: as if it crashed
+    proc = subprocess.Popen([sys.executable, "-c", code], cwd=str(ROOT), stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True)
+    pid = int(proc.stdout.readline())
+    assert Path(f"/proc/{pid}").exists()
+    proc.stdin.close()
+    proc.wait(60)
+    deadline = time.monotonic() + 60
+    while Path(f"/proc/{pid}").exists() and "Z" not in Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1][:3]:
+        assert time.monotonic() < deadline, "the zygote outlived its test process"
+        time.sleep(0.1)
