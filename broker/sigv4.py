@@ -326,6 +326,13 @@ def _fixed_payload(base: type[SigV4Auth]) -> type[SigV4Auth]:
     return Signer
 
 
+def load_botocore() -> None:
+    """Import what signing uses of botocore now: blocking (about a tenth of a second of CPU), so a server with
+    AWS credentials calls it on a thread at start-up rather than let its first signed request import it on the
+    event loop."""
+    _botocore()
+
+
 @functools.cache
 def _botocore() -> SimpleNamespace:
     """What this module uses of botocore, loaded at the first AWS request a secret is injected into (botocore

@@ -452,11 +452,26 @@ async def open_egress(cfg: Config, svc: Services, resolver: Resolver) -> Egress:
                   drain=drain, extra=extra)
 
 
+def preload_parsers(cfg: Config, broker: Broker) -> None:
+    """What the first wire statement (the SQL grammars) or AWS-signed request (botocore's signers) would import
+    on the event loop, 0.1-0.3 s of CPU each with every request stalled behind it: imported now, on a thread,
+    when the configuration says they will be needed (databases; a secret of kind `aws`)."""
+    if cfg.databases:
+        from gateway.toolcalls.sqlentry import load_grammars
+
+        load_grammars()
+    if any(spec.kind == "aws" for spec in broker.specs.values()):
+        from broker.sigv4 import load_botocore
+
+        load_botocore()
+
+
 async def open_gateway(cfg: Config, stack: AsyncExitStack, worker: bool = False,
                        resolver: Resolver | None = None) -> Listening:
     """Build and start everything; `stack` stops it. Raises when something cannot start. A `worker` (of `serve
     --workers N`) leaves the harness token and listen.json to its supervisor."""
     svc = await open_services(cfg, stack, resolver=resolver)
+    await asyncio.to_thread(preload_parsers, cfg, svc.broker)
     svc.engine.watch()
     store, feed, metrics, audit, engine = svc.store, svc.feed, svc.metrics, svc.audit, svc.engine
     signer, tokens, sessions, approvals, broker = svc.signer, svc.tokens, svc.sessions, svc.approvals, svc.broker
