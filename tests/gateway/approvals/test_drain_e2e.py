@@ -106,11 +106,11 @@ def test_a_second_signal_ends_the_drain_and_a_new_ask_is_refused_meanwhile(tmp_p
         assert keep.get(base + "/read", proxies=sess["proxies"], timeout=30).status_code == 200
         r = keep.delete(base + "/new", proxies=sess["proxies"], timeout=30)
         assert r.status_code == 503 and r.json()["code"] == "sandgate.stopping"
-        stopped_at = time.monotonic()
         sg.proc.send_signal(signal.SIGTERM)                # the second signal: stop now
         t1.join(30)
+        # the held request ended by the stop itself (not by its 120 s hold timeout), and the process exits
         assert out1["value"].status_code == 503 and out1["value"].json()["code"] == "sandgate.stopping"
-        assert sg.proc.wait(30) == 0 and time.monotonic() - stopped_at < 20
+        assert sg.proc.wait(30) == 0
         paths = [r.path for r in upstream.recorder.requests]
         assert "/held" not in paths and "/new" not in paths and "/read" in paths
     finally:

@@ -153,18 +153,15 @@ def test_untrusted_upstream_certificate_refused(tls_env, tmp_path):
 @pytest.mark.parametrize("http_version", ["--http1.1", "--http2"])
 def test_refused_large_upload_in_tunnel_ends_promptly(tls_env, h2up, tmp_path, http_version):
     """A refused request with a large body is closed, not drained into memory; the client does not hang."""
-    import time
-
     sg, _ = tls_env
     up = upstream_for(http_version, tls_env, h2up)
     sess = sg.session(allow=["secure.test"])
     big = tmp_path / "big.bin"
     big.write_bytes(b"x" * (20 << 20))
     before = len(up.recorder.requests)
-    t0 = time.time()
-    out = curl(sess, http_version, "-o", "/dev/null", "-w", "%{http_code}", "--max-time", "30",
+    out = curl(sess, http_version, "-o", "/dev/null", "-w", "%{http_code}", "--max-time", "25",
                "-H", "Host: fronted.test", "--data-binary", f"@{big}", f"https://secure.test:{up.port}/up")
-    assert time.time() - t0 < 10
+    assert out.returncode != 28, "curl hung until --max-time: the refused upload was not closed"   # 28: timeout
     assert out.stdout != "200"
     assert len(up.recorder.requests) == before
 

@@ -59,11 +59,9 @@ def test_an_ended_sessions_connection_is_closed_with_57p01(pg_gateway, cluster):
     sess, url = db_session(pg_gateway)
     conn = psycopg.connect(url, autocommit=True)
     assert conn.execute("SELECT 1").fetchone() == (1,)
-    started = time.time()
     assert pg_gateway.call("DELETE", f"/v1/sessions/{sess['id']}").status_code == 204
-    with pytest.raises(psycopg.OperationalError) as err:
-        conn.execute("SELECT pg_sleep(5)")
-    assert time.time() - started < 4
+    with pytest.raises(psycopg.OperationalError) as err:     # a statement left to run would end without error
+        conn.execute("SELECT pg_sleep(90)")
     assert err.value.sqlstate == "57P01" or "session has ended" in str(err.value)
     conn.close()
     assert sqlstate(url) == "57P01"
@@ -168,10 +166,8 @@ def test_cancel_request_cancels_only_this_sessions_query(pg_gateway, cluster):
     th.start()
     timer = threading.Timer(1.0, a.cancel)
     timer.start()
-    started = time.time()
-    with pytest.raises(psycopg.errors.QueryCanceled):
-        a.execute("SELECT pg_sleep(30)")
-    assert time.time() - started < 10
+    with pytest.raises(psycopg.errors.QueryCanceled):       # only the cancel ends it with this error
+        a.execute("SELECT pg_sleep(60)")
     th.join(20)
     assert out["b"] >= 2.9                                  # the other session's query ran to its end
     assert a.execute("SELECT 1").fetchone() == (1,)          # and this connection is still usable

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 
 import psycopg
 import pytest
@@ -38,9 +37,7 @@ def test_cancel_reaches_the_worker_holding_the_connection(pg_workers, cluster):
         conn = psycopg.connect(url, autocommit=True)
         timer = threading.Timer(0.5, conn.cancel)
         timer.start()
-        started = time.time()
-        with pytest.raises(psycopg.errors.QueryCanceled):
+        with pytest.raises(psycopg.errors.QueryCanceled):   # only the cancel ends it with this error
             conn.execute("SELECT pg_sleep(20)")
-        assert time.time() - started < 8
         assert conn.execute("SELECT 1").fetchone() == (1,)
         conn.close()
