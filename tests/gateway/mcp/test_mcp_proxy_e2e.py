@@ -11,7 +11,6 @@ import sys
 from pathlib import Path
 
 import pytest
-from mcp import ClientSession, StdioServerParameters, stdio_client
 
 from tests.support.cli import run_cli
 from tests.support.gateway import ROOT, Sandgate
@@ -52,7 +51,9 @@ def session(sg):
     sg.call("DELETE", f"/v1/sessions/{sess['id']}")
 
 
-def proxy_params(sg, sid: str, log: Path, *extra: str) -> StdioServerParameters:
+def proxy_params(sg, sid: str, log: Path, *extra: str):
+    from mcp import StdioServerParameters
+
     return StdioServerParameters(
         command=sys.executable,
         args=["-m", "gateway", "mcp", "--session", sid, "--name", "up", "--api-url", sg.api, "--token",
@@ -75,6 +76,18 @@ async def approve_when_filed(sg, sid: str, verdict: str = "approve", reason: str
 
 def text_of(result) -> str:
     return "".join(c.text for c in result.content if getattr(c, "type", "") == "text")
+
+
+def stdio_client(params):
+    from mcp import stdio_client as client
+
+    return client(params)
+
+
+def ClientSession(r, w):  # noqa: N802 - the SDK's class, imported when a test runs
+    from mcp import ClientSession as session
+
+    return session(r, w)
 
 
 async def test_proxy_end_to_end(sg, session, tmp_path):
@@ -114,7 +127,10 @@ async def test_proxy_end_to_end(sg, session, tmp_path):
     assert all(e["detail"]["mcp_server"] == "up" for e in events)
 
 
-async def test_results_are_scrubbed_of_the_sessions_secrets(sg, session, tmp_path):
+async def test_results_and_upstream_errors_are_scrubbed_of_the_sessions_secrets(sg, session, tmp_path):
+    """What the upstream returns (results, resources, prompts) and its errors: one proxy, one upstream."""
+    from mcp.shared.exceptions import MCPError
+
     placeholder = session["env"]["DEMO"]
     async with stdio_client(proxy_params(sg, session["id"], tmp_path / "log")) as (r, w), \
             ClientSession(r, w) as client:
@@ -126,6 +142,12 @@ async def test_results_are_scrubbed_of_the_sessions_secrets(sg, session, tmp_pat
         assert REAL not in resource.model_dump_json() and placeholder in resource.model_dump_json()
         prompt = await client.get_prompt("greet", {"name": REAL})
         assert REAL not in prompt.model_dump_json()
+
+        with pytest.raises(MCPError) as err:
+            await client.read_resource(f"missing://{REAL}")
+        assert REAL not in repr(err.value.error.model_dump()) and session["env"]["DEMO"] in err.value.message
+        failed = await client.call_tool("echo", {"text": 3})     # the upstream refuses the argument type
+        assert REAL not in failed.model_dump_json()
 
 
 async def test_annotations_never_turn_ask_into_allow(sg, session, tmp_path):
@@ -211,46 +233,59 @@ async def drive_http(url: str, token: str) -> tuple[list[str], str, bool]:
         return names, echoed, denied
 
 
-def test_streamable_http_front(sg, session, tmp_path):
-    import requests
-
-    proc, url = start_proxy(sg, session["id"], tmp_path / "log", "--", sys.executable, str(UPSTREAM))
+@pytest.fixture(scope="module")
+def http_front(sg, tmp_path_factory):
+    """One `sandgate mcp --listen` proxy (and its stdio upstream) for the streamable HTTP front's tests, on a
+    session of its own; each test ends the MCP sessions it opened (the SDK's client DELETEs its own on exit)."""
+    sess = sg.session(secrets=["demo"])
+    proc, url = start_proxy(sg, sess["id"], tmp_path_factory.mktemp("front") / "log", "--", sys.executable,
+                            str(UPSTREAM))
     try:
-        names, whoami, denied = asyncio.run(drive_http(url, "front-token-123"))
-        assert "boom" not in names and "echo" in names
-        assert whoami == f"token={session['env']['DEMO']} ok" and denied
-        for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": "front-token-123"}):
-            resp = requests.post(url, json={"jsonrpc": "2.0", "id": 1, "method": "ping"}, headers=headers, timeout=10)
-            assert resp.status_code == 401
+        yield sess, url
     finally:
         proc.terminate()
         proc.wait(15)
+        sg.call("DELETE", f"/v1/sessions/{sess['id']}")
 
 
-def test_streamable_http_sessions_are_capped(sg, session, tmp_path):
+def test_streamable_http_front(http_front):
+    import requests
+
+    sess, url = http_front
+    names, whoami, denied = asyncio.run(drive_http(url, "front-token-123"))
+    assert "boom" not in names and "echo" in names
+    assert whoami == f"token={sess['env']['DEMO']} ok" and denied
+    for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": "front-token-123"}):
+        resp = requests.post(url, json={"jsonrpc": "2.0", "id": 1, "method": "ping"}, headers=headers, timeout=10)
+        assert resp.status_code == 401
+
+
+def test_streamable_http_sessions_are_capped(http_front):
     """An agent that opens MCP sessions without end: the proxy keeps at most MAX_HTTP_SESSIONS (then 503); one
     ended by DELETE makes room."""
     import requests
 
     from sandgate.mcp.command import MAX_HTTP_SESSIONS
 
-    proc, url = start_proxy(sg, session["id"], tmp_path / "log", "--", sys.executable, str(UPSTREAM))
+    _, url = http_front
     headers = {"Authorization": "Bearer front-token-123", "Accept": "application/json, text/event-stream"}
     init = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
         "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}
-    try:
-        ids = []
-        with requests.Session() as http:
+    ids = []
+    with requests.Session() as http:
+        try:
             for _ in range(MAX_HTTP_SESSIONS):
                 resp = http.post(url, json=init, headers=headers, timeout=30)
                 assert resp.status_code == 200, resp.text
                 ids.append(resp.headers["mcp-session-id"])
             assert http.post(url, json=init, headers=headers, timeout=30).status_code == 503
-            assert http.delete(url, headers={**headers, "mcp-session-id": ids[0]}, timeout=30).status_code == 200
-            assert http.post(url, json=init, headers=headers, timeout=30).status_code == 200
-    finally:
-        proc.terminate()
-        proc.wait(15)
+            assert http.delete(url, headers={**headers, "mcp-session-id": ids.pop(0)}, timeout=30).status_code == 200
+            resp = http.post(url, json=init, headers=headers, timeout=30)
+            assert resp.status_code == 200
+            ids.append(resp.headers["mcp-session-id"])
+        finally:
+            for sid in ids:          # the shared proxy is left with none of this test's sessions
+                http.delete(url, headers={**headers, "mcp-session-id": sid}, timeout=30)
 
 
 def test_remote_streamable_http_upstream(sg, session, tmp_path):
@@ -288,15 +323,3 @@ def test_remote_streamable_http_upstream(sg, session, tmp_path):
         upstream.terminate()
         upstream.wait(15)
 
-
-async def test_upstream_errors_are_scrubbed_too(sg, session, tmp_path):
-    from mcp.shared.exceptions import MCPError
-
-    async with stdio_client(proxy_params(sg, session["id"], tmp_path / "log")) as (r, w), \
-            ClientSession(r, w) as client:
-        await client.initialize()
-        with pytest.raises(MCPError) as err:
-            await client.read_resource(f"missing://{REAL}")
-        assert REAL not in repr(err.value.error.model_dump()) and session["env"]["DEMO"] in err.value.message
-        failed = await client.call_tool("echo", {"text": 3})     # the upstream refuses the argument type
-        assert REAL not in failed.model_dump_json()
