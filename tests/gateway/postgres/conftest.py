@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import threading
 import time
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -109,3 +110,21 @@ def url_parts(url: str) -> dict:
     u = urlsplit(url)
     return {"user": u.username, "password": u.password, "host": u.hostname, "port": u.port,
             "dbname": u.path.lstrip("/")}
+
+
+def cancel_once_running(cluster: PgCluster, conn, sql: str, timeout: float = 60.0) -> threading.Thread:
+    """Cancel `conn`'s statement `sql` (through the gateway, as psycopg sends a CancelRequest) once the cluster
+    shows it running (pg_stat_activity): a cancel that arrives before the statement does cancels nothing, so a
+    timer races a loaded machine."""
+    def run() -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            running = cluster.psql_local("SELECT count(*) FROM pg_stat_activity WHERE state = 'active' "
+                                         f"AND query = '{sql}'", db="postgres").strip()
+            if running != "0":
+                conn.cancel()
+                return
+            time.sleep(0.05)
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread

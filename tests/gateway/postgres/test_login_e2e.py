@@ -16,7 +16,7 @@ import pytest
 from scramp import ScramClient
 
 from gateway.postgres import wire
-from tests.gateway.postgres.conftest import db_session, url_parts
+from tests.gateway.postgres.conftest import cancel_once_running, db_session, url_parts
 from tests.support.pgcluster import APP_PASSWORD
 
 
@@ -164,10 +164,10 @@ def test_cancel_request_cancels_only_this_sessions_query(pg_gateway, cluster):
         out["b"] = time.time() - started
     th = threading.Thread(target=sleep_b)
     th.start()
-    timer = threading.Timer(1.0, a.cancel)
-    timer.start()
+    canceller = cancel_once_running(cluster, a, "SELECT pg_sleep(60)")
     with pytest.raises(psycopg.errors.QueryCanceled):       # only the cancel ends it with this error
         a.execute("SELECT pg_sleep(60)")
+    canceller.join(30)
     th.join(20)
     assert out["b"] >= 2.9                                  # the other session's query ran to its end
     assert a.execute("SELECT 1").fetchone() == (1,)          # and this connection is still usable

@@ -3,13 +3,12 @@ hands the cancel's own connection to."""
 from __future__ import annotations
 
 import json
-import threading
 
 import psycopg
 import pytest
 
 from tests.conftest import need
-from tests.gateway.postgres.conftest import db_session, gateway_config, policy_dir
+from tests.gateway.postgres.conftest import cancel_once_running, db_session, gateway_config, policy_dir
 from tests.support.gateway import Sandgate
 from tests.support.pg import PG_URL, pg_available
 from tests.support.pgcluster import APP_PASSWORD
@@ -35,9 +34,9 @@ def test_cancel_reaches_the_worker_holding_the_connection(pg_workers, cluster):
     _, url = db_session(pg_workers)
     for _ in range(6):          # the cancel's connection lands on either worker: both paths, several times
         conn = psycopg.connect(url, autocommit=True)
-        timer = threading.Timer(0.5, conn.cancel)
-        timer.start()
+        canceller = cancel_once_running(cluster, conn, "SELECT pg_sleep(20)")
         with pytest.raises(psycopg.errors.QueryCanceled):   # only the cancel ends it with this error
             conn.execute("SELECT pg_sleep(20)")
+        canceller.join(30)
         assert conn.execute("SELECT 1").fetchone() == (1,)
         conn.close()
