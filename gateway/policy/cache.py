@@ -207,7 +207,7 @@ class Shared(dict):
     gateway/toolcalls/memo.py). The decision cache and the decision log serialise it once per object, and keep
     what they made on the object itself (so it goes when the object goes: no cache to bound or collect)."""
 
-    __slots__ = ("proj_memo", "key_memo", "log_memo")
+    __slots__ = ("proj_memo", "key_memo", "log_memo", "log_ref")
 
     def __init__(self, *args: Any, **kwargs: Any):
         dict.__init__(self, *args, **kwargs)

@@ -1,6 +1,7 @@
 """The decision log: every policy decision (id, time, kind, input with secrets redacted, result, policy
 revision, engine, latency in µs), written in batches off the hot path by the audit log's loop
-(gateway/runtime/batches.py).
+(gateway/runtime/batches.py). A tool call's history entries are stored once each and referenced from the rows
+(`history_refs`; the format: gateway/store/decisions.py).
 
 `record()` only appends to a list (no copy, no JSON, no redaction: those happen on the store's thread when
 the batch is written) and never raises. Past `max_pending` unwritten rows the oldest are dropped and counted,
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import hashlib
 import json
 import logging
 import math
@@ -116,16 +118,19 @@ def _maybe_sensitive(text: str) -> bool:
     return scheme >= 0 and "@" in low[scheme:]
 
 
-def redacted_json(value: Any) -> str:
+def redacted_json(value: Any, skip: str | None = None) -> str:
     """json.dumps(redact_input(value)), without walking `value` in Python when nothing in it needs redacting.
     A top-level object's Shared and Stamped parts (a tool call's facts, history entries) are serialised and
     checked once per object; its other values are checked together, in one search. Redaction works value by
-    value at the top level, so only a value that may hold a credential is walked (not the whole input)."""
+    value at the top level, so only a value that may hold a credential is walked (not the whole input).
+    `skip`: a top-level key left out (a tool call's history, stored apart: history_refs)."""
     if value.__class__ is dict:
         parts, plain = [], []
         for key, item in value.items():
+            if key == skip:
+                continue
             if key.__class__ is not str:
-                return _redacted_json(value)
+                return _redacted_json({k: v for k, v in value.items() if k != skip} if skip else value)
             cls = item.__class__
             if _sensitive_key_text(key):
                 text = _redacted_item(key, item)
@@ -244,6 +249,42 @@ def _split_at(item: Shared, field: str) -> tuple[str, str]:
     return before, after
 
 
+def history_refs(doc: Any) -> tuple[str | None, list[tuple[str, str, str]]]:
+    """(the JSON text of the input's history as references, `[[KEY, AGE_S], ...]`, and each entry as (KEY,
+    redacted JSON text, its reference's text up to the age)) when the input's history is a list of stamped
+    entries (gateway/toolcalls/history.py); else (None, []): the row keeps its input whole. An entry's text is its
+    redacted JSON with `age_s` 0.0 (what redacting the whole input gives for it, age aside), and its KEY the 32
+    hex digits of that text's BLAKE2b-128: computed once for each entry (kept on its shared part, `log_ref`)."""
+    if doc.__class__ is not dict:
+        return None, []
+    history = doc.get("history")
+    if history.__class__ is not list or not history:
+        return None, []
+    refs, entries = [], []
+    for item in history:
+        if item.__class__ is not Stamped or item.field != "age_s":
+            return None, []
+        base = item.base
+        if base.__class__ is not Shared or len(item) != len(base) or base.get("age_s") != 0.0:
+            return None, []
+        age = item["age_s"]
+        if age.__class__ is not float or not math.isfinite(age):
+            return None, []
+        known = getattr(base, "log_ref", None)
+        if known is None:
+            text = json.dumps(base)
+            if _maybe_sensitive(text):
+                text = json.dumps(redact_input(base))
+            key = hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
+            known = base.log_ref = (key, text, '["' + key + '", ')
+        refs.append(known[2] + float.__repr__(age) + "]")       # what json.dumps writes for a finite float
+        entries.append(known)
+    return "[" + ", ".join(refs) + "]", entries
+
+
+MAX_WRITTEN_REFS = 65536      # history entries known to be stored (past it the set starts over: rewritten, no harm)
+
+
 class DecisionLog(BatchWriter[tuple[list[tuple], list[dict]]]):
     """Rows are written in batches of up to `max_batch`, each one a hop to a thread (redaction) and one to the
     store's writer. On a busy loop a hop takes milliseconds: with 32-row batches the log fell behind at about
@@ -256,6 +297,7 @@ class DecisionLog(BatchWriter[tuple[list[tuple], list[dict]]]):
         self._max_pending = max_pending
         self._decisions: list[tuple] = []
         self._divergences: list[dict] = []
+        self._written_refs: set[str] = set()     # history entries stored already (read and added off the loop)
         self.dropped = 0
 
     def record(self, kind: str, input_doc: Any, result: dict, rev: str, engine: str, latency_us: int,
@@ -283,19 +325,30 @@ class DecisionLog(BatchWriter[tuple[list[tuple], list[dict]]]):
         sid = session.get("id") if isinstance(session, dict) else None
         return sid if isinstance(sid, str) else None
 
-    def _rows(self, decisions: list[tuple], divergences: list[dict]) -> tuple[list[dict], list[dict]]:
-        """Off the loop, before the store's writer thread: redact and serialise."""
-        rows = [{"id": did, "ts": ts, "kind": kind, "session": self._session_of(doc),
-                 "input": RawJSON(redacted_json(doc)), "result": result, "policy_rev": rev, "engine": engine,
-                 "latency_us": int(latency), "request_id": request_id}
-                for did, ts, kind, doc, result, rev, engine, latency, request_id in decisions]
+    def _rows(self, decisions: list[tuple], divergences: list[dict]
+              ) -> tuple[list[dict], list[dict], list[tuple[str, str]]]:
+        """Off the loop, before the store's writer thread: redact and serialise; the history entries not stored
+        yet (each once)."""
+        rows, new, written = [], {}, self._written_refs
+        for did, ts, kind, doc, result, rev, engine, latency, request_id in decisions:
+            refs, entries = history_refs(doc)
+            for key, text, _ in entries:
+                if key not in written:
+                    new[key] = text
+            rows.append({"id": did, "ts": ts, "kind": kind, "session": self._session_of(doc),
+                         "input": RawJSON(redacted_json(doc, "history" if refs is not None else None)),
+                         "result": result, "policy_rev": rev, "engine": engine, "latency_us": int(latency),
+                         "request_id": request_id, "history": RawJSON(refs) if refs is not None else None})
         return rows, [{**d, "session": self._session_of(d["input"]), "input": redact_input(d["input"])}
-                      for d in divergences]
+                      for d in divergences], list(new.items())
 
-    def _insert(self, rows: list[dict], divergences: list[dict]) -> None:
+    def _insert(self, rows: list[dict], divergences: list[dict], entries: list[tuple[str, str]]) -> None:
         """On the store's writer thread: only the inserts (an approval or audit write waits behind no more)."""
-        self.store.append_decisions_sync(rows)
+        self.store.append_decisions_sync(rows, entries)
         self.store.append_divergences_sync(divergences)
+        if len(self._written_refs) + len(entries) > MAX_WRITTEN_REFS:
+            self._written_refs.clear()
+        self._written_refs.update(key for key, _ in entries)
 
     # -- the batched writer (gateway/runtime/batches.py) ----------------------------------------------------
     def _has_pending(self) -> bool:

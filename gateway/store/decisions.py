@@ -1,15 +1,23 @@
-"""The decision log and the shadow policy's divergences: two tables and their queries.
+"""The decision log and the shadow policy's divergences: three tables and their queries.
 
 Every policy decision is one row of `decisions` (input with secrets redacted, result, policy revision, engine,
 latency); every decision on which the shadow policy disagreed with the live one is one row of
 `policy_divergences`. Rows arrive in batches from gateway/policy/decisionlog.py.
+
+A tool call's input carries the session's last 20 tool calls (`input.history`), each of which is in the next
+20 calls' inputs too: four fifths of a row were copies. So a row's `history` column holds references instead,
+`[[KEY, AGE_S], ...]` (oldest first; NULL: the input holds its own `history`, or has none), and each entry's
+redacted JSON, with `age_s` 0.0, is stored once in `decision_history` under KEY (column `ref`): the BLAKE2b-128
+of that text in hex (content-addressed: an entry never changes, and the same entry is the same key).
+`list_decisions` gives every row back whole: the entries put back into `input.history` with their ages, so
+replay, export, the API and the advisor read what was decided.
 """
 from __future__ import annotations
 
 import json
 from typing import Optional
 
-from sqlalchemy import JSON, Column, Index, select
+from sqlalchemy import JSON, Column, Index, Text, select
 from sqlmodel import Field, Session, SQLModel
 
 from gateway.store.bulk import insert_statements, placeholder
@@ -32,6 +40,14 @@ class DecisionRow(SQLModel, table=True):
     engine: str = ""
     latency_us: int = 0
     request_id: Optional[str] = None       # the proxy's request id (in every 403 body) or the tool call's id
+    history: Optional[list] = Field(default=None, sa_column=Column(JSON, nullable=True))   # [[KEY, AGE_S], ...]
+
+
+class HistoryEntryRow(SQLModel, table=True):
+    """One history entry of the decision log's inputs (redacted JSON text, `age_s` 0.0), by content."""
+    __tablename__ = "decision_history"
+    ref: str = Field(primary_key=True)
+    entry: str = Field(sa_column=Column(Text, nullable=False))
 
 
 class DivergenceRow(SQLModel, table=True):
@@ -54,9 +70,11 @@ class RawJSON(str):
 
 
 _DECISION_COLS = ("id", "ts", "kind", "session", "input", "result", "policy_rev", "engine", "latency_us",
-                  "request_id")
+                  "request_id", "history")
+_ENTRY_COLS = ("ref", "entry")
+_READ_CHUNK = 500
 _DIVERGENCE_COLS = ("decision_id", "ts", "kind", "session", "input", "live", "shadow", "live_rev", "shadow_rev")
-_JSON_COLS = frozenset({"input", "result", "live", "shadow"})
+_JSON_COLS = frozenset({"input", "result", "live", "shadow", "history"})
 
 
 class DecisionStore:
@@ -66,16 +84,53 @@ class DecisionStore:
         self.store = store
 
     def _insert(self, table: str, cols: tuple[str, ...], rows: list[dict]) -> None:
-        values = [tuple((v if v.__class__ is RawJSON else json.dumps(v)) if c in _JSON_COLS else v
+        values = [tuple((v if v.__class__ is RawJSON or v is None else json.dumps(v)) if c in _JSON_COLS else v
                         for c, v in zip(cols, map(r.get, cols))) for r in rows]
+        self._execute(table, cols, values)
+
+    def _execute(self, table: str, cols: tuple[str, ...], values: list[tuple], suffix: str = "") -> None:
         mark = placeholder(self.store.engine.dialect.paramstyle)
         with self.store.engine.begin() as conn:
-            for sql, params in insert_statements(table, cols, values, mark, few_texts=True):
+            for sql, params in insert_statements(table, cols, values, mark, few_texts=True, suffix=suffix):
                 conn.exec_driver_sql(sql, params)
 
-    def append_decisions_sync(self, rows: list[dict]) -> None:
+    def append_decisions_sync(self, rows: list[dict], entries: list[tuple[str, str]] = ()) -> None:
+        """Insert decision rows, after the history entries they reference ((key, redacted JSON text); a key
+        stored already is left as it is: the same key is the same text)."""
+        if entries:
+            self._execute("decision_history", _ENTRY_COLS, list(entries), " ON CONFLICT (ref) DO NOTHING")
         if rows:
             self._insert("decisions", _DECISION_COLS, rows)
+
+    def _entries(self, db: Session, keys: set[str]) -> dict[str, str]:
+        found: dict[str, str] = {}
+        ordered = sorted(keys)
+        for start in range(0, len(ordered), _READ_CHUNK):
+            chunk = ordered[start:start + _READ_CHUNK]
+            q = select(HistoryEntryRow.ref, HistoryEntryRow.entry).where(HistoryEntryRow.ref.in_(chunk))
+            found.update(db.execute(q).tuples().all())
+        return found
+
+    def _whole(self, db: Session, rows: list[dict]) -> list[dict]:
+        """Rows with their history entries put back into `input.history` (see the module doc). An entry missing
+        from `decision_history` is an error: a row replayed without its history could be decided otherwise."""
+        keys = {ref[0] for row in rows for ref in (row.get("history") or ())}
+        texts = self._entries(db, keys) if keys else {}
+        parsed: dict[str, dict] = {}
+        for row in rows:
+            refs = row.pop("history", None)
+            if refs is None:
+                continue
+            history = []
+            for key, age in refs:
+                if key not in texts:
+                    raise LookupError(f"decision {row['id']}: history entry {key} is missing from decision_history")
+                entry = parsed.get(key)
+                if entry is None:
+                    entry = parsed[key] = json.loads(texts[key])
+                history.append({**entry, "age_s": age})
+            row["input"] = {**row["input"], "history": history}
+        return rows
 
     def append_divergences_sync(self, rows: list[dict]) -> None:
         if rows:
@@ -95,7 +150,8 @@ class DecisionStore:
                 q = q.where(getattr(model, column) == value)
         q = q.order_by(model.seq).limit(limit)
         with Session(self.store.engine) as db:
-            return [row_dict(r) for r in db.execute(q).scalars().all()]
+            rows = [row_dict(r) for r in db.execute(q).scalars().all()]
+            return self._whole(db, rows) if model is DecisionRow else rows
 
     async def list_decisions(self, since: float = 0.0, until: Optional[float] = None,
                              kind: Optional[str] = None, limit: int = 1_000_000, session: Optional[str] = None,

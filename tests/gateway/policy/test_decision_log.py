@@ -18,6 +18,7 @@ from gateway.policy.cache import Shared, Stamped
 from gateway.policy.logcommands import parse_since, summarise_change
 from gateway.store import Store
 from gateway.store.decisions import DecisionStore
+from gateway.toolcalls.history import history_entries
 from tests.conftest import LOOPBACK_CONFIG
 from tests.support.cli import run_cli
 from tests.support.gateway import ROOT, Sandgate
@@ -246,6 +247,64 @@ async def test_decision_log_drains_a_backlog_in_few_writes(tmp_path):
         store.close()
 
 
+async def test_history_entries_are_stored_once_and_given_back_whole(tmp_path):
+    """A tool call's input carries the session's last 20 calls, each also in the next 20 inputs: the rows reference
+    entries stored once (by content), and reading gives every input back as it was decided, redacted, ages
+    included. A credential in an entry's summary is redacted in the stored entry too."""
+    store = Store(f"sqlite:///{tmp_path}/s.db")
+    await store.open()
+    log = DecisionLog(store, flush_interval_s=3600)
+    log.start()
+    secret = "ghp_abcdefghijklmnop1234"
+    events = [{"kind": "toolcall", "request_id": f"t_{i:04d}", "step": i, "ts": 1000.0 + i, "action": "allow",
+               "codes": ["c"], "detail": {"tool": "shell", "summary": f"shell: curl -H 'Authorization: Bearer "
+                                                                      f"{secret}' x" if i == 3 else f"shell: ls {i}"}}
+              for i in range(60)]
+    try:
+        wanted = []
+        for n in range(40):
+            history = history_entries(events[: n + 1], 1100.0 + n * 0.25)
+            doc = {"session": {"id": "s1"}, "tool": {"name": "shell", "args": {"command": "ls"}}, "history": history}
+            wanted.append(redact_input(json.loads(json.dumps(doc))))
+            log.record("toolcall", doc, {"action": "allow"}, "rev1", "embedded", 5, f"d{n}")
+        log.record("toolcall", {"session": {"id": "s1"}, "history": []}, {"action": "allow"}, "rev1", "embedded", 5,
+                   "empty")
+        await log.flush()
+        rows = await DecisionStore(store).list_decisions()
+        assert [r["input"] for r in rows[:40]] == wanted
+        assert rows[-1]["input"] == {"session": {"id": "s1"}, "history": []}
+        assert all("history" not in r for r in rows)
+        assert len(rows[39]["input"]["history"]) == 20 and rows[39]["input"]["history"][-1]["age_s"] == 70.75
+        assert rows[5]["input"]["history"][3]["summary"] == f"shell: curl -H 'Authorization: {REDACTED}' x"
+        stored = store.driver_rows("SELECT ref, entry FROM decision_history", ())
+        assert len(stored) == 40                                 # each entry once
+        raw = store.driver_rows("SELECT input, history FROM decisions", ())
+        assert secret not in json.dumps([list(r) for r in raw] + [list(r) for r in stored])
+        assert max(len(i) + len(h or "") for i, h in raw) < 2000         # 20 entries inline: about 4 KB
+    finally:
+        await log.close()
+        store.close()
+
+
+async def test_a_row_whose_history_entry_is_missing_is_refused_not_read_short(tmp_path):
+    store = Store(f"sqlite:///{tmp_path}/s.db")
+    await store.open()
+    log = DecisionLog(store, flush_interval_s=3600)
+    log.start()
+    try:
+        events = [{"kind": "toolcall", "request_id": "t_1", "step": 1, "ts": 1000.0, "action": "allow",
+                   "detail": {"tool": "shell", "summary": "shell: ls"}}]
+        log.record("toolcall", {"session": {"id": "s1"}, "history": history_entries(events, 1001.0)},
+                   {"action": "allow"}, "rev1", "embedded", 5, "d1")
+        await log.flush()
+        store.driver(lambda cur: cur.execute("DELETE FROM decision_history"), commit=True)
+        with pytest.raises(LookupError, match="missing"):
+            await DecisionStore(store).list_decisions()
+    finally:
+        await log.close()
+        store.close()
+
+
 # -- end to end: export, replay, shadow + diff ----------------------------------------------------------------
 
 def cli(sg: Sandgate, *args: str, process: bool = False) -> subprocess.CompletedProcess:
@@ -300,6 +359,27 @@ def test_every_decision_is_logged_and_exported_in_opa_format(tmp_path, upstream)
     text = json.dumps(entries)
     for secret in ("sk-abcdefgh12345", "ghp_abcdefghijklmnop", "abc123", sess["token"]):
         assert secret not in text
+
+
+@pytest.mark.e2e
+def test_exported_tool_calls_carry_their_whole_history(tmp_path):
+    """Rows reference their history entries (stored once): the export gives each input whole, as decided."""
+    with Sandgate(tmp_path / "gw", LOOPBACK_CONFIG) as sg:
+        sess = sg.session(allow=["allowed.test"], secrets=[])
+        ids = []
+        for step, command in enumerate(["ls", "git status", "cat README.md", "ls -la"], 1):
+            resp = sg.call("POST", "/v1/toolcalls", json={"session": sess["id"], "tool": "shell", "step": step,
+                                                          "args": {"command": command}})
+            assert resp.status_code == 200
+            ids.append(resp.json()["id"])
+        lines = wait_lines(lambda: cli(sg, "audit", "export", "--format", "opa-decision-log", "--kind", "toolcall"), 4)
+    entries = [json.loads(line) for line in lines]
+    assert [e["request_id"] for e in entries] == ids
+    for n, e in enumerate(entries):
+        history = e["input"]["history"]
+        assert [h["id"] for h in history] == ids[:n]
+        assert [h["summary"] for h in history] == [f"shell: {c}" for c in ["ls", "git status", "cat README.md"][:n]]
+        assert all(isinstance(h["age_s"], float) and h["age_s"] >= 0 for h in history)
 
 
 def candidate_policy(tmp_path):

@@ -48,3 +48,22 @@ async def test_divergences_roundtrip(decisions):
     await decisions.store.run(decisions.append_divergences_sync, [row])
     got = [r for r in await decisions.list_divergences(since=base - 1) if r["decision_id"] == row["decision_id"]]
     assert len(got) == 1 and got[0]["shadow"] == {"action": "deny"} and got[0]["live_rev"] == "a"
+
+
+async def test_history_references_roundtrip_and_entries_are_kept_once(decisions):
+    """`decisions.history` references entries of `decision_history`; an entry written again (another batch naming
+    it) is left as it is; reading puts the entries back into `input.history` with each row's ages."""
+    run = uuid.uuid4().hex[:8]
+    base = time.time() + 30_000 + hash(run) % 1000
+    entry = {"id": "t_1", "step": 1, "age_s": 0.0, "tool": "shell", "summary": "shell: ls \u00e9", "decision": "allow",
+             "codes": [], "frozen": False, "writes": []}
+    ref = f"{run}{'0' * 24}"
+    text = __import__("json").dumps(entry)
+    for n in range(2):
+        rows = [{"id": f"{run}-{n}", "ts": base + n, "kind": "toolcall", "session": "s", "input": {"tool": {"name": "x"}},
+                 "result": {"action": "allow"}, "policy_rev": "rev", "engine": "embedded", "latency_us": 1,
+                 "history": [[ref, 1.5 + n]]}]
+        await decisions.store.run(decisions.append_decisions_sync, rows, [(ref, text)])
+    got = [r for r in await decisions.list_decisions(since=base, until=base + 100) if r["id"].startswith(run)]
+    assert [r["input"]["history"] for r in got] == [[{**entry, "age_s": 1.5}], [{**entry, "age_s": 2.5}]]
+    assert all(r["input"]["tool"] == {"name": "x"} and "history" not in r for r in got)
