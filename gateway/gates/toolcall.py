@@ -132,6 +132,32 @@ def enrich_inline(tool: str, args_json: str, files: Mapping[str, str | None], mc
     return not any(posixpath.basename(path.rstrip("/")) in args_json for path in written)
 
 
+def wire_shape(args: Mapping[str, Any]) -> str | None:
+    """What stands for a PostgreSQL wire statement's arguments in the facts memo when its facts cannot depend on
+    its constants: the database and the statement's shape (sql.ShapeMemo: the tokens with every constant's value
+    left out, so the simple protocol's `WHERE aid = 1` and `WHERE aid = 2` are one entry and one shared facts
+    object, which the decision cache and the decision log serialise once). None where the shape is not kept, or
+    the text holds the word PROGRAM (COPY ... PROGRAM adds shell facts read from a constant). Kept only for facts
+    `shape_facts` accepts. A marker no canonical JSON starts with keeps it apart from every `args_json`."""
+    query, database = args.get("query"), args.get("database")
+    if len(args) != 2 or query.__class__ is not str or database.__class__ is not str or "program" in query.lower():
+        return None
+    from gateway.toolcalls import sql         # loaded by then: the statement's Parse or Query was read with it
+
+    shape = sql.SHAPES.key(query)
+    return None if shape is None else "\x00shape\x00" + database + "\x00" + shape
+
+
+def shape_facts(facts: Mapping[str, Any], effects: Effects) -> bool:
+    """Whether facts built for one statement are those of every statement of its shape: only `sql` facts that no
+    constant changes (sql.ShapeMemo's own rule: plain SELECTs calling no function), and nothing left behind."""
+    sql = facts.get("sql")
+    from gateway.toolcalls.sql import _constant_free
+
+    return (len(facts) == 1 and sql is not None and sql.get("visible") is True and _constant_free(sql)
+            and not (effects.links or effects.files or effects.secret))
+
+
 def toolcall_summary(tool: str, args: Mapping[str, Any]) -> str:
     if tool in SHELL_TOOLS and isinstance(args.get("command"), str):
         return f"{tool}: {args['command']}"[:300]
@@ -323,10 +349,17 @@ class ToolCallGate:
         memo, engine = self.facts, self._engine
         rev, data = engine.rev, getattr(engine, "data", None)      # the active revision, its data with its tables
         read_as = f"{tool}@{base['via']}" if base.get("via") else tool     # a wire statement's facts are its own
-        key = memo.key(read_as, args_json, base["session"]["workspace"], links, files, mcp_input,
-                       tuple(sorted(base["session"].get("secrets") or [])), rev)
+        secrets = tuple(sorted(base["session"].get("secrets") or []))
+        key = memo.key(read_as, args_json, base["session"]["workspace"], links, files, mcp_input, secrets, rev)
+        shape_key = None
         try:
             hit = memo.get(key)          # the same call with the same workspace, links and files: parsed before
+            if hit is None and key is not None and read_as == "sql@postgres":
+                shape = wire_shape(base["tool"]["args"])
+                if shape is not None:     # a statement of the same shape whose facts no constant changes
+                    shape_key = memo.key(read_as, shape, base["session"]["workspace"], links, files, mcp_input,
+                                         secrets, rev)
+                    hit = memo.get(shape_key)
             if hit is not None:
                 return hit
             tables = tables_of_policy(data)
@@ -341,6 +374,8 @@ class ToolCallGate:
             if key is not None:   # memoised facts are shared and never changed: the decision cache knows
                 facts = {k: Shared(v) if isinstance(v, dict) else v for k, v in facts.items()}
                 memo.put(key, facts, effects)
+                if shape_key is not None and shape_facts(facts, effects):
+                    memo.put(shape_key, facts, effects)
             return facts, effects
         except Exception:  # noqa: BLE001 - enrichment failure must not allow: the policy sees it unparsed
             log.warning("tool-call enrichment failed for session %s tool %s", sid, tool)

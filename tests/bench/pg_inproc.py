@@ -30,9 +30,14 @@ from urllib.parse import urlsplit
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
+# --tree DIR: run another revision's gateway (its files first on sys.path, its shipped policies)
+TREE = Path(sys.argv[sys.argv.index("--tree") + 1]).resolve() if "--tree" in sys.argv else ROOT
 
 from tests.bench.toolcalls_inproc import TIMED, Client, free_port  # noqa: E402
 from tests.support.pgcluster import APP_PASSWORD, PgCluster  # noqa: E402
+
+if TREE != ROOT:
+    sys.path.insert(0, str(TREE))
 
 
 # --breakdown: the loop thread's CPU inside each of these (inclusive: nested ones count in both), by wrapping them
@@ -43,7 +48,8 @@ BREAKDOWN = ("gateway.postgres.gate:GateJudge.decide", "gateway.gates.toolcall:T
              "gateway.toolcalls.enrich:toolcall_base", "gateway.sessions.registry:SessionRegistry.with_stats",
              "gateway.postgres.connection:Connection._on_bind", "gateway.postgres.connection:Connection._on_query",
              "gateway.postgres.connection:Connection._on_backend", "gateway.postgres.connection:Connection._finish",
-             "gateway.postgres.connection:Connection._flush", "gateway.postgres.statements:split_statements")
+             "gateway.postgres.connection:Connection._flush", "gateway.postgres.statements:split_statements",
+             "gateway.gates.toolcall:wire_shape", "gateway.toolcalls.enrich:toolcall_facts")
 SPENT: dict[str, list] = {}
 
 
@@ -82,12 +88,19 @@ def wrap_breakdown() -> None:
                     __acc[1] += 1
         functools.update_wrapper(wrapper, fn)
         setattr(owner, name, wrapper)
-        if module.endswith(".enrich") and name == "toolcall_base":
+        if module.endswith(".enrich") or (module.endswith(".gates.toolcall") and not path):
             import gateway.gates.toolcall as tc
-            tc.toolcall_base = wrapper
+            setattr(tc, name, wrapper)      # the gate calls these by the names it imported
         if module.endswith(".statements"):
             import gateway.postgres.connection as conn
             conn.statements.split_statements = wrapper
+
+
+def decision_caches() -> list:
+    """The policy engines' decision caches (hits and misses over the measured run)."""
+    import gc
+    from gateway.policy.cache import DecisionCache
+    return [o for o in gc.get_objects() if isinstance(o, DecisionCache)]
 
 
 def thread_cpu() -> dict[str, float]:
@@ -122,7 +135,7 @@ async def run(args, cluster: PgCluster) -> dict:
     api_port = free_port()
     (tmp / "sandgate.toml").write_text(
         f'[proxy]\nlisten = "127.0.0.1:{free_port()}"\npostgres_listen = "127.0.0.1:{free_port()}"\n'
-        f'[api]\nlisten = "127.0.0.1:{api_port}"\n[policy]\ndir = "{ROOT / "policies"}"\n'
+        f'[api]\nlisten = "127.0.0.1:{api_port}"\n[policy]\ndir = "{TREE / "policies"}"\n'
         f'[databases.prod]\nupstream = "localhost:{cluster.port}"\ndbname = "app"\nuser = "app"\n'
         f'password = "env:BENCH_DB_PASSWORD"\nupstream_ca = "{cluster.ca_file}"\n')
     os.environ["BENCH_DB_PASSWORD"] = APP_PASSWORD
@@ -148,6 +161,8 @@ async def run(args, cluster: PgCluster) -> dict:
         callgrind = ctypes.CDLL(args.callgrind) if args.callgrind else None
         for acc in SPENT.values():
             acc[0] = acc[1] = 0
+        caches = decision_caches()
+        hits0 = sum(c.hits for c in caches), sum(c.misses for c in caches)
         cpu0, wall0, proc0 = thread_cpu(), time.perf_counter(), time.process_time()
         if prof is not None:
             prof.enable()
@@ -160,12 +175,13 @@ async def run(args, cluster: PgCluster) -> dict:
         if prof is not None:
             prof.disable()
         cpu1, wall1, proc1 = thread_cpu(), time.perf_counter(), time.process_time()
+        cache = (sum(c.hits for c in caches) - hits0[0], sum(c.misses for c in caches) - hits0[1])
         if prof is not None:
             prof.dump_stats(args.profile)
         client.writer.close()
     n = (args.statements // 8) * 8
     tps = next((line.split()[2] for line in out.splitlines() if line.startswith("tps = ")), "?")
-    return {"process": (proc1 - proc0) * 1e6 / n, "wall_s": wall1 - wall0, "tps": tps,
+    return {"process": (proc1 - proc0) * 1e6 / n, "wall_s": wall1 - wall0, "tps": tps, "cache": cache,
             "threads": {k: (v - cpu0.get(k, 0.0)) * 1e6 / n for k, v in cpu1.items()}}
 
 
@@ -178,6 +194,7 @@ def main() -> int:
     ap.add_argument("--callgrind", default="", metavar="LIB")
     ap.add_argument("--quiet", action="store_true", help="stop the timed background tasks")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--tree", default=str(ROOT), help="the checkout to run (default: this one)")
     ap.add_argument("--breakdown", action="store_true",
                     help="the loop thread's CPU a statement inside the gate's and the adapter's main functions")
     args = ap.parse_args()
@@ -205,7 +222,8 @@ def main() -> int:
         return 0
     threads = ", ".join(f"{k} {v:.0f}" for k, v in sorted(out["threads"].items(), key=lambda kv: -kv[1]) if v >= 0.5)
     print(f"{args.mode}: {out['process']:.0f} µs CPU a statement (process), threads: {threads}; "
-          f"{args.statements} statements in {out['wall_s']:.1f} s ({out['tps']} tps), load {load:.1f}")
+          f"{args.statements} statements in {out['wall_s']:.1f} s ({out['tps']} tps), decision cache hits/misses "
+          f"{out['cache'][0]}/{out['cache'][1]}, load {load:.1f}")
     return 0
 
 
