@@ -15,6 +15,7 @@ import hashlib
 import json
 import logging
 import math
+from math import isfinite
 import re
 import time
 from typing import Any
@@ -249,9 +250,9 @@ def _split_at(item: Shared, field: str) -> tuple[str, str]:
     return before, after
 
 
-def history_refs(doc: Any) -> tuple[str | None, list[tuple[str, str, str]]]:
-    """(the JSON text of the input's history as references, `[[KEY, AGE_S], ...]`, and each entry as (KEY,
-    redacted JSON text, its reference's text up to the age)) when the input's history is a list of stamped
+def history_refs(doc: Any) -> tuple[str | None, list[tuple[str, str, str, int]]]:
+    """(the JSON text of the input's history as references, `[[KEY, AGE_S], ...]`, and each entry as _entry_ref
+    gives it) when the input's history is a list of stamped
     entries (gateway/toolcalls/history.py); else (None, []): the row keeps its input whole. An entry's text is its
     redacted JSON with `age_s` 0.0 (what redacting the whole input gives for it, age aside), and its KEY the 32
     hex digits of that text's BLAKE2b-128: computed once for each entry (kept on its shared part, `log_ref`)."""
@@ -264,22 +265,31 @@ def history_refs(doc: Any) -> tuple[str | None, list[tuple[str, str, str]]]:
     for item in history:
         if item.__class__ is not Stamped or item.field != "age_s":
             return None, []
-        base = item.base
-        if base.__class__ is not Shared or len(item) != len(base) or base.get("age_s") != 0.0:
-            return None, []
-        age = item["age_s"]
-        if age.__class__ is not float or not math.isfinite(age):
-            return None, []
-        known = getattr(base, "log_ref", None)
+        known = getattr(item.base, "log_ref", None)
         if known is None:
-            text = json.dumps(base)
-            if _maybe_sensitive(text):
-                text = json.dumps(redact_input(base))
-            key = hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
-            known = base.log_ref = (key, text, '["' + key + '", ')
+            known = _entry_ref(item)
+            if known is None:
+                return None, []
+        age = item["age_s"]
+        if age.__class__ is not float or not isfinite(age) or len(item) != known[3]:
+            return None, []
         refs.append(known[2] + float.__repr__(age) + "]")       # what json.dumps writes for a finite float
         entries.append(known)
     return "[" + ", ".join(refs) + "]", entries
+
+
+def _entry_ref(item: Stamped) -> tuple[str, str, str, int] | None:
+    """(KEY, redacted JSON text, the reference's text up to the age, the entry's length) of a history entry's
+    shared part, kept on it; None for an entry of another shape (its row then keeps its input whole)."""
+    base = item.base
+    if item.field != "age_s" or base.__class__ is not Shared or len(item) != len(base) or base.get("age_s") != 0.0:
+        return None
+    text = json.dumps(base)
+    if _maybe_sensitive(text):
+        text = json.dumps(redact_input(base))
+    key = hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
+    known = base.log_ref = (key, text, '["' + key + '", ', len(base))
+    return known
 
 
 MAX_WRITTEN_REFS = 65536      # history entries known to be stored (past it the set starts over: rewritten, no harm)
@@ -332,7 +342,7 @@ class DecisionLog(BatchWriter[tuple[list[tuple], list[dict]]]):
         rows, new, written = [], {}, self._written_refs
         for did, ts, kind, doc, result, rev, engine, latency, request_id in decisions:
             refs, entries = history_refs(doc)
-            for key, text, _ in entries:
+            for key, text, _, _ in entries:
                 if key not in written:
                     new[key] = text
             rows.append({"id": did, "ts": ts, "kind": kind, "session": self._session_of(doc),
