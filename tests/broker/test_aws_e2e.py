@@ -274,7 +274,15 @@ def test_ec2_terminate_asks_and_the_retry_finds_the_approval(aws):
     items = pending(sg, sess["id"])
     assert len(items) == 1 and items[0]["action"]["aws"]["operation"] == "TerminateInstances"
     assert instance in items[0]["summary"]
-    time.sleep(8)                                                           # the CLI timed out and retried
+    # the CLI's first attempt timed out and it retried: a new connection (CONNECT) after the approval was filed
+    def retried() -> bool:
+        events = sg.events(sess["id"])
+        filed = min(e["seq"] for e in events if e["kind"] == "approval.filed")
+        return any(e["kind"] == "egress" and e["method"] == "CONNECT" and e["seq"] > filed for e in events)
+    deadline = time.time() + 90
+    while not retried():
+        assert proc.poll() is None and time.time() < deadline, "the CLI never retried"
+        time.sleep(0.3)
     assert [i["id"] for i in pending(sg, sess["id"])] == [items[0]["id"]]   # the retry found the same one
     state = ec2.describe_instances(InstanceIds=[instance])["Reservations"][0]["Instances"][0]["State"]["Name"]
     assert state == "running"
