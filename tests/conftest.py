@@ -16,6 +16,7 @@ from tests.support.gateway import FORK as SANDGATE_FORK
 from tests.support.gateway import TIER as SANDGATE_TIER
 from tests.support.gateway import Sandgate
 from tests.support.upstream import Upstream, make_cert
+from tests.support.zygote import shutdown as stop_zygote
 
 IN_CI = os.environ.get("CI") == "true"
 # Sandgate starts in tests fork this test process's zygote (tests/support/zygote.py, docs/testing.md);
@@ -58,6 +59,12 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     """A test outside the end-to-end tier may not start a sandgate process (tests.support.gateway.Sandgate.start
     refuses): `make test-fast` would run it."""
     SANDGATE_TIER["e2e"] = item.get_closest_marker("e2e") is not None
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """Stop and reap this test process's zygote (an xdist worker ends with os._exit, past atexit): its children's
+    CPU then counts in this process's, as real processes' does."""
+    stop_zygote()
 
 
 def _scope_of(path: str) -> str:

@@ -112,3 +112,18 @@ def test_the_zygote_ends_with_its_test_process(tmp_path):
     while Path(f"/proc/{pid}").exists() and "Z" not in Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1][:3]:
         assert time.monotonic() < deadline, "the zygote outlived its test process"
         time.sleep(0.1)
+
+
+def test_a_zygote_that_cannot_start_says_why_and_starts_exec(tmp_path, monkeypatch):
+    """A zygote whose imports fail (here: a PRELOAD module that does not exist, read from the environment it is
+    started with) is reported, and the start runs a real process."""
+    monkeypatch.setattr(zygote, "_CLIENT", {})
+    monkeypatch.setattr(zygote, "_FAILED", {})
+    monkeypatch.setenv("SANDGATE_ZYGOTE_PRELOAD", "gateway.no_such_module")
+    sg = Sandgate(tmp_path / "nozygote").start()
+    try:
+        assert not sg.forked and sg.exec_reason.startswith("no zygote: preload failed")
+        assert "no_such_module" in sg.exec_reason
+        assert parent_of(sg.proc.pid) == os.getpid()
+    finally:
+        assert sg.stop() == 0

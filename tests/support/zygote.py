@@ -124,7 +124,8 @@ def serve(sock_fd: int, parent: int) -> None:
 
     began = time.process_time()
     try:
-        for name in PRELOAD:
+        # SANDGATE_ZYGOTE_PRELOAD: more modules (a test of the fallback names one that does not exist)
+        for name in (*PRELOAD, *filter(None, os.environ.get("SANDGATE_ZYGOTE_PRELOAD", "").split(","))):
             importlib.import_module(name)
     except BaseException as exc:                     # noqa: BLE001 -- reported, and the client execs instead
         sock.send(json.dumps({"error": f"preload failed: {exc!r}"}).encode())
@@ -236,16 +237,18 @@ class Client:
         self.owner = os.getpid()
         self.lock = threading.RLock()
         self.children: dict[int, Forked] = {}
-        self.log_path = Path(tempfile.gettempdir()) / f"sandgate-zygote-{os.getpid()}.log"
+        # the zygote's own output (a failed import, a traceback): an anonymous file, gone when both have closed it
+        self.log_file = tempfile.TemporaryFile()
+        self.last_words = ""
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         # the zygote's environment: this process's, so a start with the same import-time variables can fork
         self.env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         if threading.current_thread() is threading.main_thread():
             self.env["SANDGATE_ZYGOTE_PDEATHSIG"] = "1"   # PR_SET_PDEATHSIG follows the thread that started it
-        with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen([sys.executable, "-m", "tests.support.zygote", str(theirs.fileno()),
-                                          str(os.getpid())], pass_fds=[theirs.fileno()], cwd=str(ROOT),
-                                         stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=self.env)
+        self.proc = subprocess.Popen([sys.executable, "-m", "tests.support.zygote", str(theirs.fileno()),
+                                      str(os.getpid())], pass_fds=[theirs.fileno()], cwd=str(ROOT),
+                                     stdin=subprocess.DEVNULL, stdout=self.log_file, stderr=self.log_file,
+                                     env=self.env)
         theirs.close()
         self.sock = ours
         self.sock.settimeout(timeout)
@@ -256,11 +259,14 @@ class Client:
         self.sock.settimeout(None)
         if not ready.get("ready"):
             self.close()
-            raise ZygoteGone(f"{ready.get('error')}: {self.log()}")
+            raise ZygoteGone(f"{ready.get('error')}: {self.last_words}")
         self.import_cpu = ready["import_cpu"]
 
     def log(self) -> str:
-        return self.log_path.read_text(errors="replace")[-3000:] if self.log_path.exists() else ""
+        if self.log_file.closed:
+            return self.last_words
+        self.log_file.seek(0)
+        return self.log_file.read().decode(errors="replace")[-3000:]
 
     def close(self) -> None:
         if self.sock.fileno() < 0:
@@ -271,7 +277,8 @@ class Client:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
-        self.log_path.unlink(missing_ok=True)
+        self.last_words = self.log()
+        self.log_file.close()
 
     def forks(self, env: dict[str, str]) -> bool:
         """Whether a child with this environment is what a fresh process would be: no variable read at import
@@ -371,9 +378,17 @@ def client(timeout: float) -> Client | None:
         _CLIENT["client"] = None
         return None
     # at exit the zygote is stopped and reaped by this process, so its children's CPU counts in this process's
-    # RUSAGE_CHILDREN (and in `time`), as a real start's does
-    atexit.register(lambda: started.close() if started.owner == os.getpid() else None)
+    # RUSAGE_CHILDREN (and in `time`), as a real start's does. pytest-xdist's workers end with os._exit, past
+    # atexit: tests/conftest.py calls shutdown() from pytest_unconfigure.
+    atexit.register(shutdown)
     return started
+
+
+def shutdown() -> None:
+    """Stop and reap this process's zygote, if it started one (its children have been stopped by then)."""
+    current = _CLIENT.get("client")
+    if current is not None and current.owner == os.getpid():
+        current.close()
 
 
 def failure() -> str | None:
