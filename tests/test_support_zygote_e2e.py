@@ -13,7 +13,7 @@ from pathlib import Path
 import requests
 
 from tests.support import zygote
-from tests.support.gateway import ROOT, Sandgate
+from tests.support.gateway import ROOT, Sandgate, gateway_cli
 
 
 def parent_of(pid: int) -> int:
@@ -127,3 +127,18 @@ def test_a_zygote_that_cannot_start_says_why_and_starts_exec(tmp_path, monkeypat
         assert parent_of(sg.proc.pid) == os.getpid()
     finally:
         assert sg.stop() == 0
+
+
+def test_a_cli_process_forked_reads_stdin_and_prints_what_a_real_one_does(tmp_path, monkeypatch):
+    args = ("policy", "eval", "--kind", "egress", "--input", "-", "--data-dir", str(tmp_path / "data"),
+            "--policies", str(ROOT / "policies"))
+    lines = '{"request": {"host": "example.com", "method": "GET"}}\nnot json\n'
+    server = zygote.client(100)
+    spawned = server.spawned
+    forked = gateway_cli(*args, input=lines, cwd=tmp_path)
+    assert server.spawned == spawned + 1 and not server.children      # forked, and reaped
+    monkeypatch.setenv("SANDGATE_TEST_EXEC", "1")
+    real = gateway_cli(*args, input=lines, cwd=tmp_path)
+    assert server.spawned == spawned + 1                                 # a real process
+    assert (forked.returncode, forked.stdout, forked.stderr) == (real.returncode, real.stdout, real.stderr)
+    assert forked.returncode == 1 and '"decision"' in forked.stdout and '"error"' in forked.stdout

@@ -89,6 +89,29 @@ def fork_refusal(python: str, serve_args: list[str]) -> str | None:
     return None
 
 
+def gateway_cli(*args: str, env: dict | None = None, input: str | None = None, cwd: str | Path | None = None,
+                timeout: float = 120) -> subprocess.CompletedProcess:
+    """`subprocess.run([python, "-m", "gateway", *args], capture_output=True, text=True, ...)` for a test that runs
+    a CLI process for its output: forked from the zygote where a sandgate start would be (its ~1 s of imports
+    already done), else a real process. `env` replaces the environment, as subprocess.run's does; PYTHONUNBUFFERED
+    is set (as the zygote's), which changes when output is written, not what."""
+    env = {**(os.environ if env is None else env), "PYTHONUNBUFFERED": "1"}
+    cwd = str(cwd or os.getcwd())
+    if fork_refusal(sys.executable, []) is None:
+        server = zygote.client(START_TIMEOUT_S)
+        if server is not None and server.forks(env):
+            try:
+                done = zygote.run(server, list(args), env, cwd, None if input is None else input.encode(), timeout)
+            except zygote.ZygoteGone:
+                pass
+            else:
+                return subprocess.CompletedProcess([sys.executable, "-m", "gateway", *args], done.returncode,
+                                                   done.stdout.decode(errors="replace"),
+                                                   done.stderr.decode(errors="replace"))
+    return subprocess.run([sys.executable, "-m", "gateway", *args], capture_output=True, text=True, input=input,
+                          env=env, cwd=cwd, timeout=timeout)
+
+
 # How long `Sandgate.start` waits for a sandgate to listen. A loaded machine (a parallel `make test` on 2 cores) can
 # take a minute to import and start one: a start that is slow is not a failure; one that exits or never listens is.
 # The wait stays below pytest's own timeout (pyproject: 120 s), so that a start that never ends fails with the

@@ -84,7 +84,7 @@ def _threads() -> int:
     return len(os.listdir("/proc/self/task"))
 
 
-def _become(request: dict, log_fd: int, own: list) -> None:
+def _become(request: dict, fds: list[int], own: list) -> None:
     """In the forked child: become `python -m gateway ARGS` as the request describes. It never returns: the
     exception that ends it (SystemExit, as `sys.exit(main())` raises) unwinds to the interpreter's own shutdown
     (atexit, non-daemon threads joined, streams flushed), as a fresh process's does."""
@@ -93,9 +93,13 @@ def _become(request: dict, log_fd: int, own: list) -> None:
             os.close(thing)
         else:
             thing.close()
-    os.dup2(log_fd, 1)
-    os.dup2(log_fd, 2)
-    os.close(log_fd)
+    if len(fds) == 1:                              # a server: its log on stdout and stderr, stdin /dev/null
+        fds = [0, fds[0], fds[0]]
+    for target, fd in enumerate(fds):
+        if fd != target:
+            os.dup2(fd, target)
+    for fd in set(fds) - {0, 1, 2}:
+        os.close(fd)
     if request.get("new_session"):
         os.setsid()
     os.chdir(request["cwd"])
@@ -130,6 +134,13 @@ def serve(sock_fd: int, parent: int) -> None:
     except BaseException as exc:                     # noqa: BLE001 -- reported, and the client execs instead
         sock.send(json.dumps({"error": f"preload failed: {exc!r}"}).encode())
         return
+    # what the imports made goes to the collector's permanent generation: a child's collections then never walk
+    # (and so never copy, page by page) the heap it shares with the zygote, which would cost it more CPU than a
+    # fresh process's collections of the same objects (the pattern gc.freeze's documentation describes)
+    import gc
+
+    gc.collect()
+    gc.freeze()
     if _threads() != 1 or threading.active_count() != 1:
         sock.send(json.dumps({"error": f"{_threads()} threads after the imports: forking is not safe"}).encode())
         return
@@ -145,26 +156,29 @@ def serve(sock_fd: int, parent: int) -> None:
         for key, _ in events:
             if key.data is None:
                 try:
-                    data, fds, _flags, _addr = socket.recv_fds(sock, MAX_MESSAGE, 1)
+                    data, fds, _flags, _addr = socket.recv_fds(sock, MAX_MESSAGE, 3)
                 except OSError:
                     return
                 if not data:
                     return                           # the test process closed its end: it is gone
                 request = json.loads(data)
-                if not fds:
-                    sock.send(json.dumps({"error": "no log descriptor"}).encode())
+                if len(fds) not in (1, 3):
+                    for fd in fds:
+                        os.close(fd)
+                    sock.send(json.dumps({"error": "one log descriptor, or stdin, stdout and stderr"}).encode())
                     continue
-                log_fd = fds[0]
                 try:
                     pid = os.fork()
                 except OSError as exc:
-                    os.close(log_fd)
+                    for fd in fds:
+                        os.close(fd)
                     sock.send(json.dumps({"error": f"fork failed: {exc!r}"}).encode())
                     continue
                 if pid == 0:
-                    _become(request, log_fd, [sock, sel, *children])
+                    _become(request, fds, [sock, sel, *children])
                     return                           # unreachable: _become raises SystemExit
-                os.close(log_fd)
+                for fd in fds:
+                    os.close(fd)
                 pidfd = os.pidfd_open(pid)
                 children[pidfd] = pid
                 sel.register(pidfd, selectors.EVENT_READ, pid)
@@ -237,6 +251,7 @@ class Client:
         self.owner = os.getpid()
         self.lock = threading.RLock()
         self.children: dict[int, Forked] = {}
+        self.spawned = 0                          # children forked so far
         # the zygote's own output (a failed import, a traceback): an anonymous file, gone when both have closed it
         self.log_file = tempfile.TemporaryFile()
         self.last_words = ""
@@ -286,15 +301,16 @@ class Client:
         keys = {k for k in (*env, *self.env) if import_time_key(k)}
         return all(env.get(k) == self.env.get(k) for k in keys)
 
-    def spawn(self, args: list[str], env: dict[str, str], cwd: str, log_fd: int,
+    def spawn(self, args: list[str], env: dict[str, str], cwd: str, log_fd: int | tuple[int, int, int],
               new_session: bool = False) -> Forked:
-        """`python -m gateway ARGS` as a child of the zygote; ZygoteGone if it cannot fork one."""
+        """`python -m gateway ARGS` as a child of the zygote, its stdout and stderr on `log_fd` (stdin /dev/null),
+        or on (stdin, stdout, stderr); ZygoteGone if it cannot fork one."""
         with self.lock:
             if self.proc.poll() is not None:
                 raise ZygoteGone(f"the zygote exited: {self.log()}")
             message = json.dumps({"argv": args, "env": env, "cwd": cwd, "new_session": new_session}).encode()
             try:
-                socket.send_fds(self.sock, [message], [log_fd])
+                socket.send_fds(self.sock, [message], list(log_fd) if isinstance(log_fd, tuple) else [log_fd])
                 while True:
                     reply = self._receive(None)
                     if reply is None:
@@ -307,6 +323,7 @@ class Client:
                         raise ZygoteGone(data["error"])
                     child = Forked(self, data["pid"], fds[0], ["-m", "gateway", *args])
                     self.children[child.pid] = child
+                    self.spawned += 1
                     return child
             except OSError as exc:
                 raise ZygoteGone(repr(exc)) from exc
@@ -357,6 +374,73 @@ class Client:
                     del self.children[pid]
                     raise ZygoteGone(f"the zygote exited, and with it child {pid}'s exit status: {self.log()}")
         time.sleep(0.1)
+
+
+def run(server: Client, args: list[str], env: dict[str, str], cwd: str, input: bytes | None,
+        timeout: float | None) -> subprocess.CompletedProcess:
+    """`subprocess.run([python, "-m", "gateway", *args], input=..., capture_output=True, timeout=...)`, forked:
+    stdin, stdout and stderr are pipes of this process; on a timeout the child is killed, as subprocess.run does."""
+    import selectors
+
+    stdin_r, stdin_w = os.pipe()
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
+    try:
+        child = server.spawn(args, env, cwd, (stdin_r, out_w, err_w))
+    finally:
+        for fd in (stdin_r, out_w, err_w):
+            os.close(fd)
+    chunks: dict[int, list[bytes]] = {out_r: [], err_r: []}
+    pending = memoryview(input or b"")
+    deadline = None if timeout is None else time.monotonic() + timeout
+    with selectors.DefaultSelector() as sel:
+        sel.register(out_r, selectors.EVENT_READ)
+        sel.register(err_r, selectors.EVENT_READ)
+        if pending:
+            os.set_blocking(stdin_w, False)
+            sel.register(stdin_w, selectors.EVENT_WRITE)
+        else:
+            os.close(stdin_w)
+        try:
+            while sel.get_map():
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    child.kill()
+                    child.wait()
+                    raise subprocess.TimeoutExpired(["-m", "gateway", *args], timeout,
+                                                    b"".join(chunks[out_r]), b"".join(chunks[err_r]))
+                for key, _ in sel.select(left):
+                    if key.fd == stdin_w:
+                        try:
+                            pending = pending[os.write(stdin_w, pending[:65536]):]
+                        except BrokenPipeError:
+                            pending = pending[:0]
+                        if not pending:
+                            sel.unregister(stdin_w)
+                            os.close(stdin_w)
+                        continue
+                    data = os.read(key.fd, 65536)
+                    if data:
+                        chunks[key.fd].append(data)
+                    else:
+                        sel.unregister(key.fd)
+        finally:
+            for fd in (out_r, err_r, *([stdin_w] if pending else [])):
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+    left = None if deadline is None else max(0.0, deadline - time.monotonic())
+    try:
+        code = child.wait(left)
+    except subprocess.TimeoutExpired:
+        child.kill()
+        child.wait()
+        raise
+    except ZygoteGone as exc:                     # it ran, its status is lost: not a start to run again
+        raise RuntimeError(str(exc)) from exc
+    return subprocess.CompletedProcess(["-m", "gateway", *args], code, b"".join(chunks[out_r]),
+                                       b"".join(chunks[err_r]))
 
 
 _CLIENT: dict[str, Client | None] = {}
