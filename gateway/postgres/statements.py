@@ -66,7 +66,9 @@ _COMPARISONS = frozenset(("=", "<>", "!=", "<", ">", "<=", ">=", "!~~", "!~~*"))
 def params_matter(statement: str) -> bool:
     """Whether what `statement` does can depend on its parameters' values, so a Bind must be decided again with
     them. False only when every `$n` stands where a value cannot change what the statement is: compared with a
-    column (`id = $1`, `id IN ($1, $2)`, `id = ANY($1)`, `id BETWEEN $1 AND $2`) outside any OR or NOT, a value
+    column (`id = $1`, `id IN ($1, $2)`, `id = ANY($1)`, `id BETWEEN $1 AND $2`) as a clause of a WHERE, ON or
+    HAVING or of an AND there (not under OR, NOT, IS NOT FALSE, coalesce, CASE, ...: bound NULL, `(id = $1) IS
+    NOT FALSE` holds for every row), a value
     of an INSERT's VALUES, the new value of an UPDATE's `SET col = $1`, a SELECT's output column, LIMIT or
     OFFSET. Anything else (`WHERE $1`, `id = $1 OR $2`, `id = $1 OR id <> $2` (bound 5, 5: every row),
     `name LIKE $1` (bound '%'), `1 = $1`, a function's argument, a statement that does not parse) matters."""
@@ -117,7 +119,7 @@ def _value_position(ancestors) -> bool:  # noqa: ANN001
         holder, held_as = a.parent.node, a.parent.member
         if isinstance(holder, ast.A_Expr) and held_as == "rexpr":          # IN (...), BETWEEN ... AND ...
             return holder.kind in (A_Expr_Kind.AEXPR_IN, A_Expr_Kind.AEXPR_BETWEEN, A_Expr_Kind.AEXPR_NOT_BETWEEN) \
-                and isinstance(_unwrap(holder.lexpr), ast.ColumnRef)
+                and isinstance(_unwrap(holder.lexpr), ast.ColumnRef) and _clause(a.parent.parent)
         if isinstance(holder, tuple) and a.parent.parent is not None:      # VALUES ((...), (...))
             return a.parent.parent.member == "valuesLists" and isinstance(a.parent.parent.node, ast.SelectStmt)
         return False
@@ -126,7 +128,7 @@ def _value_position(ancestors) -> bool:  # noqa: ANN001
         ops = {getattr(n, "sval", None) for n in parent.name or ()}
         return parent.kind in (A_Expr_Kind.AEXPR_OP, A_Expr_Kind.AEXPR_OP_ANY, A_Expr_Kind.AEXPR_OP_ALL,
                                A_Expr_Kind.AEXPR_LIKE, A_Expr_Kind.AEXPR_ILIKE) \
-            and len(ops) == 1 and ops <= _COMPARISONS and isinstance(other, ast.ColumnRef)
+            and len(ops) == 1 and ops <= _COMPARISONS and isinstance(other, ast.ColumnRef) and _clause(a.parent)
     if isinstance(parent, ast.ResTarget) and member == "val" and a.parent is not None \
             and isinstance(a.parent.node, tuple) and a.parent.parent is not None:
         owner = a.parent.parent
@@ -134,6 +136,23 @@ def _value_position(ancestors) -> bool:  # noqa: ANN001
                                                  or (isinstance(owner.node, ast.SelectStmt) and _top(owner)))
     if isinstance(parent, ast.SelectStmt) and member in ("limitCount", "limitOffset"):
         return _top(a)
+    return False
+
+
+# where a comparison's truth bounds the rows: a clause of these, or of an AND standing there
+_CLAUSES = frozenset(("whereClause", "havingClause", "quals", "joinCondition", "condition"))
+
+
+def _clause(held) -> bool:  # noqa: ANN001
+    """Whether the comparison `held` holds (an ancestors entry: its holder and member) stands as a clause of a
+    WHERE / ON / HAVING / MERGE condition, or of an AND there: nothing around it (IS NOT FALSE, coalesce, CASE,
+    a function) can turn its NULL or its false into true."""
+    while held is not None:
+        node = held.node
+        if isinstance(node, tuple) or (isinstance(node, ast.BoolExpr) and node.boolop == BoolExprType.AND_EXPR):
+            held = held.parent
+            continue
+        return held.member in _CLAUSES
     return False
 
 

@@ -214,18 +214,19 @@ class _Facts:
                 self.unsafe.append("UPDATE pg_settings")
                 self.kinds.append("SET")
                 return "other"
-            if unbounded_where(node.whereClause, _targets(node.relation, node.fromClause)):
+            if unbounded_where(node.whereClause, _targets(node.relation, node.fromClause), _relname(node.relation)):
                 self.unbounded.append("UPDATE")
             return "write"
         if name == "DeleteStmt":
             self.kinds.append("DELETE")
-            if unbounded_where(node.whereClause, _targets(node.relation, node.usingClause)):
+            if unbounded_where(node.whereClause, _targets(node.relation, node.usingClause), _relname(node.relation)):
                 self.unbounded.append("DELETE")
             return "delete"
         # MergeStmt: WHEN ... THEN DELETE deletes; THEN UPDATE over a trivially true ON updates every row
         self.kinds.append("MERGE")
         actions = {getattr(w.commandType, "name", "") for w in node.mergeWhenClauses or ()}
-        if unbounded_where(node.joinCondition, _targets(node.relation, (node.sourceRelation,))):
+        if unbounded_where(node.joinCondition, _targets(node.relation, (node.sourceRelation,)),
+                           _relname(node.relation)):
             self.unbounded += [k for k, c in (("UPDATE", "CMD_UPDATE"), ("DELETE", "CMD_DELETE")) if c in actions]
         if "CMD_DELETE" in actions:
             self.kinds.append("DELETE")
@@ -372,19 +373,26 @@ def _targets(relation: Any, joined: Any = ()) -> tuple[str, ...]:
     return tuple(n for n in names if n)
 
 
+def _relname(relation: Any) -> str | None:
+    return relation.relname if relation is not None else None
+
+
 def _is_settings(relation: Any) -> bool:
     return relation is not None and relation.relname == "pg_settings" and relation.schemaname in (None, "pg_catalog")
 
 
 # -- trivially true predicates --------------------------------------------------------------------------------
 
-def unbounded_where(where: Any, targets: tuple[str, ...] = ()) -> bool:
+def unbounded_where(where: Any, targets: tuple[str, ...] = (), relation: str | None = None) -> bool:
     """Whether a WHERE clause fails to bound the rows: absent, naming no column (constant: every row or none), or
     trivially true (`true`, `... OR true`, `1 = 1`, `x = x`, `x IS NULL OR x IS NOT NULL`, `x > 0 OR x <= 0`,
-    `p OR NOT p`, `name LIKE '%'`, a CASE whose every result is such)."""
+    `p OR NOT p`, `name LIKE '%'`, a CASE whose every result is such, `(x = NULL) IS NOT FALSE` or `coalesce(x =
+    NULL, true)` (a comparison with NULL is NULL), and, given the statement's own table `relation`, each row
+    meeting itself in a subquery of that table: `id IN (SELECT id FROM t)`, `EXISTS (SELECT 1 FROM t u WHERE
+    u.id = t.id)`)."""
     if where is None or not _has_column(where):
         return True
-    return _Trivial(targets).true(where)
+    return _Trivial(targets, relation).true(where)
 
 
 class _Cols(_Visitor):
@@ -406,8 +414,9 @@ def _has_column(node: Any) -> bool:
 
 
 class _Trivial:
-    def __init__(self, targets: tuple[str, ...]):
+    def __init__(self, targets: tuple[str, ...], relation: str | None = None):
         self.targets = targets
+        self.relation = relation
 
     def canon(self, node: Any) -> str:
         """A text equal for two expressions that are the same (locations and the own table's qualifier dropped)."""
@@ -489,15 +498,69 @@ class _Trivial:
                 return all(self.same(node.lexpr, b) for b in node.rexpr)
             return False
         if isinstance(node, ast.BooleanTest):
-            if node.booltesttype == BoolTestType.IS_TRUE or node.booltesttype == BoolTestType.IS_NOT_FALSE:
+            test = node.booltesttype
+            if test == BoolTestType.IS_TRUE:
                 return self.true(node.arg)
-            if node.booltesttype in (BoolTestType.IS_FALSE, BoolTestType.IS_NOT_TRUE):
+            if test == BoolTestType.IS_FALSE:
                 return self.false(node.arg)
-            return False
+            if test == BoolTestType.IS_NOT_FALSE:       # true or NULL
+                return self.true(node.arg) or self.null(node.arg)
+            if test == BoolTestType.IS_NOT_TRUE:        # false or NULL
+                return self.false(node.arg) or self.null(node.arg)
+            return test == BoolTestType.IS_UNKNOWN and self.null(node.arg)
         if isinstance(node, ast.CaseExpr):
             results = [w.result for w in node.args or ()] + [node.defresult]
             return all(r is not None and self.true(r) for r in results)
+        if isinstance(node, ast.CoalesceExpr):
+            # the first argument that is not NULL decides: true when each before it is NULL or true, and it is true
+            for arg in node.args or ():
+                if self.true(arg):
+                    return True
+                if not self.null(arg):
+                    return False
+            return False
+        if isinstance(node, ast.SubLink):
+            return self.meets_itself(node)
         return False
+
+    def null(self, node: Any) -> bool:
+        """`node` is NULL for every row: NULL, or an operator (every comparison is strict) or NOT of something that
+        is."""
+        while isinstance(node, ast.TypeCast):
+            node = node.arg
+        if isinstance(node, ast.A_Const):
+            return bool(node.isnull)
+        if isinstance(node, ast.A_Expr) and node.kind in (A_Expr_Kind.AEXPR_OP, A_Expr_Kind.AEXPR_LIKE,
+                                                          A_Expr_Kind.AEXPR_ILIKE, A_Expr_Kind.AEXPR_SIMILAR):
+            return any(side is not None and self.null(side) for side in (node.lexpr, node.rexpr))
+        if isinstance(node, ast.BoolExpr) and node.boolop == BoolExprType.NOT_EXPR:
+            return self.null(node.args[0])
+        return False
+
+    def meets_itself(self, link: Any) -> bool:
+        """A subquery of the statement's own table in which each row finds itself: `EXISTS (SELECT 1 FROM t u
+        WHERE u.id = t.id)`, `id IN (SELECT id FROM t)`, `id = ANY (SELECT u.id FROM t u)` (its own WHERE, if any,
+        trivially true with both names read as the row's own)."""
+        sub = link.subselect
+        kind = getattr(link.subLinkType, "name", "")
+        if self.relation is None or not isinstance(sub, ast.SelectStmt) \
+                or kind not in ("EXISTS_SUBLINK", "ANY_SUBLINK"):
+            return False
+        tables = sub.fromClause or ()
+        if len(tables) != 1 or not isinstance(tables[0], ast.RangeVar) or tables[0].relname != self.relation \
+                or getattr(sub.op, "name", "") != "SETOP_NONE" or sub.limitCount is not None \
+                or sub.limitOffset is not None or sub.groupClause or sub.havingClause is not None:
+            return False
+        inner = _Trivial(self.targets + (tables[0].alias.aliasname if tables[0].alias is not None else
+                                         tables[0].relname,), self.relation)
+        if sub.whereClause is not None and not inner.true(sub.whereClause):
+            return False
+        if kind == "EXISTS_SUBLINK":
+            return True
+        ops = [getattr(n, "sval", "") for n in link.operName or ()]
+        targets = sub.targetList or ()
+        return ops in ([], ["="]) and link.testexpr is not None and len(targets) == 1 \
+            and isinstance(targets[0], ast.ResTarget) and inner.same(link.testexpr, targets[0].val)
 
     def false(self, node: Any) -> bool:
         """`node` is false (or null) for every row."""

@@ -26,6 +26,15 @@ DESTRUCTIVE = [
     "ALTER TABLE t DROP COLUMN v",
     "DROP TABLE IF EXISTS t CASCADE",
     "CREATE OR REPLACE FUNCTION wipe() RETURNS void LANGUAGE sql AS 'DELETE FROM t'",
+    # every row, through a comparison with NULL under IS NOT FALSE / IS NOT TRUE / IS UNKNOWN / coalesce
+    "UPDATE t SET v = 'gone' WHERE (id = NULL) IS NOT FALSE",
+    "UPDATE t SET v = 'gone' WHERE (id = NULL) IS NOT TRUE",
+    "UPDATE t SET v = 'gone' WHERE (id < NULL::int) IS UNKNOWN",
+    "UPDATE t SET v = 'gone' WHERE coalesce(id = NULL, true)",
+    # every row, each meeting itself through a subquery of its own table
+    "UPDATE t SET v = 'gone' WHERE id IN (SELECT id FROM t)",
+    "UPDATE t SET v = 'gone' WHERE id = ANY (SELECT u.id FROM t AS u)",
+    "UPDATE t SET v = 'gone' WHERE EXISTS (SELECT 1 FROM t AS u WHERE u.id = t.id)",
 ]
 SIMPLE_ONLY = [
     "SELECT 1; DELETE FROM t",
@@ -102,4 +111,18 @@ def test_a_function_made_earlier_does_not_carry_a_delete_through(pg_gateway, clu
     sess, url = db_session(pg_gateway)
     out = decided_not_run(pg_gateway, sess["id"], lambda: psql(url, "SELECT wipe()"))
     assert out["result"].returncode != 0, out
+    intact(cluster)
+
+
+@pytest.mark.parametrize("where", ["(id = %s) IS NOT FALSE", "(id = %s) IS UNKNOWN", "coalesce(id = %s, true)",
+                                   "(id = %s::int) IS NOT TRUE"])
+def test_a_bound_null_does_not_reach_every_row(pg_gateway, cluster, where):
+    """A parameter compared with a column, under IS NOT FALSE / IS NOT TRUE / IS UNKNOWN / coalesce: bound NULL,
+    the test holds for every row (the comparison is NULL); each Bind is decided with its value."""
+    sess, url = db_session(pg_gateway)
+    def run() -> None:
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute(f"UPDATE t SET v = 'gone' WHERE {where}", (None,), prepare=True)
+    out = decided_not_run(pg_gateway, sess["id"], run)
+    assert isinstance(out.get("error"), psycopg.errors.InsufficientPrivilege), out
     intact(cluster)

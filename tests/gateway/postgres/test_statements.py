@@ -165,6 +165,13 @@ def test_deallocated(stmt, dropped):
     ("SELECT * FROM t WHERE id = $1 AND $2", True),
     ("SELECT $1::regclass", False),
     ("SELEC $1", True),
+    ("UPDATE t SET v = 'x' WHERE (id = $1) IS NOT FALSE", True),     # bound NULL: every row
+    ("UPDATE t SET v = 'x' WHERE (id IN ($1, $2)) IS UNKNOWN", True),
+    ("UPDATE t SET v = 'x' WHERE coalesce(id = $1, true)", True),
+    ("UPDATE t SET v = 'x' WHERE CASE WHEN id = $1 THEN false ELSE true END", True),
+    ("UPDATE t SET v = 'x' WHERE id = $1 AND v = $2", False),
+    ("SELECT * FROM t JOIN u ON u.id = $1 GROUP BY t.id HAVING t.id = $2", False),
+    ("UPDATE t SET v = 'x' WHERE id IN (SELECT id FROM u WHERE u.x = $1)", False),
 ])
 def test_params_matter(stmt, matter):
     assert s.params_matter(stmt) is matter

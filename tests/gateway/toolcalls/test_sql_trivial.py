@@ -184,3 +184,31 @@ def test_a_negated_conjunction_of_exclusive_arms_and_in_of_itself():
         assert unbounded_pg(where), where
     for where in ("NOT (id < 5 AND id > 3)", "NOT (id < 5 AND v = 1)", "id IN (1, 2)", "NOT (id = 1)"):
         assert not unbounded_pg(where), where
+
+
+def test_a_comparison_with_null_under_a_test_that_takes_null_for_true():
+    """A comparison with NULL is NULL for every row: `IS NOT FALSE`, `IS NOT TRUE`, `IS UNKNOWN` and a coalesce
+    that falls through to true make it hold everywhere."""
+    for where in ("(id = NULL) IS NOT FALSE", "(id = NULL) IS NOT TRUE", "(id < NULL::int) IS UNKNOWN",
+                  "coalesce(id = NULL, true)", "coalesce(NULL::bool, id = NULL, id = id)",
+                  "(NOT (v LIKE NULL)) IS NOT FALSE", "((id = id) IS TRUE) IS NOT FALSE"):
+        assert unbounded_pg(where), where
+    for where in ("(id = 5) IS NOT FALSE", "(id = 5) IS NOT TRUE", "(id = 5) IS UNKNOWN", "coalesce(id = 5, true)",
+                  "coalesce(id = NULL, id = 5)", "(id = NULL) IS TRUE", "(id = NULL) IS NOT UNKNOWN"):
+        assert not unbounded_pg(where), where
+
+
+def test_each_row_meeting_itself_in_a_subquery_of_its_own_table():
+    for stmt in ("UPDATE t SET v = 'x' WHERE id IN (SELECT id FROM t)",
+                 "UPDATE t SET v = 'x' WHERE id = ANY (SELECT u.id FROM t AS u)",
+                 "UPDATE t SET v = 'x' WHERE EXISTS (SELECT 1 FROM t AS u WHERE u.id = t.id)",
+                 "UPDATE t SET v = 'x' WHERE id IN (SELECT id FROM public.t WHERE true)",
+                 "MERGE INTO t USING u ON t.id IN (SELECT id FROM t) WHEN MATCHED THEN UPDATE SET v = 'x'"):
+        assert classify_pg(stmt)["unbounded"] == ["UPDATE"], stmt
+    for stmt in ("UPDATE t SET v = 'x' WHERE id IN (SELECT id FROM u)",
+                 "UPDATE t SET v = 'x' WHERE id IN (SELECT id FROM t WHERE id < 3)",
+                 "UPDATE t SET v = 'x' WHERE id IN (SELECT id + 1 FROM t)",
+                 "UPDATE t SET v = 'x' WHERE id IN (SELECT id FROM t LIMIT 1)",
+                 "UPDATE t SET v = 'x' WHERE id NOT IN (SELECT id FROM t)",
+                 "UPDATE t SET v = 'x' WHERE EXISTS (SELECT 1 FROM t AS u WHERE u.id = t.id + 1)"):
+        assert classify_pg(stmt)["unbounded"] == [], stmt
