@@ -11,7 +11,12 @@ protocol, the gate), the rest are the store's writers, the decision log's and th
 
 `--profile FILE`: cProfile over the measured run (pstats format; on Python 3.12 it sees every thread).
 `--callgrind LIB`: under valgrind, count only the measured run's instructions (see tests/bench/toolcalls_inproc.py
-for LIB). Nothing is asserted.
+for LIB).
+`--steps 10000,50000,100000`: the measured run in steps (cumulative statement counts, one pgbench each); after
+each step the process's RSS, the Python heap (`sys.getallocatedblocks`) and the size of each bounded structure a
+statement can fill (`structures()`: what it holds against its cap). `--tracemalloc` adds a tracemalloc snapshot
+at each step (traced from before the warm-up) and prints the top growth between consecutive steps by line; it
+slows the loop about twofold, so read CPU figures from a run without it. Nothing is asserted.
 """
 from __future__ import annotations
 
@@ -103,6 +108,81 @@ def decision_caches() -> list:
     return [o for o in gc.get_objects() if isinstance(o, DecisionCache)]
 
 
+def rss_kib(field: str = "VmRSS") -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    return 0
+
+
+class _Mallinfo2(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_size_t) for name in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks",
+                                                      "fsmblks", "uordblks", "fordblks", "keepcost")]
+
+
+def memory_line() -> str:
+    """RSS (anonymous and file-backed), glibc malloc's bytes in use and free-but-kept (mallinfo2: every arena),
+    SQLite's own allocations (sqlite3_memory_used: page caches, prepared statements), the Python heap."""
+    libc = ctypes.CDLL(None)
+    mib = 1024 * 1024
+    parts = [f"RSS {rss_kib() / 1024:.1f} MiB (anon {rss_kib('RssAnon') / 1024:.1f}, file {rss_kib('RssFile') / 1024:.1f})"]
+    if hasattr(libc, "mallinfo2"):
+        libc.mallinfo2.restype = _Mallinfo2
+        m = libc.mallinfo2()
+        parts.append(f"malloc in use {(m.uordblks + m.hblkhd) / mib:.1f} MiB, free kept {m.fordblks / mib:.1f} MiB")
+    try:
+        import _sqlite3
+        lib = ctypes.CDLL(_sqlite3.__file__)
+        lib.sqlite3_memory_used.restype = ctypes.c_int64
+        used = lib.sqlite3_memory_used()
+        if used:                            # 0: this libsqlite3 keeps no count (SQLITE_DEFAULT_MEMSTATUS=0)
+            parts.append(f"sqlite {used / mib:.1f} MiB")
+    except (OSError, AttributeError):
+        pass
+    parts.append(f"heap blocks {sys.getallocatedblocks()}")
+    return ", ".join(parts)
+
+
+def structures() -> dict[str, str]:
+    """What each bounded structure a wire statement can fill holds now, against its cap."""
+    import gc
+    out: dict[str, str] = {}
+
+    def add(name: str, size: int, cap) -> None:
+        out[name] = f"{size}/{cap}"
+
+    from gateway.policy import decisionlog
+    from gateway.policy.cache import _READS, DecisionCache
+    from gateway.sessions.memory import SessionMemory
+    from gateway.approvals.index import BindingIndex
+    from gateway.toolcalls.memo import FactsMemo
+    from gateway.toolcalls.sql import ShapeMemo
+    info = decisionlog._redact_short.cache_info()
+    add("decisionlog redaction memo", info.currsize, info.maxsize)
+    for fn in ("_sensitive_key", "_key_text", "_sensitive_key_text"):
+        info = getattr(decisionlog, fn).cache_info()
+        add(f"decisionlog {fn}", info.currsize, info.maxsize)
+    add("policy cache reads", len(_READS), 4)
+    for o in gc.get_objects():
+        cls = o.__class__
+        if cls is DecisionCache:
+            add(f"decision cache {id(o):x}", len(o._items), o.size)
+        elif cls is decisionlog.DecisionLog:
+            add("decision log written refs", len(o._written_refs), decisionlog.MAX_WRITTEN_REFS)
+            add("decision log pending", len(o._decisions), o._max_pending)
+        elif cls is ShapeMemo:
+            add(f"sql shape memo {id(o):x}", len(o._items), o.size)
+        elif cls is FactsMemo:
+            add(f"facts memo {id(o):x}", len(o._items), o.size)
+        elif cls is BindingIndex:
+            add("approval index bindings", len(o._by_binding), "live approvals")
+        elif cls is SessionMemory:
+            for sid, mem in o._sessions.items():
+                add(f"session memory {sid[:8]} events", len(mem.events), mem.events.maxlen)
+                add(f"session memory {sid[:8]} ids", len(mem.ids), "events")
+    return out
+
+
 def thread_cpu() -> dict[str, float]:
     out: dict[str, float] = {}
     for t in threading.enumerate():
@@ -124,6 +204,36 @@ async def pgbench(u, mode: str, per_client: int, cwd: Path) -> str:
     if proc.returncode != 0:
         raise RuntimeError(err.decode()[-2000:])
     return out.decode()
+
+
+async def steps(args, u, cwd: Path) -> str:
+    """The measured run in steps; RSS, heap and structures after each, tracemalloc's growth between them."""
+    import gc
+    import tracemalloc
+    done, snap, out = 0, None, ""
+    if args.tracemalloc:
+        await asyncio.sleep(1.0)
+        gc.collect()
+        snap = tracemalloc.take_snapshot()
+    print(f"step 0: {memory_line()}", flush=True)
+    for target in args.steps:
+        out = await pgbench(u, args.mode, max(1, (target - done) // 8), cwd)
+        done += max(1, (target - done) // 8) * 8
+        await asyncio.sleep(1.0)          # the writers' last batches
+        gc.collect()
+        print(f"step {done}: {memory_line()}, load {os.getloadavg()[0]:.1f}", flush=True)
+        for name, held in structures().items():
+            print(f"    {name}: {held}")
+        if snap is not None:
+            new = tracemalloc.take_snapshot().filter_traces((tracemalloc.Filter(False, tracemalloc.__file__),))
+            total = sum(s.size for s in new.statistics("filename"))
+            print(f"  traced {total / 1024 / 1024:.1f} MiB; top growth since the last step:")
+            for stat in new.compare_to(snap, "lineno")[:args.top]:
+                if stat.size_diff:
+                    print(f"    {stat.size_diff / 1024:+.0f} KiB ({stat.count_diff:+d} blocks) "
+                          f"{stat.traceback[0].filename.replace(str(ROOT) + '/', '')}:{stat.traceback[0].lineno}")
+            snap = new
+    return out
 
 
 async def run(args, cluster: PgCluster) -> dict:
@@ -168,7 +278,10 @@ async def run(args, cluster: PgCluster) -> dict:
             prof.enable()
         if callgrind is not None:
             callgrind.cg_start()
-        out = await pgbench(u, args.mode, max(1, args.statements // 8), tmp)
+        if args.steps:
+            out = await steps(args, u, tmp)
+        else:
+            out = await pgbench(u, args.mode, max(1, args.statements // 8), tmp)
         await asyncio.sleep(1.0)          # the writers' last batches
         if callgrind is not None:
             callgrind.cg_stop()
@@ -179,7 +292,7 @@ async def run(args, cluster: PgCluster) -> dict:
         if prof is not None:
             prof.dump_stats(args.profile)
         client.writer.close()
-    n = (args.statements // 8) * 8
+    n = args.steps[-1] if args.steps else (args.statements // 8) * 8
     tps = next((line.split()[2] for line in out.splitlines() if line.startswith("tps = ")), "?")
     return {"process": (proc1 - proc0) * 1e6 / n, "wall_s": wall1 - wall0, "tps": tps, "cache": cache,
             "threads": {k: (v - cpu0.get(k, 0.0)) * 1e6 / n for k, v in cpu1.items()}}
@@ -197,7 +310,14 @@ def main() -> int:
     ap.add_argument("--tree", default=str(ROOT), help="the checkout to run (default: this one)")
     ap.add_argument("--breakdown", action="store_true",
                     help="the loop thread's CPU a statement inside the gate's and the adapter's main functions")
+    ap.add_argument("--steps", default="", help="cumulative statement counts: RSS and structures after each")
+    ap.add_argument("--tracemalloc", action="store_true", help="with --steps: tracemalloc growth between steps")
+    ap.add_argument("--top", type=int, default=15)
     args = ap.parse_args()
+    args.steps = [int(x) for x in args.steps.split(",") if x]
+    if args.tracemalloc:
+        import tracemalloc
+        tracemalloc.start(1)
     from gateway.runtime.eventloop import loop_factory
     import logging
     logging.basicConfig(level=logging.WARNING)
@@ -213,7 +333,7 @@ def main() -> int:
     finally:
         cluster.stop()
     load = os.getloadavg()[0]
-    n = (args.statements // 8) * 8
+    n = args.steps[-1] if args.steps else (args.statements // 8) * 8
     for qual, (ns, calls) in SPENT.items():
         if calls:
             print(f"  {qual}: {ns / 1e3 / n:.1f} µs a statement ({calls} calls, {ns / 1e3 / calls:.1f} µs each)")
