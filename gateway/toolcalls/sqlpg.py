@@ -430,8 +430,8 @@ class _Trivial:
                 if 2 <= len(fields) <= 4 and fields[-2] in self.targets:    # t.id, public.t.id, app.public.t.id
                     fields = fields[-1:]
                 return {"@": "ColumnRef", "fields": fields}
-            if value.get("@") == "CollateClause" and value.get("arg") is not None:   # x = x COLLATE "C"
-                return self._strip(value["arg"])
+            if value.get("@") in ("CollateClause", "TypeCast") and value.get("arg") is not None:
+                return self._strip(value["arg"])        # x = x COLLATE "C", id = id::int, id = CAST(id AS int)
             return {k: self._strip(v) for k, v in value.items() if k != "location"}
         if isinstance(value, (list, tuple)):
             return [self._strip(v) for v in value]
@@ -481,6 +481,18 @@ class _Trivial:
             return self.false(node.args[0])
         if isinstance(node, ast.A_Expr):
             op = _op(node)
+            if node.kind == A_Expr_Kind.AEXPR_OP and op in ("=", "<>", "!=", "IS NOT DISTINCT FROM"):
+                # `(id = id) = true`, `true = (id = id)`, `(id = id) <> false`: a test compared with a boolean
+                for side, other in ((node.lexpr, node.rexpr), (node.rexpr, node.lexpr)):
+                    value = self.const(side) if side is not None and not _has_column(side) else None
+                    if isinstance(value, bool) and other is not None:
+                        return self.true(other) if value == (op == "=") else self.false(other)
+            if node.kind == A_Expr_Kind.AEXPR_OP_ANY and op == "=" and isinstance(_unwrap(node.rexpr), ast.A_ArrayExpr):
+                return any(self.same(node.lexpr, e) for e in _unwrap(node.rexpr).elements or ())  # id = ANY(ARRAY[id])
+            if node.kind == A_Expr_Kind.AEXPR_SIMILAR and op == "~" and isinstance(node.rexpr, ast.FuncCall) \
+                    and node.rexpr.args:                # SIMILAR TO '%': similar_to_escape('%') matches anything
+                pattern = _literal(node.rexpr.args[0])
+                return isinstance(pattern, str) and pattern != "" and set(pattern) == {"%"}
             if node.kind == A_Expr_Kind.AEXPR_OP and op in _REFLEXIVE and self.same(node.lexpr, node.rexpr):
                 return True
             if node.kind == A_Expr_Kind.AEXPR_NOT_DISTINCT and self.same(node.lexpr, node.rexpr):

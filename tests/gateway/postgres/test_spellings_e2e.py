@@ -35,6 +35,13 @@ DESTRUCTIVE = [
     "UPDATE t SET v = 'gone' WHERE id IN (SELECT id FROM t)",
     "UPDATE t SET v = 'gone' WHERE id = ANY (SELECT u.id FROM t AS u)",
     "UPDATE t SET v = 'gone' WHERE EXISTS (SELECT 1 FROM t AS u WHERE u.id = t.id)",
+    # every row: a test compared with a boolean, a cast of itself, an array holding itself, a pattern of `%`
+    "UPDATE t SET v = 'gone' WHERE (id = id) = true",
+    "UPDATE t SET v = 'gone' WHERE false <> (t.id = id)",
+    "UPDATE t SET v = 'gone' WHERE id = id::int",
+    "UPDATE t SET v = 'gone' WHERE CAST(id AS bigint) = id",
+    "UPDATE t SET v = 'gone' WHERE id = ANY (ARRAY[-1, id])",
+    "UPDATE t SET v = 'gone' WHERE v SIMILAR TO '%'",
 ]
 SIMPLE_ONLY = [
     "SELECT 1; DELETE FROM t",

@@ -212,3 +212,13 @@ def test_each_row_meeting_itself_in_a_subquery_of_its_own_table():
                  "UPDATE t SET v = 'x' WHERE id NOT IN (SELECT id FROM t)",
                  "UPDATE t SET v = 'x' WHERE EXISTS (SELECT 1 FROM t AS u WHERE u.id = t.id + 1)"):
         assert classify_pg(stmt)["unbounded"] == [], stmt
+
+
+def test_a_test_compared_with_a_boolean_a_cast_of_itself_an_array_holding_itself():
+    for where in ("(id = id) = true", "true = (id = id)", "(id = id) <> false", "(id <> id) = false",
+                  "id = id::int", "CAST(id AS bigint) = id", "id::text = id::text", "id = ANY (ARRAY[-1, id])",
+                  "v SIMILAR TO '%'", "v SIMILAR TO '%%'"):
+        assert unbounded_pg(where), where
+    for where in ("(id = 5) = true", "(id = id) = false", "(id = 5) <> false", "id = ANY (ARRAY[1, 2])",
+                  "v SIMILAR TO 'a%'", "v NOT SIMILAR TO '%'", "id::int = 5"):
+        assert not unbounded_pg(where), where
