@@ -201,7 +201,8 @@ class Sandgate:
         self.harness_token = Path(token_file).read_text().strip()
         self.started_at = time.time()           # this start's harness token was minted before it
         record_start("sandgate", time.monotonic() - began, config=self.digest, args=self.serve_args,
-                     own_python=self.python != sys.executable, forked=self.forked, cpu=self.start_cpu)
+                     own_python=self.python != sys.executable, forked=self.forked, exec_reason=self.exec_reason,
+                     cpu=self.start_cpu)
         return self
 
     def _fork(self, args: list[str]) -> "zygote.Forked | None":

@@ -12,7 +12,8 @@ argv, environment (os.environ replaced wholesale), cwd, stdout/stderr (the test'
 Variables that Python or an imported module reads as it starts or imports (`IMPORT_TIME_ENV` and any
 `PYTHON*`: PYTHONUNBUFFERED decides how sys.stdout and sys.stderr buffer, and the child keeps the zygote's) are
 fixed in the zygote: a start whose environment differs in one of them runs a real process instead
-(`Sandgate.start`), as does one when the zygote cannot start or a fork fails. `SANDGATE_TEST_EXEC=1` makes every start a real process.
+(`Sandgate.start`), as does one when the zygote cannot start or a fork fails. `SANDGATE_TEST_EXEC=1` makes
+every start a real process.
 
 Protocol: a SOCK_SEQPACKET socket pair, one JSON message each way per event. The client sends
 {"argv", "env", "cwd", "new_session"} with the log file's descriptor attached; the zygote answers {"pid"} with a
