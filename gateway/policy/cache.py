@@ -50,10 +50,13 @@ _key_json = json.JSONEncoder(sort_keys=True, separators=(",", ":")).encode     #
 class DecisionCache:
     """Decisions by key (the module's contract), least recently used first out past `size`. Fields no rule can
     read (`step`, `session.age_s`, `session.stats`, the ids and ages of `history` entries when only
-    `input.history[i].decision` and the like are read) stay out of the key. Cleared on every reload."""
+    `input.history[i].decision` and the like are read) stay out of the key. Cleared on every reload. Bounded by
+    entries and by the characters of its keys (`max_chars`): a key holds what the policy reads, a tool call's
+    arguments (up to 256 KiB) among it, so 4,096 of them would otherwise keep a gigabyte."""
 
-    def __init__(self, size: int = 4096):
-        self.size = size
+    def __init__(self, size: int = 4096, max_chars: int = 32 * 1024 * 1024):
+        self.size, self.max_chars = size, max_chars
+        self.chars = 0                               # the characters of the keys held
         self.enabled = False
         self.reads: frozenset | None = None          # None: the whole input
         self._trie: dict = {None: True}
@@ -81,6 +84,7 @@ class DecisionCache:
                           if isinstance(k, str) and k != LEN and isinstance(v, dict)
                           and (keys := _element_keys(v)) is not None}
         self._items.clear()
+        self.chars = 0
 
     def key(self, kind: str, doc: dict) -> str | None:
         if not self.enabled:
@@ -135,11 +139,14 @@ class DecisionCache:
         return hit
 
     def put(self, key: str | None, decision: "Decision") -> None:
-        if key is None:
+        if key is None or len(key) > self.max_chars // 8:      # one key never takes more than an eighth of it
             return
+        if self._items.pop(key, None) is not None:
+            self.chars -= len(key)
         self._items[key] = decision
-        if len(self._items) > self.size:
-            self._items.popitem(last=False)
+        self.chars += len(key)
+        while len(self._items) > self.size or self.chars > self.max_chars:
+            self.chars -= len(self._items.popitem(last=False)[0])
 
 
 def _key_text(value: Any, proj: Any) -> str:

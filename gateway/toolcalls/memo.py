@@ -3,7 +3,9 @@
 Those facts are a pure function of the tool, its arguments, the session's workspace and secret names and what the session's
 earlier calls left behind (links, written files): the key holds exactly these, so a repeated command (`git
 status`, `pytest -q`) is parsed once and its facts reused. Entries are shared, never changed by readers.
-Bounded (least recently used out). MCP calls are never memoised.
+Bounded (least recently used out) by entries and by the characters of the strings its keys hold (the arguments'
+JSON, up to the gate's MAX_ARGS_BYTES each, and the session's paths and file contents): 4,096 keys of 256 KiB
+would otherwise keep a gigabyte. The facts are derived from those strings. MCP calls are never memoised.
 """
 from __future__ import annotations
 
@@ -13,11 +15,25 @@ from typing import Any, Mapping
 from gateway.toolcalls.describe import Effects
 
 
+MAX_CHARS = 32 * 1024 * 1024
+
+
+def _cost(key: tuple) -> int:
+    """The characters of the strings a key holds (the arguments, the workspace, paths, link targets, contents)."""
+    n = len(key[1]) + len(key[2])
+    for pairs in (key[3], key[4]):
+        for path, value in pairs:
+            n += len(path) + (len(value) if value.__class__ is str else 0)
+    return n
+
+
 class FactsMemo:
-    def __init__(self, size: int = 4096):
-        self.size = size
+    def __init__(self, size: int = 4096, max_chars: int = MAX_CHARS):
+        self.size, self.max_chars = size, max_chars
         self.hits = self.misses = 0
+        self.chars = 0                      # what the keys held now hold (_cost)
         self._items: "OrderedDict[tuple, tuple[dict, Effects]]" = OrderedDict()
+        self._costs: dict[tuple, int] = {}
 
     @staticmethod
     def key(tool: str, args_json: str, workspace: str, links: Mapping[str, str | None],
@@ -44,6 +60,12 @@ class FactsMemo:
     def put(self, key: tuple | None, facts: dict, effects: Effects) -> None:
         if key is None:
             return
+        cost = _cost(key)
+        if cost > self.max_chars // 8:          # one call's arguments never take more than an eighth of it
+            return
+        self.chars += cost - self._costs.get(key, 0)
+        self._items.pop(key, None)
         self._items[key] = (facts, effects)
-        if len(self._items) > self.size:
-            self._items.popitem(last=False)
+        self._costs[key] = cost
+        while len(self._items) > self.size or self.chars > self.max_chars:
+            self.chars -= self._costs.pop(self._items.popitem(last=False)[0])
