@@ -125,7 +125,8 @@ def memory_line() -> str:
     SQLite's own allocations (sqlite3_memory_used: page caches, prepared statements), the Python heap."""
     libc = ctypes.CDLL(None)
     mib = 1024 * 1024
-    parts = [f"RSS {rss_kib() / 1024:.1f} MiB (anon {rss_kib('RssAnon') / 1024:.1f}, file {rss_kib('RssFile') / 1024:.1f})"]
+    parts = [f"RSS {rss_kib() / 1024:.1f} MiB (anon {rss_kib('RssAnon') / 1024:.1f}, "
+             f"file {rss_kib('RssFile') / 1024:.1f})"]
     if hasattr(libc, "mallinfo2"):
         libc.mallinfo2.restype = _Mallinfo2
         m = libc.mallinfo2()
@@ -140,7 +141,34 @@ def memory_line() -> str:
     except (OSError, AttributeError):
         pass
     parts.append(f"heap blocks {sys.getallocatedblocks()}")
+    parts.append(obmalloc())
     return ", ".join(parts)
+
+
+def obmalloc() -> str:
+    """Python's small-object allocator (objects of at most 512 bytes, outside malloc): its arenas' size, the bytes
+    in blocks in use and in free blocks it keeps (sys._debugmallocstats, read off the C stderr)."""
+    import re
+    with tempfile.TemporaryFile("w+") as f:
+        sys.stderr.flush()
+        saved = os.dup(2)
+        try:
+            os.dup2(f.fileno(), 2)
+            sys._debugmallocstats()
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+        f.seek(0)
+        text = f.read()
+
+    def field(name: str) -> int:
+        m = re.search(r"# " + name + r"\s*=\s*([\d,]+)", text)
+        return int(m.group(1).replace(",", "")) if m else 0
+    mib = 1024 * 1024
+    arenas = re.search(r"(\d+) arenas \* (\d+) bytes/arena", text)
+    size = int(arenas.group(1)) * int(arenas.group(2)) if arenas else 0
+    return (f"obmalloc arenas {size / mib:.1f} MiB (in blocks {field('bytes in allocated blocks') / mib:.1f}, "
+            f"free blocks {field('bytes in available blocks') / mib:.1f})")
 
 
 def structures() -> dict[str, str]:
