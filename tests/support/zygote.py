@@ -142,6 +142,11 @@ def serve(sock_fd: int, parent: int) -> None:
 
     gc.collect()
     gc.freeze()
+    try:
+        os.close(os.pidfd_open(os.getpid()))         # pidfds (Linux 5.3): without them every start execs
+    except (AttributeError, OSError) as exc:
+        sock.send(json.dumps({"error": f"no pidfd: {exc!r}"}).encode())
+        return
     if _threads() != 1 or threading.active_count() != 1:
         sock.send(json.dumps({"error": f"{_threads()} threads after the imports: forking is not safe"}).encode())
         return
