@@ -199,3 +199,22 @@ def test_the_real_password_and_placeholders_are_nowhere(pg_gateway, cluster):
     assert sql[-1]["action"] == "deny" and sql[-1]["codes"] == ["site.no_truncate"]
     assert sql[0]["detail"]["tag"] == "SELECT 1" and sql[0]["detail"]["rows"] == 1
     assert sql[0]["detail"]["database"] == "prod"
+
+
+def test_startup_options_and_replication_never_reach_the_server(pg_gateway, cluster):
+    """`options=-c ...` in the start-up packet would change the session with no statement to decide: the server
+    never gets it; a replication connection is refused."""
+    _, url = db_session(pg_gateway)
+    opts = ("-c search_path=evil -c session_replication_role=replica -c default_transaction_read_only=on "
+            "-c standard_conforming_strings=off -c role=postgres")
+    with psycopg.connect(url, autocommit=True, options=opts, application_name="red") as conn:
+        got = conn.execute("SELECT current_user, current_setting('search_path'), "
+                           "current_setting('session_replication_role'), "
+                           "current_setting('default_transaction_read_only'), "
+                           "current_setting('standard_conforming_strings'), "
+                           "current_setting('application_name')").fetchone()
+    assert got == ("app", '"$user", public', "origin", "off", "on", "red"), got
+    for mode in ("database", "true"):
+        with pytest.raises(psycopg.OperationalError) as err:
+            psycopg.connect(url, replication=mode).close()
+        assert "replication connections are not supported" in str(err.value)

@@ -133,3 +133,65 @@ def test_a_bound_null_does_not_reach_every_row(pg_gateway, cluster, where):
     out = decided_not_run(pg_gateway, sess["id"], run)
     assert isinstance(out.get("error"), psycopg.errors.InsufficientPrivilege), out
     intact(cluster)
+
+
+# What already held, by family: each statement asks (or is denied) and, denied, never reaches the server; one
+# connection per family, usable after every refusal.
+FAMILIES = {
+    "server functions": [
+        "SELECT lo_import('/etc/hostname')", "SELECT lo_from_bytea(0, 'x')", "SELECT lo_unlink(1)",
+        "SELECT lowrite(lo_open(1, 131072), 'x')", "SELECT pg_read_file('/etc/passwd')",
+        "SELECT * FROM pg_ls_dir('.')", "SELECT pg_terminate_backend(pg_backend_pid())",
+        "SELECT pg_cancel_backend(1)", "SELECT pg_reload_conf()", "SELECT dblink_exec('x', 'DROP TABLE t')",
+        "SELECT query_to_xml('DELETE FROM t RETURNING 1', true, true, '')",
+        "SELECT * FROM ts_stat('SELECT to_tsvector(v) FROM t')", "SELECT pg_advisory_lock(1)",
+        "SELECT pg_notify('c', 'x')", "SELECT \"pg_read_file\"('/etc/passwd')",
+        "SELECT U&\"pg_read_fil\\0065\"('/etc/passwd')", "SELECT pg_catalog . pg_read_file ( '/etc/passwd' )",
+        "SELECT * FROM t FOR UPDATE", "SELECT * INTO t2 FROM t",
+    ],
+    "roles and settings": [
+        "SET ROLE postgres", "SET SESSION AUTHORIZATION postgres", "SET session_replication_role = replica",
+        "SELECT set_config('role', 'postgres', false)", "SELECT set_config(E'rol\\x65', 'postgres', false)",
+        "SELECT set_config('sea' || 'rch_path', 'x', false)", "ALTER SYSTEM SET work_mem = '1MB'",
+        "UPDATE pg_settings SET setting = 'replica' WHERE name = 'session_replication_role'",
+        "SET client_encoding = 'SJIS'", "SET NAMES 'SJIS'", "SET standard_conforming_strings = off",
+        "ALTER ROLE app SET search_path = evil", "ALTER DATABASE app SET default_transaction_read_only = off",
+    ],
+    "definitions, locks, files, programs": [
+        "CALL p()", "CREATE RULE r AS ON INSERT TO t DO INSTEAD DELETE FROM t",
+        "CREATE TRIGGER tr BEFORE INSERT ON t FOR EACH ROW EXECUTE FUNCTION f()",
+        "CREATE FUNCTION f() RETURNS trigger LANGUAGE plpgsql AS $f$BEGIN DELETE FROM t; RETURN NULL; END$f$",
+        "GRANT ALL ON t TO PUBLIC", "REVOKE ALL ON t FROM app", "LOCK t", "COPY t TO '/tmp/t.csv'",
+        "COPY t FROM PROGRAM 'true'", "COPY (SELECT 1) TO PROGRAM 'true'", "NOTIFY c", "PREPARE TRANSACTION 'x'",
+        "TRUNCATE ONLY t", "DELETE FROM ONLY t WHERE NOT false", "DELETE FROM t WHERE id = id",
+        "ALTER TABLE t DISABLE TRIGGER ALL", "CREATE TEMP TABLE x AS SELECT 1", "VACUUM t", "CHECKPOINT",
+        "PREPARE p AS SELECT 1", "EXECUTE p", "DROP TABLE t", "D\u0052OP TABLE t", "/* x */ DROP /* y */ TABLE\tt",
+        "MERGE INTO t USING t AS s ON t.id = s.id WHEN MATCHED THEN DELETE",
+    ],
+}
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_a_family_of_spellings_held(pg_gateway, cluster, family):
+    sess, url = db_session(pg_gateway)
+
+    def run() -> list:
+        got = []
+        with psycopg.connect(url, autocommit=True) as conn:
+            for statement in FAMILIES[family]:
+                try:
+                    conn.execute(statement)
+                    got.append((statement, "ran"))
+                except psycopg.Error as exc:
+                    got.append((statement, exc.sqlstate, exc.diag.message_primary or ""))
+            got.append(("check", conn.execute("SELECT current_user, current_setting('search_path'), "
+                                              "current_setting('session_replication_role')").fetchone()))
+        return got
+    out = decided_not_run(pg_gateway, sess["id"], run, timeout=240)
+    assert "error" not in out, out
+    *results, check = out["result"]
+    refused = [r for r in results if r[1] == "42501" and r[2].startswith("sandgate: denied")]
+    assert refused == results, [r for r in results if r not in refused]
+    assert check[1] == ("app", '"$user", public', "origin"), check
+    intact(cluster)
+    assert cluster.psql_local("SELECT count(*) FROM pg_largeobject_metadata").strip() == "0"
