@@ -53,6 +53,10 @@ class OpaServer:
     def fault(self, fault: str) -> None:
         requests.put(self.url + "/__test/fault", json={"fault": fault}, timeout=5).raise_for_status()
 
+    def reset(self) -> None:
+        """Back to a freshly started server's state (PUT /__test/reset)."""
+        requests.put(self.url + "/__test/reset", timeout=30).raise_for_status()
+
     def stats(self) -> dict:
         return requests.get(self.url + "/__test/stats", timeout=5).json()
 

@@ -9,7 +9,8 @@ PORTFILE). Endpoints, as OPA answers them:
                                      {"result": value}, or {} when undefined
   GET /health                        {}
 A control endpoint for fail-closed tests: PUT /__test/fault {"fault": "" | "slow" | "error" | "no_result" |
-"garbage"}, and GET /__test/stats {"decisions": n, "puts": n}.
+"garbage"}, and GET /__test/stats {"decisions": n, "puts": n}; PUT /__test/reset puts the server back as it started
+(no modules, no data, no fault, counts 0), so that one process serves a module's tests one after the other.
 """
 from __future__ import annotations
 
@@ -37,6 +38,7 @@ class OpaState:
         self.fault = ""
         self.decisions = 0
         self.puts = 0
+        self.generation = 0         # bumped by each reset: an answer held across one (slow) is dropped, uncounted
         self.rebuild(self.modules, self.data)
 
     def rebuild(self, modules: dict[str, str], data: dict) -> None:
@@ -126,7 +128,10 @@ def create_app() -> web.Application:
         path = ".".join(p for p in request.match_info.get("path", "").split("/") if p)
         fault = state.fault
         if fault == "slow":
+            generation = state.generation
             await asyncio.sleep(30)
+            if state.generation != generation:
+                return _error(500, "internal_error", "the server was reset while this answer was held")
         if fault == "error":
             return _error(500, "internal_error", "injected failure")
         if fault == "garbage":
@@ -162,6 +167,13 @@ def create_app() -> web.Application:
     async def set_fault(request: web.Request) -> web.Response:
         state.fault = (await request.json()).get("fault", "")
         return web.json_response({"fault": state.fault})
+
+    @routes.put("/__test/reset")
+    async def reset(_: web.Request) -> web.Response:
+        state.generation += 1
+        state.fault, state.decisions, state.puts = "", 0, 0
+        await asyncio.to_thread(state.rebuild, {}, {})
+        return web.Response(status=204)
 
     @routes.get("/__test/stats")
     async def stats(_: web.Request) -> web.Response:

@@ -34,10 +34,20 @@ INPUTS = [egress(), egress("DELETE"), egress(host="evil.test"), egress(host="pyp
           {"kind": "toolcall", "session": SESSION, "tool": {"name": "read_file", "args": {"path": "/workspace/a"}}}]
 
 
-@pytest.fixture
-def opa(tmp_path):
-    with OpaServer(tmp_path / "opa") as server:
+@pytest.fixture(scope="module")
+def _opa_server(tmp_path_factory):
+    with OpaServer(tmp_path_factory.mktemp("opa")) as server:
         yield server
+
+
+@pytest.fixture
+def opa(_opa_server):
+    """The module's OPA test server, as freshly started: reset (no modules, data or fault), or started again when the
+    test before stopped it (a server that goes away)."""
+    if _opa_server.proc is None or _opa_server.proc.poll() is not None:
+        _opa_server.start()
+    _opa_server.reset()
+    return _opa_server
 
 
 @pytest.mark.parametrize("url, expected", [
