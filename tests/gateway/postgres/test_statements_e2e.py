@@ -445,3 +445,78 @@ def test_a_sync_the_server_ignores_during_copy_shifts_nothing(pg_gateway, cluste
         finally:
             await conn.close()
     assert asyncio.run(asyncio.wait_for(copy(), 30)) == 13
+
+
+def test_pipelined_binds_never_run_what_was_not_decided(pg_gateway, cluster):
+    """One libpq pipeline: a denied Parse (the site rule's TRUNCATE) between allowed ones runs nothing after it up to
+    its Sync; the unnamed statement after that denied Parse, a statement name never parsed, and one Closed are
+    not bound (42501); the connection still runs a SELECT."""
+    _, url = db_session(pg_gateway)
+    pg = psycopg.pq.PGconn.connect(url.encode())
+    pg.enter_pipeline_mode()
+    pg.send_prepare(b"ok", b"SELECT 1")
+    pg.send_query_prepared(b"ok", [])
+    pg.send_prepare(b"", b"TRUNCATE t")
+    pg.send_query_prepared(b"", [])
+    pg.send_prepare(b"ins", b"INSERT INTO t (id, v) VALUES (50, 'after')")
+    pg.send_query_prepared(b"ins", [])
+    pg.pipeline_sync()
+    pg.send_query_prepared(b"", [])               # the unnamed statement: its Parse was refused
+    pg.pipeline_sync()
+    pg.send_query_prepared(b"ghost", [])          # never parsed
+    pg.pipeline_sync()
+    pg.send_prepare(b"s3", b"SELECT $1::int")
+    pg.pipeline_sync()
+    pg.send_close_prepared(b"s3")
+    pg.send_query_prepared(b"s3", [b"1"])         # closed
+    pg.pipeline_sync()
+    pg.send_query_params(b"SELECT count(*) FROM t", None)
+    pg.pipeline_sync()
+    results = _pipeline_results(pg, 6)
+    pg.finish()
+    ok, err = psycopg.pq.ExecStatus.COMMAND_OK, psycopg.pq.ExecStatus.FATAL_ERROR
+    assert results[0][:3] == [(ok, None), (psycopg.pq.ExecStatus.TUPLES_OK, None), (err, b"42501")], results
+    assert all(r[0] == psycopg.pq.ExecStatus.PIPELINE_ABORTED for r in results[0][3:]), results
+    assert results[1] == [(err, b"42501")] and results[2] == [(err, b"42501")], results
+    assert results[4][-1] == (err, b"42501"), results
+    assert results[5] == [(psycopg.pq.ExecStatus.TUPLES_OK, None)], results
+    assert cluster.count() == 10 and cluster.psql_local("SELECT count(*) FROM t WHERE id = 50").strip() == "0"
+
+
+def test_transaction_tricks_after_a_denial_commit_nothing_denied(pg_gateway, cluster):
+    """After a denied statement (the site rule's TRUNCATE) inside BEGIN: COMMIT AND CHAIN commits nothing of the
+    failed transaction; ROLLBACK TO a savepoint taken before it recovers the transaction exactly as after a
+    statement the server failed (what came before the savepoint commits, the denied statement never ran); a
+    savepoint named like a statement is only a name; PREPARE TRANSACTION asks (denied here)."""
+    sess, url = db_session(pg_gateway)
+    conn = psycopg.connect(url, autocommit=True)
+    conn.execute("BEGIN")
+    conn.execute("INSERT INTO t (id, v) VALUES (60, 'chained')")
+    with pytest.raises(psycopg.errors.InsufficientPrivilege):
+        conn.execute("TRUNCATE t")
+    with pytest.raises(psycopg.errors.InFailedSqlTransaction):
+        conn.execute("SELECT 1")
+    conn.execute("COMMIT AND CHAIN")
+    conn.execute("ROLLBACK")
+    assert cluster.psql_local("SELECT count(*) FROM t WHERE id = 60").strip() == "0"
+    conn.execute("BEGIN")
+    conn.execute("INSERT INTO t (id, v) VALUES (61, 'kept')")
+    conn.execute('SAVEPOINT "TRUNCATE t"')
+    with pytest.raises(psycopg.errors.InsufficientPrivilege):
+        conn.execute("TRUNCATE t")
+    conn.execute('ROLLBACK TO SAVEPOINT "TRUNCATE t"')
+    conn.execute("COMMIT")
+    assert cluster.count() == 11
+    conn.execute("BEGIN")
+    conn.execute("INSERT INTO t (id, v) VALUES (62, 'prepared')")
+    th, out = in_thread(conn.execute, "PREPARE TRANSACTION 'tx1'")
+    items = pending(pg_gateway, sess["id"])
+    assert len(items) == 1, items
+    decide(pg_gateway, items[0]["id"], "deny")
+    th.join(30)
+    assert isinstance(out.get("error"), psycopg.errors.InsufficientPrivilege), out
+    conn.execute("COMMIT")                      # answered ROLLBACK: the transaction failed
+    conn.close()
+    assert cluster.psql_local("SELECT count(*) FROM t WHERE id = 62").strip() == "0"
+    assert cluster.psql_local("SELECT count(*) FROM pg_prepared_xacts", db="postgres").strip() == "0"
+    assert cluster.count() == 11
