@@ -392,7 +392,64 @@ def unbounded_where(where: Any, targets: tuple[str, ...] = (), relation: str | N
     u.id = t.id)`)."""
     if where is None or not _has_column(where):
         return True
+    if relation is not None and not _names_row(where, targets):
+        return True             # `FROM u WHERE u.x = 1`, `EXISTS (SELECT 1 FROM u WHERE u.x = 1)`: all rows or none
     return _Trivial(targets, relation).true(where)
+
+
+class _RowRefs(_Visitor):
+    """Whether a WHERE may read the row it is deciding on: a column not qualified with another table's name (one
+    outside any subquery, unqualified, may be the row's), a column qualified with the statement's own table's
+    name that no subquery's own FROM reuses, or CURRENT OF. A column unqualified inside a subquery is taken as the
+    subquery's own (an outer column there is written qualified: `o.tid = t.id`)."""
+
+    def __init__(self, targets: tuple[str, ...]) -> None:
+        super().__init__()
+        self.targets = targets
+        self.found = False
+
+    def visit_CurrentOfExpr(self, ancestors, n) -> None:  # noqa: ANN001
+        self.found = True
+
+    def visit_ColumnRef(self, ancestors, n) -> None:  # noqa: ANN001
+        fields = [getattr(f, "sval", None) for f in n.fields or ()]
+        selects = []
+        a = ancestors
+        while a is not None:
+            if isinstance(a.node, ast.SelectStmt):
+                selects.append(a.node)
+            a = a.parent
+        if len(fields) < 2:
+            self.found = self.found or not selects
+            return
+        name = fields[-2]
+        if name in self.targets and not any(name in _from_names(sel) for sel in selects):
+            self.found = True
+
+
+def _from_names(select: Any) -> set:
+    names: set = set()
+
+    class _Names(_Visitor):
+        def visit_RangeVar(self, ancestors, n) -> None:  # noqa: ANN001
+            names.add(n.alias.aliasname if n.alias is not None else n.relname)
+
+        def visit_RangeSubselect(self, ancestors, n) -> None:  # noqa: ANN001
+            if n.alias is not None:
+                names.add(n.alias.aliasname)
+
+        def visit_RangeFunction(self, ancestors, n) -> None:  # noqa: ANN001
+            if n.alias is not None:
+                names.add(n.alias.aliasname)
+    for item in select.fromClause or ():
+        _Names()(item)
+    return names
+
+
+def _names_row(where: Any, targets: tuple[str, ...]) -> bool:
+    refs = _RowRefs(targets)
+    refs(where)
+    return refs.found
 
 
 class _Cols(_Visitor):

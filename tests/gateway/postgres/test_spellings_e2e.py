@@ -42,6 +42,11 @@ DESTRUCTIVE = [
     "UPDATE t SET v = 'gone' WHERE CAST(id AS bigint) = id",
     "UPDATE t SET v = 'gone' WHERE id = ANY (ARRAY[-1, id])",
     "UPDATE t SET v = 'gone' WHERE v SIMILAR TO '%'",
+    # every row: a WHERE that names no column of the table's own rows (true or false for all of them at once)
+    "UPDATE t SET v = 'gone' FROM pg_class AS c WHERE c.relname = 't'",
+    "UPDATE t SET v = 'gone' WHERE EXISTS (SELECT 1 FROM pg_class AS c WHERE c.relname = 't')",
+    "UPDATE t SET v = 'gone' WHERE EXISTS (SELECT 1 FROM t WHERE t.id = 5)",
+    "UPDATE t SET v = 'gone' WHERE 5 IN (SELECT u.id FROM t AS u)",
 ]
 SIMPLE_ONLY = [
     "SELECT 1; DELETE FROM t",

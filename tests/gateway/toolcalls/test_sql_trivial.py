@@ -222,3 +222,23 @@ def test_a_test_compared_with_a_boolean_a_cast_of_itself_an_array_holding_itself
     for where in ("(id = 5) = true", "(id = id) = false", "(id = 5) <> false", "id = ANY (ARRAY[1, 2])",
                   "v SIMILAR TO 'a%'", "v NOT SIMILAR TO '%'", "id::int = 5"):
         assert not unbounded_pg(where), where
+
+
+def test_a_where_that_reads_no_column_of_the_row_bounds_nothing():
+    """True or false for all rows at once: a WHERE whose columns are another table's (a FROM item, a subquery's
+    own, one that reuses the table's name) never picks rows."""
+    for stmt in ("UPDATE t SET v = 'x' FROM pg_class AS c WHERE c.relname = 't'",
+                 "UPDATE t SET v = 'x' WHERE EXISTS (SELECT 1 FROM pg_class AS c WHERE c.relname = 't')",
+                 "UPDATE t SET v = 'x' WHERE EXISTS (SELECT 1 FROM pg_class WHERE relname = 't')",
+                 "UPDATE t SET v = 'x' WHERE EXISTS (SELECT 1 FROM t WHERE t.id = 5)",
+                 "UPDATE t SET v = 'x' WHERE 5 IN (SELECT u.id FROM t AS u)",
+                 "UPDATE t SET v = 'x' WHERE (SELECT count(*) FROM u WHERE u.x = 1) > 0",
+                 "MERGE INTO t USING u ON u.x = 1 WHEN MATCHED THEN UPDATE SET v = 'x'"):
+        assert classify_pg(stmt)["unbounded"] == ["UPDATE"], stmt
+    for stmt in ("UPDATE t SET v = 'x' FROM u WHERE u.tid = t.id", "UPDATE t SET v = 'x' FROM u WHERE tid = id",
+                 "UPDATE t SET v = 'x' WHERE EXISTS (SELECT 1 FROM u WHERE u.tid = t.id)",
+                 "UPDATE t AS x SET v = 'x' WHERE EXISTS (SELECT 1 FROM u WHERE u.tid = x.id)",
+                 "UPDATE t SET v = 'x' WHERE id IN (SELECT tid FROM u WHERE flag)",
+                 "UPDATE public.t SET v = 'x' WHERE public.t.id = 3", "UPDATE t SET v = 'x' WHERE CURRENT OF c",
+                 "MERGE INTO t USING u ON u.id = t.id WHEN MATCHED THEN UPDATE SET v = 'x'"):
+        assert classify_pg(stmt)["unbounded"] == [], stmt
