@@ -244,12 +244,29 @@ async def steps(args, u, cwd: Path) -> str:
         gc.collect()
         snap = tracemalloc.take_snapshot()
     print(f"step 0: {memory_line()}", flush=True)
+    from gateway.audit.log import AuditLog
+    from gateway.policy.decisionlog import DecisionLog
+    logs = [o for o in gc.get_objects() if o.__class__ in (AuditLog, DecisionLog)]
     for target in args.steps:
+        peaks = {"rss": 0, "audit": 0, "decisions": 0}
+
+        async def sample() -> None:       # the step's peaks, every 0.2 s: a backlog's objects set the high-water
+            while True:
+                peaks["rss"] = max(peaks["rss"], rss_kib())
+                for log in logs:
+                    name, n = (("audit", log.pending) if log.__class__ is AuditLog else
+                               ("decisions", len(log._decisions)))
+                    peaks[name] = max(peaks[name], n)
+                await asyncio.sleep(0.2)
+        sampler = asyncio.create_task(sample())
         out = await pgbench(u, args.mode, max(1, (target - done) // 8), cwd)
+        sampler.cancel()
         done += max(1, (target - done) // 8) * 8
         await asyncio.sleep(1.0)          # the writers' last batches
         gc.collect()
-        print(f"step {done}: {memory_line()}, load {os.getloadavg()[0]:.1f}", flush=True)
+        print(f"step {done}: {memory_line()}, load {os.getloadavg()[0]:.1f}; during it: RSS at most "
+              f"{peaks['rss'] / 1024:.1f} MiB, audit rows pending at most {peaks['audit']}, decision-log rows "
+              f"pending at most {peaks['decisions']}", flush=True)
         for name, held in structures().items():
             print(f"    {name}: {held}")
         if snap is not None:
@@ -370,7 +387,7 @@ def main() -> int:
         return 0
     threads = ", ".join(f"{k} {v:.0f}" for k, v in sorted(out["threads"].items(), key=lambda kv: -kv[1]) if v >= 0.5)
     print(f"{args.mode}: {out['process']:.0f} µs CPU a statement (process), threads: {threads}; "
-          f"{args.statements} statements in {out['wall_s']:.1f} s ({out['tps']} tps), decision cache hits/misses "
+          f"{n} statements in {out['wall_s']:.1f} s ({out['tps']} tps), decision cache hits/misses "
           f"{out['cache'][0]}/{out['cache'][1]}, load {load:.1f}")
     return 0
 
