@@ -4,8 +4,10 @@ revision, engine, latency in µs), written in batches off the hot path by the au
 (`history_refs`; the format: gateway/store/decisions.py).
 
 `record()` only appends to a list (no copy, no JSON, no redaction: those happen on the store's thread when
-the batch is written) and never raises. Past `max_pending` unwritten rows the oldest are dropped and counted,
-so a slow or dead store costs decision-log rows, never request latency. `close()` flushes.
+the batch is written) and never raises. Past `max_pending` unwritten rows, or `max_pending_chars` of what they
+hold (weight(): a tool call's arguments of up to 256 KiB each would otherwise let 100,000 waiting rows keep
+~25 GiB), the oldest are dropped and counted, so a slow or dead store costs decision-log rows, never request
+latency or memory. `close()` flushes.
 """
 from __future__ import annotations
 
@@ -293,6 +295,30 @@ def _entry_ref(item: Stamped) -> tuple[str, str, str, int] | None:
 
 
 MAX_WRITTEN_REFS = 65536      # history entries known to be stored (past it the set starts over: rewritten, no harm)
+MAX_PENDING_CHARS = 256 * 1024 * 1024     # what the rows waiting to be written may hold (weight())
+_ROW_WEIGHT = 4096                        # a row besides its arguments: the session, the history, the result
+
+
+def weight(doc: Any) -> int:
+    """About what a decision's input keeps alive while it waits: a fixed part and the characters of the strings
+    in its tool call's arguments (up to the gate's 256 KiB; the rest of an input is bounded by its own caps)."""
+    tool = doc.get("tool") if doc.__class__ is dict else None
+    args = tool.get("args") if tool.__class__ is dict else None
+    if not args:
+        return _ROW_WEIGHT
+    n, todo = _ROW_WEIGHT, [args]
+    while todo:
+        value = todo.pop()
+        cls = value.__class__
+        if cls is str:
+            n += len(value)
+        elif cls is dict:
+            for k, v in value.items():
+                n += len(k) if k.__class__ is str else 0
+                todo.append(v)
+        elif cls is list:
+            todo.extend(value)
+    return n
 
 
 class DecisionLog(BatchWriter[tuple[list[tuple], list[dict]]]):
@@ -301,10 +327,11 @@ class DecisionLog(BatchWriter[tuple[list[tuple], list[dict]]]):
     1,600 decisions/s, and the thousands of inputs it held were walked by every full garbage collection."""
 
     def __init__(self, store: Store, flush_interval_s: float = 0.1, max_batch: int = 500,
-                 max_pending: int = 100_000):
+                 max_pending: int = 100_000, max_pending_chars: int = MAX_PENDING_CHARS):
         super().__init__("sandgate-decision-log", flush_interval_s, max_batch)
         self.store = DecisionStore(store)
-        self._max_pending = max_pending
+        self._max_pending, self._max_chars = max_pending, max_pending_chars
+        self.pending_chars = 0                  # the weight() of the rows waiting (not of those being written)
         self._decisions: list[tuple] = []
         self._divergences: list[dict] = []
         self._written_refs: set[str] = set()     # history entries stored already (read and added off the loop)
@@ -312,13 +339,24 @@ class DecisionLog(BatchWriter[tuple[list[tuple], list[dict]]]):
 
     def record(self, kind: str, input_doc: Any, result: dict, rev: str, engine: str, latency_us: int,
                decision_id: str, ts: float | None = None, request_id: str | None = None) -> None:
+        w = weight(input_doc)
         self._decisions.append((decision_id, ts or time.time(), kind, input_doc, result, rev, engine, latency_us,
-                                request_id))
-        if len(self._decisions) > self._max_pending:
-            del self._decisions[: len(self._decisions) - self._max_pending]
-            self.dropped += 1
+                                request_id, w))
+        self.pending_chars += w
+        if len(self._decisions) > self._max_pending or self.pending_chars > self._max_chars:
+            self._drop_oldest()
         if len(self._decisions) >= self._max_batch:
             self._wake()
+
+    def _drop_oldest(self) -> None:
+        """Past either bound (the store is not keeping up, or is down) the oldest rows go, counted in `dropped`."""
+        decisions, n, chars = self._decisions, 0, self.pending_chars
+        while n < len(decisions) - 1 and (len(decisions) - n > self._max_pending or chars > self._max_chars):
+            chars -= decisions[n][9]
+            n += 1
+        del decisions[:n]
+        self.pending_chars = chars
+        self.dropped += n
 
     def record_divergence(self, decision_id: str, kind: str, input_doc: Any, live: dict, shadow: dict,
                           live_rev: str, shadow_rev: str) -> None:
@@ -340,7 +378,7 @@ class DecisionLog(BatchWriter[tuple[list[tuple], list[dict]]]):
         """Off the loop, before the store's writer thread: redact and serialise; the history entries not stored
         yet (each once)."""
         rows, new, written = [], {}, self._written_refs
-        for did, ts, kind, doc, result, rev, engine, latency, request_id in decisions:
+        for did, ts, kind, doc, result, rev, engine, latency, request_id, _ in decisions:
             refs, entries = history_refs(doc)
             for key, text, _, _ in entries:
                 if key not in written:
@@ -369,6 +407,7 @@ class DecisionLog(BatchWriter[tuple[list[tuple], list[dict]]]):
 
     def _take(self) -> tuple[list[tuple], list[dict]]:
         decisions, self._decisions = self._decisions[: self._max_batch], self._decisions[self._max_batch:]
+        self.pending_chars -= sum(d[9] for d in decisions)
         divergences, self._divergences = self._divergences, []
         return decisions, divergences
 
@@ -378,6 +417,7 @@ class DecisionLog(BatchWriter[tuple[list[tuple], list[dict]]]):
 
     def _put_back(self, batch: tuple[list[tuple], list[dict]]) -> None:
         self._decisions[:0] = batch[0]
+        self.pending_chars += sum(d[9] for d in batch[0])
         self._divergences[:0] = batch[1]
 
     def _failed(self, batch: tuple[list[tuple], list[dict]], exc: Exception) -> None:
