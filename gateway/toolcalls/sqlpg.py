@@ -386,7 +386,7 @@ def _is_settings(relation: Any) -> bool:
 def unbounded_where(where: Any, targets: tuple[str, ...] = (), relation: str | None = None) -> bool:
     """Whether a WHERE clause fails to bound the rows: absent, naming no column (constant: every row or none), or
     trivially true (`true`, `... OR true`, `1 = 1`, `x = x`, `x IS NULL OR x IS NOT NULL`, `x > 0 OR x <= 0`,
-    `p OR NOT p`, `name LIKE '%'`, a CASE whose every result is such, `(x = NULL) IS NOT FALSE` or `coalesce(x =
+    `p OR NOT p`, `name LIKE '%'`, `x IS NOT NULL`, a CASE whose every result is such, `(x = NULL) IS NOT FALSE` or `coalesce(x =
     NULL, true)` (a comparison with NULL is NULL), and, given the statement's own table `relation`, each row
     meeting itself in a subquery of that table: `id IN (SELECT id FROM t)`, `EXISTS (SELECT 1 FROM t u WHERE
     u.id = t.id)`)."""
@@ -580,6 +580,8 @@ class _Trivial:
         if isinstance(node, ast.CaseExpr):
             results = [w.result for w in node.args or ()] + [node.defresult]
             return all(r is not None and self.true(r) for r in results)
+        if isinstance(node, ast.NullTest):     # `id IS NOT NULL`: every row (of a key; columns taken as non-null)
+            return node.nulltesttype == NullTestType.IS_NOT_NULL
         if isinstance(node, ast.CoalesceExpr):
             # the first argument that is not NULL decides: true when each before it is NULL or true, and it is true
             for arg in node.args or ():
@@ -650,6 +652,8 @@ class _Trivial:
                 return True
             if node.kind == A_Expr_Kind.AEXPR_DISTINCT and self.same(node.lexpr, node.rexpr):
                 return True
+        if isinstance(node, ast.NullTest):
+            return node.nulltesttype == NullTestType.IS_NULL
         return False
 
     def same(self, a: Any, b: Any) -> bool:

@@ -47,6 +47,9 @@ DESTRUCTIVE = [
     "UPDATE t SET v = 'gone' WHERE EXISTS (SELECT 1 FROM pg_class AS c WHERE c.relname = 't')",
     "UPDATE t SET v = 'gone' WHERE EXISTS (SELECT 1 FROM t WHERE t.id = 5)",
     "UPDATE t SET v = 'gone' WHERE 5 IN (SELECT u.id FROM t AS u)",
+    # every row whose column is not NULL (a key: every row)
+    "UPDATE t SET v = 'gone' WHERE id IS NOT NULL",
+    "UPDATE t SET v = 'gone' WHERE NOT (id ISNULL)",
 ]
 SIMPLE_ONLY = [
     "SELECT 1; DELETE FROM t",

@@ -242,3 +242,11 @@ def test_a_where_that_reads_no_column_of_the_row_bounds_nothing():
                  "UPDATE public.t SET v = 'x' WHERE public.t.id = 3", "UPDATE t SET v = 'x' WHERE CURRENT OF c",
                  "MERGE INTO t USING u ON u.id = t.id WHEN MATCHED THEN UPDATE SET v = 'x'"):
         assert classify_pg(stmt)["unbounded"] == [], stmt
+
+
+def test_is_not_null_holds_for_every_row():
+    """Columns are taken as non-null (a key is): `id IS NOT NULL` picks every row, `id IS NULL` none."""
+    for where in ("id IS NOT NULL", "NOT (id ISNULL)", "id NOTNULL", "id IS NOT NULL OR id = 5"):
+        assert unbounded_pg(where), where
+    for where in ("id IS NULL", "id IS NOT NULL AND id = 5", "deleted_at IS NULL AND id = 5"):
+        assert not unbounded_pg(where), where
