@@ -447,6 +447,9 @@ def _from_names(select: Any) -> set:
 
 
 def _names_row(where: Any, targets: tuple[str, ...]) -> bool:
+    if isinstance(where, ast.A_Expr) and any(isinstance(side, ast.ColumnRef) and len(side.fields or ()) == 1
+                                             for side in (where.lexpr, where.rexpr)):
+        return True             # `aid = 77`: an unqualified column outside any subquery (no walk)
     refs = _RowRefs(targets)
     refs(where)
     return refs.found
