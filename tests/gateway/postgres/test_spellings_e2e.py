@@ -203,3 +203,17 @@ def test_a_family_of_spellings_held(pg_gateway, cluster, family):
     assert check[1] == ("app", '"$user", public', "origin"), check
     intact(cluster)
     assert cluster.psql_local("SELECT count(*) FROM pg_largeobject_metadata").strip() == "0"
+
+
+def test_several_statements_in_one_parse_are_decided_whole(pg_gateway, cluster):
+    """The server refuses a Parse of several statements, but the gateway decides first: the least safe of them
+    (the site rule's TRUNCATE: denied) is what the client hears; a Parse of reads only gets the server's refusal."""
+    _, url = db_session(pg_gateway)
+    with psycopg.connect(url, autocommit=True) as conn:
+        with pytest.raises(psycopg.errors.InsufficientPrivilege) as err:
+            conn.execute("SELECT 1; TRUNCATE t", prepare=True)
+        assert "sandgate: denied" in str(err.value)
+        with pytest.raises(psycopg.errors.SyntaxError):
+            conn.execute("SELECT 1; SELECT 2", prepare=True)
+        assert conn.execute("SELECT count(*) FROM t").fetchone() == (10,)
+    intact(cluster)
