@@ -87,16 +87,25 @@ def test_the_escape_hatch_another_python_and_an_import_time_variable_exec_a_real
         assert sg.stop() == 0
 
 
-def test_a_start_after_the_zygote_died_still_runs(tmp_path):
+def test_a_start_after_the_zygote_died_still_runs(tmp_path, monkeypatch):
+    # a zygote of this test's own: killing the test process's shared one would take with it the exit statuses of
+    # the sandgates it forked for session fixtures (the PostgreSQL gateway's), still running on this worker
+    shared = zygote._CLIENT.get("client")
+    monkeypatch.setattr(zygote, "_CLIENT", {})
     old = zygote.client(100)
-    old.proc.kill()
-    old.proc.wait()
-    sg = Sandgate(tmp_path / "after").start()
     try:
-        assert requests.get(sg.api + "/healthz", timeout=10).ok
-        assert zygote.client(100).proc.pid != old.proc.pid
+        old.proc.kill()
+        old.proc.wait()
+        sg = Sandgate(tmp_path / "after").start()
+        try:
+            assert sg.forked
+            assert requests.get(sg.api + "/healthz", timeout=10).ok
+            assert zygote.client(100).proc.pid != old.proc.pid
+        finally:
+            assert sg.stop() == 0
     finally:
-        assert sg.stop() == 0
+        zygote.shutdown()               # this test's second zygote; the shared one comes back with _CLIENT
+    assert shared is None or shared.proc.poll() is None, "the test process's own zygote was stopped"
 
 
 def test_the_zygote_ends_with_its_test_process(tmp_path):
