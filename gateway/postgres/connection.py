@@ -101,6 +101,7 @@ class Run:
     """A statement sent to run: its audit row is written when the server says how it ended."""
     statement: str
     verdict: Verdict | None
+    segment: int                # how many Syncs and Queries went upstream before it: the pipeline segment it is in
     started: float = field(default_factory=time.monotonic)
 
 
@@ -131,10 +132,12 @@ class Connection:
         self._prepared: dict[str, Prepared] = {}
         self._prepared_bytes = 0
         self._portals: dict[str, tuple[str, Verdict]] = {}
-        self._describes: deque[tuple[str, str]] = deque()
+        self._describes: deque[tuple[str, str, int]] = deque()     # what, name, segment
         self._copy_in = False
         self._skipping = False      # a refusal in the extended protocol: the server skips to Sync, so do we
-        self._failed = False        # the server reported an error since the last ReadyForQuery
+        # the segment (Syncs and Queries answered before it) the server reported an error in, until its
+        # ReadyForQuery: the server skips that segment's messages up to its Sync, not the later segments'
+        self._failed: int | None = None
         self._pending_ready = 0     # Query and Sync messages sent whose ReadyForQuery has not come back
         self._ends_sent = 0         # Syncs and Queries sent upstream, and ReadyForQuery messages come back
         self._ends_seen = 0
@@ -308,7 +311,7 @@ class Connection:
                 self._ending = ("54000", f"sandgate: more than {MAX_PIPELINE} statements sent without waiting "
                                          "for their results")
                 raise Closed
-            if (self._skipping or self._failed) and kind in SKIPPED:
+            if (self._skipping or self._failed == self._ends_sent) and kind in SKIPPED:
                 await self._flush_after(kind)
                 continue            # the server ignores these until Sync after an error: never decided, never sent
             if kind == b"S":
@@ -456,7 +459,7 @@ class Connection:
                 refusal = error
                 break
         if refusal is None:
-            self._runs.extend(Run(p, v) for p, v in zip(parts, verdicts))
+            self._runs.extend(Run(p, v, self._ends_sent) for p, v in zip(parts, verdicts))
             for part in parts:                  # what the server forgets, the gateway forgets
                 dropped = statements.deallocated(part)
                 if dropped is None:
@@ -610,7 +613,7 @@ class Connection:
         known = self._portals.get(portal)
         # a portal not bound through the gateway is a cursor (DECLARE, decided as its statement) or nothing
         self._runs.append(Run(known[0] if known else f"FETCH FROM {portal or 'unnamed portal'}",
-                              known[1] if known else None))
+                              known[1] if known else None, self._ends_sent))
         self._executed = True
         copies = known is not None and statements.copies_in(known[0])
         if copies:
@@ -640,7 +643,7 @@ class Connection:
         await self._copy_started.wait()
 
     async def _on_describe(self, kind: bytes, body: bytes) -> None:
-        self._describes.append(wire.parse_describe_or_close(body))
+        self._describes.append((*wire.parse_describe_or_close(body), self._ends_sent))
         await self._forward(kind, body)
 
     async def _on_close(self, kind: bytes, body: bytes) -> None:
@@ -746,11 +749,12 @@ class Connection:
                 break
         if swapped is not None:
             return swapped
-        self._finish("", fields.get("C", "error"))
-        # what was sent after it does not run: the rest of a Query, or every message up to Sync
-        while self._runs:
+        if self._runs and self._runs[0].segment <= self._ends_seen:
+            self._finish("", fields.get("C", "error"))
+        # what was sent after it in its segment does not run: the rest of a Query, or every message up to Sync
+        while self._runs and self._runs[0].segment <= self._ends_seen:
             self._finish("", "not run")
-        self._failed = True
+        self._failed = self._ends_seen
         return None
 
     def _finish(self, tag: str, error: str) -> None:
@@ -772,13 +776,14 @@ class Connection:
         while self._unconfirmed and self._unconfirmed[0].run < self._ends_seen:
             self._drop(self._unconfirmed.popleft())     # no ParseComplete before its ReadyForQuery: not the server's
         self._parse_answered.set()
-        while self._runs:
+        while self._runs and self._runs[0].segment < self._ends_seen:
             self._finish("", "not run")
-        self._failed = False
+        self._failed = None
         self._pending_ready = max(0, self._pending_ready - 1)
         if self._ends_seen >= self._ends_sent:      # a later pipeline's stand-ins are still to be answered
             self._stand_ins.clear()
-        self._describes.clear()
+        while self._describes and self._describes[0][2] < self._ends_seen:
+            self._describes.popleft()
         self._copy_in = False
 
     def _on_parameter_description(self, body: bytes) -> None:

@@ -14,6 +14,7 @@ import pytest
 
 from tests.conftest import need_binary
 from tests.gateway.postgres.conftest import db_session, decide, pending
+from tests.support.pgcluster import APP_PASSWORD
 
 
 def psql(url: str, sql: str, timeout: float = 60) -> subprocess.CompletedProcess:
@@ -520,3 +521,112 @@ def test_transaction_tricks_after_a_denial_commit_nothing_denied(pg_gateway, clu
     assert cluster.psql_local("SELECT count(*) FROM t WHERE id = 62").strip() == "0"
     assert cluster.psql_local("SELECT count(*) FROM pg_prepared_xacts", db="postgres").strip() == "0"
     assert cluster.count() == 11
+
+
+def _take(pg, n: int) -> list[tuple]:
+    """The next `n` results of a libpq pipeline (status, SQLSTATE, first value), read as they come."""
+    import select
+
+    out: list[tuple] = []
+    deadline = time.time() + 30
+    while len(out) < n:
+        pg.consume_input()
+        while pg.is_busy():
+            assert time.time() < deadline, out
+            select.select([pg.socket], [], [], 1)
+            pg.consume_input()
+        res = pg.get_result()
+        if res is not None:
+            out.append(_described(res))
+    return out
+
+
+def _described(res) -> tuple:
+    first = res.get_value(0, 0) if res.status == psycopg.pq.ExecStatus.TUPLES_OK and res.ntuples else None
+    return res.status, res.error_field(psycopg.pq.DiagnosticField.SQLSTATE), first
+
+
+def _segments_after_an_error(url: str, failing: bytes, rounds: int = 5) -> list:
+    """Several pipeline segments in flight where the first fails: its answers are asked for with a Flush and read
+    (the error then reaches the client before the server has the segment's Sync), and the Sync and the next
+    segments are sent at once, without waiting for the server's ReadyForQuery."""
+    import select
+
+    pg = psycopg.pq.PGconn.connect(url.encode())
+    assert pg.status == psycopg.pq.ConnStatus.OK, pg.error_message
+    pg.enter_pipeline_mode()
+    seen: list = []
+    for r in range(rounds):
+        pg.send_query_params(b"SELECT count(*) FROM t WHERE id < 5", None)
+        pg.send_query_params(failing, None)
+        pg.send_query_params(f"INSERT INTO t (id, v) VALUES ({100 + r}, 'skipped')".encode(), None)
+        pg.send_flush_request()
+        pg.flush()
+        seen.append(_take(pg, 2))                   # the SELECT's rows, the error
+        pg.pipeline_sync()
+        pg.send_query_params(b"SELECT v FROM t WHERE id = 3", None)
+        pg.send_query_params(f"INSERT INTO t (id, v) VALUES ({200 + r}, 'later')".encode(), None)
+        pg.pipeline_sync()
+        pg.send_query_params(b"SELECT count(*) FROM t WHERE id >= 200", None)
+        pg.pipeline_sync()
+        rest: list[list] = [[]]
+        deadline = time.time() + 30
+        while len(rest) <= 3:
+            pg.consume_input()
+            while pg.is_busy():
+                assert time.time() < deadline, (seen, rest)
+                select.select([pg.socket], [], [], 1)
+                pg.consume_input()
+            res = pg.get_result()
+            if res is None:
+                continue
+            if res.status == psycopg.pq.ExecStatus.PIPELINE_SYNC:
+                rest.append([])
+                continue
+            rest[-1].append(_described(res))
+        seen.append(rest[:3])
+    pg.consume_input()
+    assert not pg.is_busy(), seen               # no answer is still to come
+    pg.exit_pipeline_mode()
+    seen.append(pg.exec_(b"SELECT count(*) FROM t").get_value(0, 0))     # the connection is still usable
+    pg.finish()
+    return seen
+
+
+@pytest.mark.parametrize("failing, sqlstate", [(b"SELECT 1/0", b"22012"),
+                                               (b"INSERT INTO t (id, v) VALUES (1, 'dup')", b"23505")])
+def test_segments_after_a_server_error_get_their_answers(pg_gateway, cluster, failing, sqlstate):
+    """A server error in one pipeline segment ends that segment only: the segments the client sent after its Sync,
+    before the server's ReadyForQuery for it, run and get their answers, the same sequence PostgreSQL gives a
+    client connected to it directly; what followed the error up to its Sync did not run."""
+    direct = _segments_after_an_error(f"postgresql://app:{APP_PASSWORD}@127.0.0.1:{cluster.port}/app"
+                                      f"?sslmode=require", failing)
+    cluster.reset()
+    sess, url = db_session(pg_gateway)
+    through = _segments_after_an_error(url, failing)
+    assert through == direct, (through, direct)
+    ok, rows, err = (psycopg.pq.ExecStatus.COMMAND_OK, psycopg.pq.ExecStatus.TUPLES_OK,
+                     psycopg.pq.ExecStatus.FATAL_ERROR)
+    assert through[0] == [(rows, None, b"4"), (err, sqlstate, None)], through
+    assert through[1][1:] == [[(rows, None, b"row3"), (ok, None, None)], [(rows, None, b"1")]], through
+    assert through[-1] == b"15"
+    assert cluster.psql_local("SELECT count(*) FROM t WHERE v = 'skipped'").strip() == "0"
+    audit = {e["detail"]["statement"]: e["detail"] for e in pg_gateway.events(sess["id"]) if e["kind"] == "sql"}
+    for r in range(5):          # each statement's row says how it ended, whatever segment it was in
+        assert audit[f"INSERT INTO t (id, v) VALUES ({200 + r}, 'later')"]["tag"] == "INSERT 0 1", audit
+        assert audit[f"INSERT INTO t (id, v) VALUES ({100 + r}, 'skipped')"]["error"] == "not run", audit
+
+
+def test_segments_after_a_denied_statement_get_their_answers(pg_gateway, cluster):
+    """The same where the gateway denies the failing statement (the site rule's TRUNCATE, 42501): its segment skips
+    to its Sync as the server's would, and every later segment gets its answers."""
+    direct = _segments_after_an_error(f"postgresql://app:{APP_PASSWORD}@127.0.0.1:{cluster.port}/app"
+                                      f"?sslmode=require", b"SELECT 1/0")
+    cluster.reset()
+    _, url = db_session(pg_gateway)
+    through = _segments_after_an_error(url, b"TRUNCATE t")
+    denied = [[(s, b"42501" if c == b"22012" else c, v) for s, c, v in part] if i % 2 == 0 else part
+              for i, part in enumerate(direct[:-1])] + [direct[-1]]
+    assert through == denied, (through, direct)
+    assert cluster.count() == 15
+    assert cluster.psql_local("SELECT count(*) FROM t WHERE v = 'skipped'").strip() == "0"
