@@ -630,3 +630,42 @@ def test_segments_after_a_denied_statement_get_their_answers(pg_gateway, cluster
     assert through == denied, (through, direct)
     assert cluster.count() == 15
     assert cluster.psql_local("SELECT count(*) FROM t WHERE v = 'skipped'").strip() == "0"
+
+
+def _psycopg_pipelines(url: str, failing: str) -> list:
+    """psycopg's pipeline mode (`with conn.pipeline()`): a statement the server fails between others, its answers
+    read with a Flush before the Sync; then pipelines after it. What the client saw, in order."""
+    out: list = []
+    with psycopg.connect(url, autocommit=True) as conn:
+        for r in range(3):
+            try:
+                with conn.pipeline() as p:
+                    a = conn.execute("SELECT count(*) FROM t WHERE id < %s", (5,))
+                    conn.execute(failing)
+                    conn.execute("INSERT INTO t (id, v) VALUES (%s, 'skipped')", (100 + r,))
+                    out.append(a.fetchone())
+                    p.sync()
+            except psycopg.Error as exc:
+                out.append(exc.sqlstate)
+            with conn.pipeline():
+                b = conn.execute("INSERT INTO t (id, v) VALUES (%s, 'later')", (200 + r,))
+                c = conn.execute("SELECT v FROM t WHERE id = %s", (3,))
+            out.append((b.rowcount, c.fetchone()))
+        out.append(conn.execute("SELECT count(*) FROM t").fetchone())
+    return out
+
+
+@pytest.mark.parametrize("failing", ["SELECT 1/0", "INSERT INTO t (id, v) VALUES (1, 'dup')", "TRUNCATE t"])
+def test_psycopg_pipelines_after_an_error_answer_as_postgresql_does(pg_gateway, cluster, failing):
+    """The same sequence through the gateway as from PostgreSQL directly (a denied TRUNCATE stands for a statement
+    the server fails: 42501 where PostgreSQL gave 22012); nothing after the error ran in its pipeline."""
+    direct = _psycopg_pipelines(f"postgresql://app:{APP_PASSWORD}@127.0.0.1:{cluster.port}/app?sslmode=require",
+                                "SELECT 1/0" if failing == "TRUNCATE t" else failing)
+    cluster.reset()
+    _, url = db_session(pg_gateway)
+    through = _psycopg_pipelines(url, failing)
+    if failing == "TRUNCATE t":
+        direct = ["42501" if item == "22012" else item for item in direct]
+    assert through == direct, (through, direct)
+    assert through[-1] == (13,) and (1, ("row3",)) in through, through
+    assert cluster.psql_local("SELECT count(*) FROM t WHERE v = 'skipped'").strip() == "0"
