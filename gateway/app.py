@@ -640,11 +640,14 @@ async def _drain(listening: Listening, limit_s: float, loop: asyncio.AbstractEve
     again = asyncio.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, again.set)
-    if drain.held and limit_s > 0:
-        log.info("sandgate draining: %d held requests may still be decided for %.0f s", drain.held, limit_s)
+    held = drain.held
+    if held and limit_s > 0:
+        log.info("sandgate draining: %d held requests may still be decided for %.0f s", held, limit_s)
         await drain.settle(limit_s, again)
     drain.stop()
-    if drain.held:
-        log.info("sandgate stopping: %d held requests answered 503 sandgate.stopping", drain.held)
-        await drain.settle(2.0, again)          # their answers are written before the proxy closes
-        await asyncio.sleep(0.2)
+    if drain.held:                              # those still waiting are answered 503, those let through answered
+        if drain.waiting:
+            log.info("sandgate stopping: %d held requests answered 503 sandgate.stopping", drain.waiting)
+        await drain.settle(2.0, again)
+    if held:
+        await asyncio.sleep(0.2)                # the last answers are written before the proxy closes

@@ -65,6 +65,14 @@ class HoldAddon:
             return self.deny(flow, "approval.body_too_large", "approval required, but the body is too large to hold")
         if self._drain.draining:
             return self._recorder.deny(flow, "sandgate.stopping", STOPPING_NEW, status=503)
+        # Held from before its approval is filed (an approver, or another worker, may list it before this waits on
+        # it) until it is answered: a drain that begins meanwhile waits for it (gateway/runtime/drain.py).
+        with self._drain.holding():
+            await self._file_and_wait(flow, st, body)
+            if flow.response is None:               # let through: held until its response or error hook
+                self._drain.released.add(flow)
+
+    async def _file_and_wait(self, flow: http.HTTPFlow, st: FlowState, body: bytes) -> None:
         sid = st.session_id
         url = flow.request.pretty_url
         markers = list((st.session.get("placeholders") or {}).values())
@@ -102,8 +110,7 @@ class HoldAddon:
             self.held_aws.setdefault(flow.client_conn, set()).add(id(st))
         waiter = asyncio.ensure_future(self._queue.wait(st.approval_id, self._settings.hold_timeout_s))
         try:
-            with self._drain.holding():
-                stopped = await self._drain.race(waiter)
+            stopped = await self._drain.race(waiter)
         finally:
             held.discard(st.approval_id)        # from here a disconnect no longer cancels the item
             self.held_aws.get(flow.client_conn, set()).discard(id(st))
@@ -129,7 +136,13 @@ class HoldAddon:
             self.client_gone(aid)
         self.gone |= self.held_aws.pop(client, set())
 
+    def response(self, flow: http.HTTPFlow) -> None:
+        if self._drain.released:
+            self._drain.released.discard(flow)
+
     def error(self, flow: http.HTTPFlow) -> None:
+        if self._drain.released:
+            self._drain.released.discard(flow)
         st = flow_state(flow)
         if st is not None and st.approval_id and st.approval_id in self.held.get(flow.client_conn, ()):
             self.client_gone(st.approval_id)

@@ -4,6 +4,7 @@ what is still held 503 `sandgate.stopping` with its approval left pending, and e
 sandgate still holds that approval: approved, the client's retry goes through once."""
 from __future__ import annotations
 
+import json
 import signal
 import socket
 import time
@@ -29,6 +30,15 @@ def wait_until(check, timeout: float = 20.0, what: str = "condition"):
             return value
         time.sleep(0.05)
     raise AssertionError(f"timed out waiting for {what}")
+
+
+def running(pid: int) -> bool:
+    """Whether the process runs (a worker that has exited stays a zombie until its supervisor reaps it)."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rpartition(")")[2].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
 
 
 def readyz(sg) -> int | None:
@@ -118,8 +128,9 @@ def test_a_second_signal_ends_the_drain_and_a_new_ask_is_refused_meanwhile(tmp_p
 
 
 def test_serve_workers_drain_each_worker_on_sigterm(tmp_path, upstream):
-    """`serve --workers 2` (PostgreSQL): the supervisor's SIGTERM reaches every worker, each drains what it holds;
-    an approval given during the drain (on whichever worker the API call lands) releases the held request."""
+    """`serve --workers 2` (PostgreSQL): the supervisor's SIGTERM reaches every worker, each drains what it holds
+    (the one holding nothing stops at once, the other waits); an approval given during the drain (on the API of the
+    worker still there) releases the held request."""
     from tests.conftest import need
     from tests.support.pg import PG_URL, pg_available
 
@@ -133,10 +144,15 @@ def test_serve_workers_drain_each_worker_on_sigterm(tmp_path, upstream):
         url = f"http://allowed.test:{upstream.port}/workers-drain"
         t, out = background(lambda: requests.delete(url, proxies=sess["proxies"], timeout=90))
         item = pending_for(sg, sess["id"])[0]
+        workers = json.loads((sg.data_dir / "listen.json").read_text())["workers"]
+        assert len(workers) == 2 and all(running(pid) for pid in workers)
         sg.proc.send_signal(signal.SIGTERM)
-        # two workers and their supervisor on a loaded machine: 20 s was not always enough (drain_s is 60)
-        wait_until(lambda: readyz(sg) == 503, timeout=45.0, what="the workers draining")
-        assert sg.proc.poll() is None
+        # The worker holding nothing stops: then every API connection reaches the one that drains (one that met the
+        # other's listener as it closed would be reset). Two workers and their supervisor on a loaded machine: 20 s
+        # was not always enough (drain_s is 60).
+        wait_until(lambda: sum(map(running, workers)) == 1, timeout=45.0, what="the idle worker stopping")
+        wait_until(lambda: readyz(sg) == 503, timeout=45.0, what="the holding worker draining")
+        assert sg.proc.poll() is None and sum(map(running, workers)) == 1
         r = sg.call("POST", f"/v1/approvals/{item['id']}/approve", sg.approver, json={})
         assert r.status_code == 200, r.text
         t.join(60)
