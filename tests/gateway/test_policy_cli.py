@@ -9,12 +9,13 @@ import textwrap
 
 import pytest
 
-from tests.support.gateway import ROOT
+from tests.support.gateway import ROOT, gateway_cli
 
 
 def sandgate(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "gateway", *args], capture_output=True, text=True, timeout=120,
-                          input=stdin, cwd=str(ROOT))
+    """A real `sandgate` command process, forked from the test process's zygote (its imports already done:
+    tests/support/zygote.py), exec'd where it cannot be."""
+    return gateway_cli(*args, input=stdin, cwd=ROOT)
 
 
 def write(directory, files: dict[str, str]):
