@@ -17,7 +17,9 @@ their idle ticks to later files), session teardown to the worker's last file. Co
 threads) and everything else in the group (`children`).
 
 The controller gathers the workers' rows (xdist's workeroutput) and writes SANDGATE_TEST_CPU (JSON: file ->
-cpu_s, self_s, children_s, wall_s, tests, worker), plus `_total` (the whole groups' usage, start-up included)."""
+cpu_s, self_s, children_s, wall_s, tests, worker), plus `_total` (the whole groups' usage, start-up included).
+SANDGATE_TEST_CPU_TESTS=1 adds `_tests`: each test's own CPU (its setup, call and teardown: a module fixture's start
+is charged to the file's first test), listed by `python -m tests.support.cpuacct tests CPU.json 30`."""
 from __future__ import annotations
 
 import json
@@ -31,6 +33,7 @@ import pytest
 ROOT = Path("/sys/fs/cgroup/cpuacct")
 ENV_OUT = "SANDGATE_TEST_CPU"
 ENV_RUN = "SANDGATE_TEST_CPU_RUN"
+ENV_TESTS = "SANDGATE_TEST_CPU_TESTS"
 
 
 def _usage(group: Path) -> float:
@@ -54,6 +57,8 @@ class _Meter:
         self.current: str | None = f"(start {worker})"
         self.mark = self.start
         self.tests = 0
+        self.per_test = os.environ.get(ENV_TESTS) == "1"
+        self.test_rows: dict[str, dict] = {}
 
     def _sample(self) -> tuple[float, float, float]:
         return _usage(self.group), time.process_time(), time.monotonic()
@@ -113,6 +118,13 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem):
         if path != _meter.current:
             _meter.switch(path)
         _meter.tests += 1
+        if _meter.per_test:
+            before = _meter._sample()
+            yield
+            after = _meter._sample()
+            _meter.test_rows[item.nodeid] = {"cpu_s": after[0] - before[0], "self_s": after[1] - before[1],
+                                             "wall_s": after[2] - before[2]}
+            return
     yield
 
 
@@ -122,6 +134,8 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     _meter.switch(None)
     rows = dict(_meter.rows)
     rows[f"_total[{_meter.worker}]"] = _meter.total()
+    if _meter.test_rows:
+        rows[f"_tests[{_meter.worker}]"] = _meter.test_rows
     if _is_worker(session.config):
         session.config.workeroutput["cpuacct"] = json.dumps(rows)
     else:
@@ -131,7 +145,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
 def _gather(rows: dict[str, dict]) -> None:
     """Add a process's rows (a file split over workers, as without --dist loadfile, sums)."""
     for key, row in rows.items():
-        if key in _gathered and not key.startswith("_total"):
+        if key in _gathered and not key.startswith("_"):
             have = _gathered[key]
             for field in ("cpu_s", "self_s", "children_s", "wall_s", "tests"):
                 have[field] += row[field]
@@ -153,6 +167,12 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     out = os.environ.get(ENV_OUT)
     if out and not _is_worker(config) and _gathered:
         totals = [row for key, row in _gathered.items() if key.startswith("_total[")]
+        tests = {nodeid: row for key, rows in list(_gathered.items()) if key.startswith("_tests[")
+                 for nodeid, row in rows.items()}
+        for key in [k for k in _gathered if k.startswith("_tests[")]:
+            del _gathered[key]
+        if tests:
+            _gathered["_tests"] = tests
         _gathered["_total"] = {"cpu_s": sum(r["cpu_s"] for r in totals), "self_s": sum(r["self_s"] for r in totals),
                                "workers": len(totals)}
         Path(out).write_text(json.dumps(_gathered, indent=1, sort_keys=True) + "\n")
@@ -160,7 +180,7 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 def table(data: dict, top: int) -> str:
     """The Markdown table of the `top` files by CPU, and the totals."""
-    files = sorted(((k, v) for k, v in data.items() if not k.startswith("_total")), key=lambda kv: -kv[1]["cpu_s"])
+    files = sorted(((k, v) for k, v in data.items() if not k.startswith("_")), key=lambda kv: -kv[1]["cpu_s"])
     total = data.get("_total", {})
     in_files = sum(v["cpu_s"] for k, v in files)
     lines = [f"Total CPU of the test processes' groups: {total.get('cpu_s', in_files):.1f} s "
@@ -175,7 +195,7 @@ def table(data: dict, top: int) -> str:
 
 def compare(before: dict, after: dict, top: int) -> str:
     """The `top` files of `before` by CPU, with their CPU in `after`."""
-    files = sorted(((k, v) for k, v in before.items() if not k.startswith("_total")), key=lambda kv: -kv[1]["cpu_s"])
+    files = sorted(((k, v) for k, v in before.items() if not k.startswith("_")), key=lambda kv: -kv[1]["cpu_s"])
     lines = ["| file | CPU s before | CPU s after |", "|---|---|---|"]
     for path, v in files[:top]:
         a = after.get(path, {}).get("cpu_s")
@@ -186,15 +206,26 @@ def compare(before: dict, after: dict, top: int) -> str:
     return "\n".join(lines) + "\n"
 
 
+def tests_table(data: dict, top: int) -> str:
+    """The `top` tests by CPU (a run with SANDGATE_TEST_CPU_TESTS=1): the test's own setup, call and teardown."""
+    rows = sorted(data.get("_tests", {}).items(), key=lambda kv: -kv[1]["cpu_s"])
+    lines = ["| test | CPU s | self s | wall s |", "|---|---|---|---|"]
+    lines += [f"| `{k}` | {v['cpu_s']:.2f} | {v['self_s']:.2f} | {v['wall_s']:.1f} |" for k, v in rows[:top]]
+    return "\n".join(lines) + "\n"
+
+
 def main(argv: list[str]) -> int:
     if len(argv) >= 2 and argv[0] == "table":
         print(table(json.loads(Path(argv[1]).read_text()), int(argv[2]) if len(argv) > 2 else 60), end="")
+        return 0
+    if len(argv) >= 2 and argv[0] == "tests":
+        print(tests_table(json.loads(Path(argv[1]).read_text()), int(argv[2]) if len(argv) > 2 else 30), end="")
         return 0
     if len(argv) >= 3 and argv[0] == "compare":
         before, after = (json.loads(Path(p).read_text()) for p in argv[1:3])
         print(compare(before, after, int(argv[3]) if len(argv) > 3 else 15), end="")
         return 0
-    print("usage: python -m tests.support.cpuacct table CPU.json [TOP] | compare BEFORE.json AFTER.json [TOP]",
+    print("usage: python -m tests.support.cpuacct table CPU.json [TOP] | tests CPU.json [TOP] | compare BEFORE.json AFTER.json [TOP]",
           file=sys.stderr)
     return 2
 
