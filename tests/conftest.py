@@ -39,6 +39,10 @@ E2E_FOLDERS = ("deploy",)
 # Files whose tests must not run at the same time as each other's under pytest-xdist: each group runs on one
 # worker, one file after the other (a file's own tests always stay on one worker, for its module fixtures).
 SERIAL_GROUPS: dict[str, tuple[str, ...]] = {}
+# Folders whose files share a session fixture too costly to start on every worker: each folder's files run on one
+# worker, one after the other (tests/gateway/postgres/: the PostgreSQL gateway's own cluster, initdb'd and started,
+# and the sandgate in front of it, `pgcluster` and `pg_gateway`, once per test process).
+SHARED_FOLDERS: tuple[str, ...] = ("tests/gateway/postgres/",)
 _TESTS = Path(__file__).parent
 
 
@@ -71,6 +75,9 @@ def _scope_of(path: str) -> str:
     for group, files in SERIAL_GROUPS.items():
         if path in files:
             return group
+    for folder in SHARED_FOLDERS:
+        if path.startswith(folder):
+            return folder
     return path
 
 
@@ -96,7 +103,7 @@ def expected_seconds(units: dict[str, list[str]]) -> dict[str, float]:
 
 class _ByFile(LoadScopeScheduling):
     """`--dist loadfile` for this suite: a file's tests stay on one worker (its module fixtures start once), the
-    files of a serial group share one, and the longest files are handed out first (by recorded durations: a long
+    files of a serial group or a shared folder share one, and the longest files are handed out first (by recorded durations: a long
     file starting last would be the run's tail)."""
 
     _ordered = False
