@@ -39,17 +39,34 @@ WRONG = [
 ]
 
 
-@pytest.mark.parametrize("path,line,contract", WRONG, ids=[w[0] + ": " + w[1] for w in WRONG])
-def test_a_wrong_import_breaks_a_contract(tmp_path, path, line, contract):
+@pytest.fixture(scope="module")
+def tree_copy(tmp_path_factory):
+    """One copy of the tree for the wrong-import tests (each adds its import, lints, and puts the file back): linted
+    clean before the first and after the last, so a broken contract comes from the added import, and the copy,
+    not the checkout, is what is read."""
+    tmp = tmp_path_factory.mktemp("tree")
     for package in ("gateway", "broker", "sandgate"):
-        shutil.copytree(ROOT / package, tmp_path / package, ignore=shutil.ignore_patterns("__pycache__", "static",
-                                                                                           "templates"))
-    shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
-    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
-    assert lint(tmp_path, env).returncode == 0            # the copy is the tree (the copy, not the checkout, is read)
-    target = tmp_path / path
-    target.write_text(target.read_text() + f"\n{line}  # noqa: E402\n")
-    out = lint(tmp_path, env)
+        shutil.copytree(ROOT / package, tmp / package, ignore=shutil.ignore_patterns("__pycache__", "static",
+                                                                                      "templates"))
+    shutil.copy(ROOT / "pyproject.toml", tmp / "pyproject.toml")
+    env = {**os.environ, "PYTHONPATH": str(tmp)}
+    clean = lint(tmp, env)
+    assert clean.returncode == 0, clean.stdout + clean.stderr
+    yield tmp, env
+    clean = lint(tmp, env)
+    assert clean.returncode == 0, "the copy was left with a wrong import: " + clean.stdout
+
+
+@pytest.mark.parametrize("path,line,contract", WRONG, ids=[w[0] + ": " + w[1] for w in WRONG])
+def test_a_wrong_import_breaks_a_contract(tree_copy, path, line, contract):
+    tmp, env = tree_copy
+    target = tmp / path
+    original = target.read_text()
+    target.write_text(original + f"\n{line}  # noqa: E402\n")
+    try:
+        out = lint(tmp, env)
+    finally:
+        target.write_text(original)
     assert out.returncode != 0, out.stdout
     broken = [ln for ln in out.stdout.splitlines() if " BROKEN" in ln]
     assert len(broken) >= 1 and any(ln.startswith(contract) for ln in broken), out.stdout
