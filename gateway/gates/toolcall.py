@@ -28,12 +28,14 @@ from gateway.auth.tokens import Principal
 from gateway.mcp.context import McpContext
 from gateway.policy.base import PolicyEngine
 from gateway.policy.decision import deny
-from gateway.policy.cache import Shared
+from gateway.policy.cache import Patched, Shared, patch
+from gateway.policy.inputs import SESSION_CHANGES, build_session_input, session_changes
 from gateway.runtime.ids import random_hex
 from gateway.runtime.metrics import Metrics
 from gateway.sessions.registry import SessionRegistry
 from gateway.sessions.spec import owns
 from gateway.store import StoreError
+from gateway.store.records import Session
 from gateway.toolcalls.describe import Effects
 from gateway.toolcalls.enrich import SHELL_TOOLS, build_toolcall_input, toolcall_base, toolcall_facts
 from gateway.toolcalls.history import (MAX_SESSION_PATHS, audit_facts, effect_lines, history_entries, path_rows,
@@ -57,6 +59,7 @@ MAX_ARGS_BYTES = 256 * 1024
 # the worst short WHERE we found; the hop to a thread cost more than the parse. Either way the facts are the same: this only decides where the
 # parsing runs.
 INLINE_ARGS_BYTES = 256
+MAX_KEPT_SESSIONS = 4096      # sessions whose input's unchanging part the gate keeps (_session_input)
 
 
 @dataclass(frozen=True)
@@ -200,6 +203,8 @@ class ToolCallGate:
         self._metrics = metrics
         self._engine = engine
         self.facts = facts
+        # per session: (its row, its budgets, the budgets it had spent, its input's Shared base): _session_input
+        self._inputs: dict[str, tuple[Session, dict, list, Shared]] = {}
 
     async def decide(self, req: ToolCallRequest) -> ToolCallOutcome:
         """Decide one call (and record it); ToolCallRefused when it cannot be decided."""
@@ -217,12 +222,12 @@ class ToolCallGate:
         if step is not None:
             sessions.set_step(sid, step)
         sessions.count(sid, toolcalls=1)
-        session = sessions.with_stats(live, counted="toolcalls")
         now = time.time()
+        session = self._session_input(sid, live, now)
         history, links, files, complete = await self._session_memory(sid, now)
         mcp_input = mcp.to_input() if mcp is not None else None
         base = toolcall_base(session=session, tool=tool, args=req.args, step=step, now=now, history=history,
-                             mcp=mcp_input)
+                             mcp=mcp_input, session_input=session)
         if req.via != "api":
             base["via"] = req.via
         engine = self._engine
@@ -380,6 +385,25 @@ class ToolCallGate:
         except Exception:  # noqa: BLE001 - enrichment failure must not allow: the policy sees it unparsed
             log.warning("tool-call enrichment failed for session %s tool %s", sid, tool)
             return _unparsed(), Effects()
+
+    def _session_input(self, sid: str, live: Session, now: float) -> Patched:
+        """`input.session` of a call (build_session_input of the session with its counters, the call counted), from
+        what the session's earlier calls built: the part that does not change while the session's row, budgets
+        and spent budgets do not is built once (a Shared base, serialised once by the decision cache and the
+        log); each call sets its age and counters on a copy (SESSION_CHANGES)."""
+        sessions, kept = self._sessions, self._inputs.get(sid)
+        if kept is not None and kept[0] is live:
+            stats, _, spent = sessions.counters(live, "toolcalls", kept[1])
+            if spent == kept[2]:
+                return patch(kept[3], session_changes(live, now, stats), SESSION_CHANGES)
+        session = sessions.with_stats(live, counted="toolcalls")
+        base = Shared(build_session_input(session, now))
+        inputs = self._inputs
+        inputs.pop(sid, None)
+        inputs[sid] = (live, session["budgets"], session["budgets_spent"], base)
+        if len(inputs) > MAX_KEPT_SESSIONS:
+            del inputs[next(iter(inputs))]            # the least recently rebuilt
+        return patch(base, session_changes(live, now, session["stats"]), SESSION_CHANGES)
 
     async def _session_memory(self, sid: str, now: float) -> tuple[list[dict], dict, dict, bool]:
         """The session's recent tool calls (stored and still queued audit rows), the links and files its earlier

@@ -15,9 +15,11 @@ every key is written as a [key, value] pair.
 
 What it buys and what it costs: docs/architecture.md ("The decision cache").
 
-Two memo slots make a key cheaper without changing it: `Shared` (a part of an input built once and never changed:
-its projection and JSON are kept on the object) and `Stamped` (a Shared base with one number field set, projected
-as its base when that field is not read). A key made with them equals the key made without (tests).
+Three memo slots make a key cheaper without changing what it tells apart: `Shared` (a part of an input built once
+and never changed: its projection and JSON are kept on the object), `Stamped` (a Shared base with one number field
+set, projected as its base when that field is not read) and `Patched` (a Shared base with a few fields set, a
+session's input with its age and counters: projected as its base when none of them is read). Two inputs get the
+same key only when their projections are equal (tests).
 """
 from __future__ import annotations
 
@@ -32,8 +34,8 @@ from gateway.policy.readset import LEN, WILD, Reads, ast_reads, impure_calls, pa
 if TYPE_CHECKING:
     from gateway.policy.decision import Decision
 
-__all__ = ["DecisionCache", "IMPURE", "LEN", "Shared", "Stamped", "WILD", "build_trie", "compile_projection",
-           "project", "read_set", "stamp"]
+__all__ = ["DecisionCache", "IMPURE", "LEN", "Patched", "Shared", "Stamped", "WILD", "build_trie",
+           "compile_projection", "patch", "project", "read_set", "stamp"]
 
 
 # Builtins whose result changes between two evaluations of the same input (the clock, randomness, the network;
@@ -83,6 +85,11 @@ class DecisionCache:
         self._elements = {k: (keys, compile_projection(v[WILD])) for k, v in trie.items()
                           if isinstance(k, str) and k != LEN and isinstance(v, dict)
                           and (keys := _element_keys(v)) is not None}
+        # Per top-level key: the keys read of the object there (for Patched values); absent: none read; None:
+        # every key (a wildcard, or the whole object)
+        self._read_keys = {k: (None if not isinstance(v, dict) or v.get(None) or WILD in v else
+                               frozenset(x for x in v if isinstance(x, str)))
+                           for k, v in trie.items() if isinstance(k, str) and k != LEN}
         self._items.clear()
         self.chars = 0
 
@@ -90,7 +97,8 @@ class DecisionCache:
         if not self.enabled:
             return None
         try:
-            shared = ([k for k, v in doc.items() if v.__class__ is Shared or self._stamped_list(k, v)]
+            shared = ([k for k, v in doc.items() if v.__class__ is Shared or self._stamped_list(k, v)
+                       or (v.__class__ is Patched and self._patched_unread(k, v))]
                       if self._top is not None and isinstance(doc, dict) else None)
             if not shared:
                 return kind + _key_json(self._project(doc))
@@ -118,7 +126,15 @@ class DecisionCache:
         read = elements[0]
         return all(e.__class__ is Stamped and e.field not in read for e in value)
 
+    def _patched_unread(self, key: str, value: Patched) -> bool:
+        """A Patched value (a session's input) whose changed fields no rule reads: it projects as its base."""
+        read = self._read_keys.get(key, frozenset())
+        return (read is not None and value.fields.isdisjoint(read) and value.base.__class__ is Shared
+                and len(value) == len(value.base))
+
     def _fragment(self, key: str, value: Any, proj: Any) -> str:
+        if value.__class__ is Patched:   # _patched_unread: projected as its base, once per base
+            return _key_text(value.base, proj)
         if value.__class__ is list:      # Stamped entries (_stamped_list): each projected as its base, once
             element = self._elements[key][1]
             texts = []
@@ -246,6 +262,24 @@ def stamp(base: Shared, field: str, value: int | float) -> Stamped:
     return entry
 
 
+class Patched(dict):
+    """A Shared dict with some of its fields set for this use (a session's input: `age_s` and `stats`, which
+    change call by call while the rest is the session's as long as it does not change): equal to
+    `{**base, **changes}`, key order kept, the changed fields among the base's keys. Never changed afterwards."""
+
+    __slots__ = ("base", "fields")
+
+
+def patch(base: Shared, changes: dict, fields: frozenset) -> Patched:
+    """`{**base, **changes}` as a Patched of `base`; `fields`: frozenset(changes), every one a key of `base`."""
+    entry = _dict_new(Patched)
+    _dict_update(entry, base)
+    _dict_update(entry, changes)
+    entry.base = base
+    entry.fields = fields
+    return entry
+
+
 def build_trie(paths: Iterable[tuple]) -> dict:
     """Paths as a trie; a node that is read whole is {None: True}."""
     root: dict = {}
@@ -336,6 +370,9 @@ def compile_projection(trie: dict) -> Callable[[Any], Any]:
                 base.proj_memo = (proj, out)
                 return out
             return proj(base)
+        if value.__class__ is Patched and wild_fn is None and value.fields.isdisjoint(sub) \
+                and len(value) == len(value.base):
+            return proj(value.base)              # its changed fields are not read: projected as its base
         out: list = [_type(value)]
         if has_len and isinstance(value, (dict, list, str)):
             out.append(len(value))

@@ -28,7 +28,7 @@ def build_session_input(session: Mapping[str, Any], now: float, stats: Mapping[s
         "workload": session["workload"],
         "labels": dict(session.get("labels") or {}),
         "frozen": bool(session.get("frozen")),
-        "age_s": max(0.0, now - float(session["created_at"])),
+        "age_s": session_age(session, now),
         "allow": list(session.get("allow") or []),
         "workspace": session.get("workspace") or "/workspace",
         "secrets": list(session.get("secrets") or []),
@@ -36,6 +36,21 @@ def build_session_input(session: Mapping[str, Any], now: float, stats: Mapping[s
         "budgets": dict(session.get("budgets") or {}),               # every key (0 = none): sessions/budgets.py
         "budgets_spent": list(session.get("budgets_spent") or []),   # the counted budgets spent, sorted
     }
+
+
+# What changes in a session's input from one call to the next while the session itself does not (its row, its
+# budgets and which of them are spent): its age and its counters. session_changes(...) gives them for a call:
+# build_session_input's output with these values set is what it would build at that call.
+SESSION_CHANGES = frozenset({"age_s", "stats"})
+
+
+def session_age(session: Mapping[str, Any], now: float) -> float:
+    return max(0.0, now - float(session["created_at"]))
+
+
+def session_changes(session: Mapping[str, Any], now: float, stats: Mapping[str, Any]) -> dict:
+    """`age_s` and `stats` of build_session_input(session, now, stats)."""
+    return {"age_s": session_age(session, now), "stats": dict(stats)}
 
 
 def parse_query(query: str) -> dict[str, list[str]]:

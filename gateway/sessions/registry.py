@@ -303,10 +303,18 @@ class SessionRegistry:
         """The row with its counters (`stats`), its budgets (`budgets`, replacing the row's own) and the counted
         budgets it has spent (`budgets_spent`). `counted`: a counter that already includes the action being
         decided."""
-        out = self._cache.with_stats(row)
-        out["budgets"] = self.budgets_of(row)
-        out["budgets_spent"] = budget_rules.spent(out["budgets"], out["stats"], counted)
+        out = row.to_json() if isinstance(row, Record) else dict(row)
+        out["stats"], out["budgets"], out["budgets_spent"] = self.counters(row, counted)
         return out
+
+    def counters(self, row: Session, counted: str | None = None,
+                 budgets: dict[str, int] | None = None) -> tuple[dict, dict[str, int], list[str]]:
+        """(`stats`, `budgets`, `budgets_spent`) of with_stats(row, counted), without the row's JSON.
+        `budgets`: budgets_of(row), when the caller kept it (it changes only with the row)."""
+        stats = self._cache.stats_of(row["id"])
+        if budgets is None:
+            budgets = self.budgets_of(row)
+        return stats, budgets, budget_rules.spent(budgets, stats, counted)
 
     async def check_denials(self, now: float | None = None) -> list[str]:
         """Freeze each live session whose denials within ten minutes passed its `denials_per_10m` (audited as an

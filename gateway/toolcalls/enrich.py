@@ -57,11 +57,13 @@ def enrich_toolcall(*, session: Mapping[str, Any], tool: str, args: Mapping[str,
 
 def toolcall_base(*, session: Mapping[str, Any], tool: str, args: Mapping[str, Any] | None, step: int | None,
                   now: float, history: Sequence[Mapping[str, Any]] = (),
-                  mcp: Mapping[str, Any] | None = None) -> dict:
-    """The part of the input that is the call as sent, the session and its history (no parsing)."""
+                  mcp: Mapping[str, Any] | None = None, session_input: Mapping[str, Any] | None = None) -> dict:
+    """The part of the input that is the call as sent, the session and its history (no parsing).
+    `session_input`: build_session_input(session, now), when the caller has it (the gate keeps each session's)."""
     args = dict(args) if isinstance(args, Mapping) else {}
     name = tool if isinstance(tool, str) else ""
-    doc: dict[str, Any] = {"kind": "toolcall", "session": build_session_input(session, now),
+    doc: dict[str, Any] = {"kind": "toolcall",
+                           "session": build_session_input(session, now) if session_input is None else session_input,
                            "tool": {"name": name, "args": args}, "step": step,
                            "history": _history(history)}
     if mcp is not None:

@@ -125,3 +125,44 @@ async def test_a_refusal_records_nothing_and_an_audit_outage_refuses(env, monkey
     await svc.audit.flush()
     assert await svc.events(session["id"], "toolcall") == []
     assert svc.sessions.with_stats(session)["stats"]["toolcalls"] == 0
+
+
+async def test_each_call_sees_its_session_as_built_whole(env, monkeypatch):
+    """The gate keeps each session's input between calls and sets only its age and counters per call: every
+    input is still what build_session_input makes of the session as it is at that call (its counters with the
+    call counted, a freeze, new labels, a budget spent), and one session's kept input never serves another."""
+    from gateway.policy.cache import Patched
+    from gateway.policy.inputs import build_session_input
+
+    svc, gate = env
+    registry, engine = svc.built.sessions, svc.built.engine
+    seen: list[tuple[dict, dict]] = []
+    decide = engine.decide
+
+    async def spy(kind, doc, request_id=None):
+        row = registry.live_now(doc["session"]["id"])
+        now = float(row.created_at) + doc["session"]["age_s"]
+        seen.append((doc["session"], build_session_input(registry.with_stats(row, counted="toolcalls"), now)))
+        return await decide(kind, doc, request_id)
+
+    monkeypatch.setattr(engine, "decide", spy)
+    one, _ = await svc.session(by="harness:h", budgets={"toolcalls": 3})
+    two, _ = await svc.session(by="harness:h", labels={"team": "b"})
+    ls = ToolCallRequest(session=one["id"], tool="shell", args={"command": "ls"}, principal=HARNESS)
+    for _ in range(4):                                  # the third spends the budget: the fourth sees it spent
+        await gate.decide(ls)
+    await gate.decide(ToolCallRequest(session=two["id"], tool="shell", args={"command": "ls"}, principal=HARNESS))
+    await registry.patch(one["id"], {"frozen": True, "labels": {"team": "c"}}, "test")
+    await gate.decide(ls)
+    await gate.decide(ls)
+    assert len(seen) == 7
+    for got, whole in seen:
+        assert type(got) is Patched and list(got) == list(whole) and abs(got["age_s"] - whole["age_s"]) < 1e-6
+        assert {**got, "age_s": 0} == {**whole, "age_s": 0}
+    sessions = [got for got, _ in seen]
+    assert [s["stats"]["toolcalls"] for s in sessions] == [1, 2, 3, 4, 1, 5, 6]
+    assert [s["budgets_spent"] for s in sessions] == [[], [], [], ["toolcalls"], [], ["toolcalls"], ["toolcalls"]]
+    assert [(s["frozen"], s["labels"]) for s in sessions[4:]] == [
+        (False, {"team": "b"}), (True, {"team": "c"}), (True, {"team": "c"})]
+    assert sessions[1].base is sessions[2].base and sessions[3].base is not sessions[2].base   # spent: rebuilt
+    assert sessions[5].base is not sessions[3].base and sessions[6].base is sessions[5].base  # patched: rebuilt

@@ -432,3 +432,36 @@ def key_of(reads, doc):
 def test_a_builtin_replaced_with_with_reads_the_whole_input():
     text = HEAD + "f(x) := x.secret\nb := count(input.a)\na := b with count as f\n"
     assert scan_reads([text], [QUERIED]) is None
+
+
+_patched_docs = st.tuples(st.dictionaries(st.sampled_from(["a", "b", "c", "d"]), _docs, max_size=4),
+                          st.sets(st.sampled_from(["a", "b", "c", "d"]), max_size=2))
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(_paths, max_size=1), _patched_docs, st.lists(_docs, min_size=4, max_size=4),
+       st.lists(_docs, min_size=4, max_size=4), st.booleans(), st.booleans())
+def test_patched_values_key_like_their_projection(paths, doc, values, other_values, counted, whole):
+    """A session's input is a Patched value (its unchanging part Shared, its age and counters set per call): it
+    is keyed once per base when no rule reads a changed field, and keys still tell apart exactly what the
+    projection tells apart, whether the changed fields are read or not; projecting it is projecting the plain
+    dict."""
+    from gateway.policy.cache import Patched, patch
+    body, fields = doc
+    fields = frozenset(fields)
+    paths = [("s",) + p for ps in paths for p in ps] + ([("s",)] if whole else []) + ([(LEN,)] if counted else [])
+    cache = DecisionCache()
+    cache.enabled = True
+    cache.set_reads(frozenset(paths))
+    trie = build_trie(paths)
+    base = Shared({**body, **dict.fromkeys(fields, 0)})
+    one = {"s": patch(base, dict(zip(sorted(fields), values)), fields), "x": 1}
+    two = {"s": patch(base, dict(zip(sorted(fields), other_values)), fields), "x": 1}
+    assert type(one["s"]) is Patched and one["s"].base is base and list(one["s"]) == list(base)
+    plain = [{"s": dict(d["s"]), "x": 1} for d in (one, two)]
+    assert compile_projection(trie)(one) == project(plain[0], trie)
+    k1, k2 = cache.key("k", one), cache.key("k", two)
+    assert (k1 == k2) == (project(plain[0], trie) == project(plain[1], trie))
+    assert cache.key("k", one) == k1                 # from the kept fragment
+    again = {"s": patch(Shared(copy.deepcopy(dict(base))), dict(zip(sorted(fields), values)), fields), "x": 1}
+    assert cache.key("k", again) == k1               # a new base of the same content: the same key
