@@ -8,6 +8,7 @@ store, so later calls of the session follow those links and read those scripts.
 """
 from __future__ import annotations
 
+import operator
 from typing import Any, Iterable, Mapping
 
 from gateway.policy.cache import Shared, Stamped
@@ -31,31 +32,54 @@ def in_history(row: Mapping[str, Any]) -> bool:
 
 
 def history_entries(events: Iterable[Mapping[str, Any]], now: float) -> list[dict]:
-    """The last HISTORY_SIZE tool calls of a session, oldest first (duplicates by id dropped)."""
-    kept: list[tuple[Shared, Any]] = []
-    seen: set = set()
-    for event in events:
-        if event.__class__ is EventRow:          # kept by gateway/sessions/memory.py: its entry is built once
-            known = getattr(event, "entry", None)
-            if known is None:
-                known = event.entry = (_entry(event), event.get("request_id") or id(event), event.get("ts"))
-            static, key, ts = known
-        else:
-            static, key, ts = _entry(event), event.get("request_id") or id(event), event.get("ts")
-        if key in seen:
-            continue
-        seen.add(key)
-        kept.append((static, ts))
+    """The last HISTORY_SIZE tool calls of a session, oldest first (duplicates by id dropped: the first kept)."""
+    # (static entry, id, ts) of each event: kept on an EventRow (gateway/sessions/memory.py hands the same rows
+    # call after call; only the newest has none yet)
+    if events.__class__ is not list:
+        events = list(events)
+    known = [getattr(event, "entry", None) if event.__class__ is EventRow else None for event in events]
+    if None in known:
+        for i, event in enumerate(events):
+            if known[i] is None:
+                known[i] = _known(event)
+    if len(set(map(_id_of, known))) != len(known):      # duplicates (the store's rows and the queued ones)
+        seen: set = set()
+        known = [k for k in known if not (k[1] in seen or seen.add(k[1]))]
     out = []
-    for static, ts in kept[-HISTORY_SIZE:]:        # cache.stamp(static, "age_s", age), inlined (20 a tool call)
+    for static, _, ts in known[-HISTORY_SIZE:]:    # cache.stamp(static, "age_s", age), inlined (20 a tool call)
         age = now - float(ts) if ts else 0.0
         entry = _dict_new(Stamped)
         _dict_update(entry, static)
-        entry["age_s"] = round(age, 3) if age > 0.0 else 0.0
+        entry["age_s"] = round_ms(age) if age > 0.0 else 0.0
         entry.base = static
         entry.field = "age_s"
         out.append(entry)
     return out
+
+
+def _known(event: Mapping[str, Any]) -> tuple[Shared, Any, Any]:
+    known = (_entry(event), event.get("request_id") or id(event), event.get("ts"))
+    if event.__class__ is EventRow:          # kept by gateway/sessions/memory.py: its entry is built once
+        event.entry = known
+    return known
+
+
+_id_of = operator.itemgetter(1)
+
+
+def round_ms(x: float) -> float:
+    """round(x, 3) for a finite x > 0, without its decimal conversion where x * 1000 is not within 1e-7 of a
+    half (then the product's rounding cannot have moved it across one, and i / 1000 is correctly rounded, as
+    round()'s result is): 3-4 times cheaper (twenty ages a tool call). Checked against round() in tests."""
+    y = x * 1000.0
+    if y < 1e9:
+        i = int(y)
+        f = y - i                       # exact
+        if f < 0.4999999:
+            return i / 1000.0
+        if f > 0.5000001:
+            return (i + 1) / 1000.0
+    return round(x, 3)
 
 
 _dict_new, _dict_update = dict.__new__, dict.update
