@@ -97,51 +97,61 @@ class DecisionCache:
         if not self.enabled:
             return None
         try:
-            shared = ([k for k, v in doc.items() if v.__class__ is Shared or self._stamped_list(k, v)
-                       or (v.__class__ is Patched and self._patched_unread(k, v))]
-                      if self._top is not None and isinstance(doc, dict) else None)
+            top = self._top
+            if top is None or not isinstance(doc, dict):
+                return kind + _key_json(self._project(doc))
+            # Top-level values kept apart, each one's projection serialised once per object (it never changes):
+            # Shared values, Patched ones whose changed fields are not read (as their base), lists of Stamped
+            # entries whose stamped field is not read (each as its base). The rest of the input as usual; the
+            # key names which keys were kept apart (for `#len`).
+            shared: list = []
+            for k, v in doc.items():
+                cls = v.__class__
+                if cls is Shared:
+                    proj = top.get(k)
+                    shared.append((k, None if proj is None else _key_text(v, proj)))
+                elif cls is Patched:
+                    if self._patched_unread(k, v):
+                        proj = top.get(k)
+                        shared.append((k, None if proj is None else _key_text(v.base, proj)))
+                elif cls is list and v and v[0].__class__ is Stamped:
+                    text = self._stamped_text(k, v)
+                    if text is not None:
+                        shared.append((k, text))
             if not shared:
                 return kind + _key_json(self._project(doc))
-            # Top-level values marked Shared: each one's projection is serialised once per object (it never
-            # changes), the rest of the input as usual; the key names which keys were shared (for `#len`).
-            rest = {k: v for k, v in doc.items() if k not in shared}
-            parts = [kind, _key_json(self._project(rest))]
-            for k in shared:
+            names = {k for k, _ in shared}
+            parts = [kind, _key_json(self._project({k: v for k, v in doc.items() if k not in names}))]
+            for k, text in shared:
                 parts.append(k)
-                proj = self._top.get(k)
-                if proj is not None:
-                    parts.append(self._fragment(k, doc[k], proj))
+                if text is not None:
+                    parts.append(text)
             return "\x00".join(parts)
         except (TypeError, ValueError):
             return None
 
-    def _stamped_list(self, key: str, value: Any) -> bool:
-        """A list of Stamped entries (history) whose stamped field no rule reads of its elements: it projects as
-        the list of their shared bases."""
-        if value.__class__ is not list or not value or value[0].__class__ is not Stamped:
-            return False
+    def _stamped_text(self, key: str, value: list) -> str | None:
+        """The key's text of a list of Stamped entries (history) whose stamped field no rule reads of its
+        elements: a JSON array of the projections of their shared bases, each made once per base. None for any
+        other list."""
         elements = self._elements.get(key)
         if elements is None:
-            return False
-        read = elements[0]
-        return all(e.__class__ is Stamped and e.field not in read for e in value)
+            return None
+        read, element = elements
+        texts = []
+        for entry in value:
+            if entry.__class__ is not Stamped or entry.field in read:
+                return None
+            base = entry.base
+            hit = getattr(base, "key_memo", None) if base.__class__ is Shared else None
+            texts.append(hit[1] if hit is not None and hit[0] is element else _key_text(base, element))
+        return "[" + ",".join(texts) + "]"
 
     def _patched_unread(self, key: str, value: Patched) -> bool:
         """A Patched value (a session's input) whose changed fields no rule reads: it projects as its base."""
         read = self._read_keys.get(key, frozenset())
         return (read is not None and value.fields.isdisjoint(read) and value.base.__class__ is Shared
                 and len(value) == len(value.base))
-
-    def _fragment(self, key: str, value: Any, proj: Any) -> str:
-        if value.__class__ is Patched:   # _patched_unread: projected as its base, once per base
-            return _key_text(value.base, proj)
-        if value.__class__ is list:      # Stamped entries (_stamped_list): each projected as its base, once
-            element = self._elements[key][1]
-            texts = []
-            for entry in value:
-                texts.append(_key_text(entry.base, element))
-            return "[" + ",".join(texts) + "]"         # a JSON array of the elements' projections, in order
-        return _key_text(value, proj)
 
     def get(self, key: str | None) -> "Decision | None":
         if key is None:
