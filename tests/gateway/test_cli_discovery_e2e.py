@@ -5,19 +5,18 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 
 import pytest
 
 from sandgate.transport import listen_url
 from tests.conftest import LOOPBACK_CONFIG
-from tests.support.gateway import ROOT, Sandgate
+from tests.support.gateway import ROOT, Sandgate, gateway_cli
 
 
 def cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    """A real `sandgate` command process, forked from the test process's zygote (tests/support/zygote.py)."""
     clean = {k: v for k, v in os.environ.items() if not k.startswith("SANDGATE_") and "PROXY" not in k.upper()}
-    return subprocess.run([sys.executable, "-m", "gateway", *args], capture_output=True, text=True, timeout=120,
-                          cwd=str(ROOT), env={**clean, **(env or {})})
+    return gateway_cli(*args, timeout=120, cwd=ROOT, env={**clean, **(env or {})})
 
 
 @pytest.mark.parametrize("api, url", [

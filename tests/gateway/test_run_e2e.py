@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import LOOPBACK_CONFIG, need_binary
-from tests.support.gateway import Sandgate, write_toml
+from tests.support.gateway import Sandgate, gateway_cli, write_toml
 from tests.support.upstream import Upstream, free_port, make_cert
 
 
@@ -35,11 +35,12 @@ def env(tmp_path_factory):
 
 
 def sandgate_run(sg, *args, token=None, extra_env=None, timeout=90):
+    """A real `sandgate run` process, forked from the test process's zygote (its imports already done:
+    tests/support/zygote.py); the embedded-sandgate test below runs the command exec'd."""
     env = {**os.environ, "SANDGATE_TOKEN": token or sg.harness_token, **(extra_env or {})}
     env.pop("HTTPS_PROXY", None)
     env.pop("HTTP_PROXY", None)
-    return subprocess.run([sys.executable, "-m", "gateway", "run", "--api-url", sg.api, *args],
-                          capture_output=True, text=True, timeout=timeout, env=env)
+    return gateway_cli("run", "--api-url", sg.api, *args, timeout=timeout, env=env)
 
 
 def new_sessions(sg, before: set[str]) -> list[dict]:
@@ -127,8 +128,7 @@ def test_persistent_workload_ttl_and_secrets_reach_the_session(env):
 
 def test_no_sandgate_at_an_explicit_url_is_an_error(env):
     sg, _ = env
-    out = subprocess.run([sys.executable, "-m", "gateway", "run", "--api-url", f"http://127.0.0.1:{free_port()}",
-                          "--token", "x", "--", "true"], capture_output=True, text=True, timeout=60)
+    out = gateway_cli("run", "--api-url", f"http://127.0.0.1:{free_port()}", "--token", "x", "--", "true", timeout=60)
     assert out.returncode == 2 and "no sandgate answers" in out.stderr
 
 
@@ -214,7 +214,7 @@ def test_embedded_sandgate_when_none_answers(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith("SANDGATE_") and "PROXY" not in k.upper()}
     script = (f'echo "$HTTPS_PROXY" > {tmp_path}/proxy; {curl} -s -o /dev/null -w "%{{http_code}}" '
               f'http://nothere.test/; exit 5')
-    out = subprocess.run([sys.executable, "-m", "gateway", "run", "--config", str(config), "--data-dir",
+    out = subprocess.run([sys.executable, "-m", "gateway", "run", "--config", str(config), "--data-dir",   # exec'd
                           str(tmp_path / "unused"), "--", "sh", "-c", script],
                          capture_output=True, text=True, timeout=120, env=env, cwd=tmp_path)
     assert out.returncode == 5, out.stderr

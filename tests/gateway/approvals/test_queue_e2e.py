@@ -1,15 +1,13 @@
 """The approval queue through the API and CLI: races, expiry, restarts, roles, quorum."""
 from __future__ import annotations
 
-import subprocess
-import sys
 import threading
 import time
 
 import pytest
 
 from tests.conftest import LOOPBACK_CONFIG
-from tests.support.gateway import Sandgate
+from tests.support.gateway import Sandgate, gateway_cli
 
 
 def file_deploy(sg, sid, target="prod"):
@@ -106,9 +104,8 @@ def test_cli_ls_show_approve_deny(gw):
     sid = gw.session()["id"]
     a1, a2 = file_deploy(gw, sid, "cli-1"), file_deploy(gw, sid, "cli-2")
 
-    def cli(*args):
-        return subprocess.run([sys.executable, "-m", "gateway", "approvals", *args, "--api-url", gw.api,
-                               "--token", gw.alice], capture_output=True, text=True, timeout=30)
+    def cli(*args):                 # real processes, forked from the zygote (tests/support/zygote.py)
+        return gateway_cli("approvals", *args, "--api-url", gw.api, "--token", gw.alice, timeout=30)
     ls = cli("ls")
     assert ls.returncode == 0 and a1 in ls.stdout and a2 in ls.stdout and "deploy cli-1" in ls.stdout
     assert cli("show", a1).returncode == 0

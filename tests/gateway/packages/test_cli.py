@@ -5,17 +5,19 @@ from __future__ import annotations
 import json
 import sqlite3
 import subprocess
-import sys
 import zipfile
 
 import pytest
+
+from tests.support.gateway import gateway_cli
 
 pytestmark = pytest.mark.timeout(600)        # a dozen CLI processes; on a loaded machine each takes seconds
 
 
 def cli(data, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "gateway", "packages", *args, "--data-dir", str(data)],
-                          capture_output=True, text=True, timeout=60)
+    """A real `sandgate packages` process, forked from the test process's zygote (its imports already done:
+    tests/support/zygote.py), exec'd where it cannot be."""
+    return gateway_cli("packages", *args, "--data-dir", str(data), timeout=60)
 
 
 @pytest.fixture
