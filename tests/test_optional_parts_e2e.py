@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.gateway import gateway_cli
+
 ROOT = Path(__file__).resolve().parents[1]
 ISOLATE_TEST = "tests/gateway/test_run_e2e.py::test_isolate_needs_a_sandgate_with_a_transparent_listener"
 
@@ -67,8 +69,8 @@ def test_without_nft_isolate_names_the_missing_command(no_nft, tmp_path):
     """What a user without nft sees (and what the isolate test got before it asked for nft): the command and its
     package, exit 2, before any server is asked."""
     env = {**os.environ, "PATH": no_nft, "SANDGATE_TOKEN": "unused"}
-    out = subprocess.run([sys.executable, "-m", "gateway", "run", "--api-url", "http://127.0.0.1:9", "--isolate",
-                          "--", "true"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+    out = gateway_cli("run", "--api-url", "http://127.0.0.1:9", "--isolate", "--", "true", cwd=tmp_path, env=env,
+                      timeout=60)
     assert out.returncode == 2, out.stderr
     if os.geteuid() == 0:
         assert "--isolate needs the nft command (package nftables)" in out.stderr

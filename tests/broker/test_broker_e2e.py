@@ -5,7 +5,6 @@ import base64
 import json
 import os
 import subprocess
-import sys
 import urllib.parse
 from pathlib import Path
 
@@ -13,7 +12,7 @@ import pytest
 import requests
 
 from tests.conftest import LOOPBACK_CONFIG, need_binary
-from tests.support.gateway import Sandgate
+from tests.support.gateway import Sandgate, gateway_cli
 
 REAL_TOKEN = "ghp_" + "R3alSecretValue0123456789abcdefABCDE"     # 40 chars, like a GitHub token
 REAL_API_KEY = "sk-live-" + "K" * 12 + "9f8e7d6c5b4a3210"
@@ -45,12 +44,10 @@ def broker_env(tmp_path_factory, bao_server):
     sg = Sandgate(tmp, cfg, env={"SG_TEST_API_KEY": REAL_API_KEY})
     sg.start()
     admin = sg.token("admin", "root-admin")
-    put = subprocess.run([sys.executable, "-m", "gateway", "secrets", "put", "github", "--hosts", "bound.test",
-                          "--from-stdin", "--api-url", sg.api, "--token", admin],
-                         input=REAL_TOKEN + "\n", capture_output=True, text=True, timeout=30)
+    put = gateway_cli("secrets", "put", "github", "--hosts", "bound.test", "--from-stdin", "--api-url", sg.api,
+                      "--token", admin, input=REAL_TOKEN + "\n", timeout=30)
     assert put.returncode == 0, put.stderr
-    ls = subprocess.run([sys.executable, "-m", "gateway", "secrets", "ls", "--api-url", sg.api, "--token", admin],
-                        capture_output=True, text=True, timeout=30)
+    ls = gateway_cli("secrets", "ls", "--api-url", sg.api, "--token", admin, timeout=30)
     assert "github" in ls.stdout and "local" in ls.stdout and REAL_TOKEN not in ls.stdout
     sg.outputs = [put.stdout + put.stderr, ls.stdout + ls.stderr]
     yield sg, bao_server

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import time
 
 import pytest
@@ -13,14 +12,14 @@ import requests
 
 from tests.conftest import LOOPBACK_CONFIG
 from tests.support.cli import run_cli
-from tests.support.gateway import ROOT, Sandgate
+from tests.support.gateway import ROOT, Sandgate, gateway_cli
 
 
 def sandgate(*args: str, stdin: str | None = None, env: dict | None = None) -> subprocess.CompletedProcess:
+    """A real `sandgate` process, forked from the test process's zygote (tests/support/zygote.py)."""
     import os
 
-    return subprocess.run([sys.executable, "-m", "gateway", *args], capture_output=True, text=True, timeout=120,
-                          input=stdin, cwd=str(ROOT), env={**os.environ, **(env or {})})
+    return gateway_cli(*args, input=stdin, cwd=ROOT, env={**os.environ, **(env or {})})
 
 
 def raw_eval(*args: str, data_dir, process: bool = False) -> subprocess.CompletedProcess:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-import sys
 import time
 
 import pytest
@@ -21,7 +20,7 @@ from gateway.store.decisions import DecisionStore
 from gateway.toolcalls.history import history_entries
 from tests.conftest import LOOPBACK_CONFIG
 from tests.support.cli import run_cli
-from tests.support.gateway import ROOT, Sandgate
+from tests.support.gateway import ROOT, Sandgate, gateway_cli
 
 # -- redaction (pure) --------------------------------------------------------------------------------------
 
@@ -312,8 +311,7 @@ def cli(sg: Sandgate, *args: str, process: bool = False) -> subprocess.Completed
     real `sandgate` process (one export below, for the wiring)."""
     argv = (*args, "--data-dir", str(sg.data_dir), "--config", str(sg.config_path))
     if process:
-        return subprocess.run([sys.executable, "-m", "gateway", *argv], capture_output=True, text=True, timeout=120,
-                              cwd=str(ROOT))
+        return gateway_cli(*argv, cwd=ROOT)
     return run_cli(*argv)
 
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -16,7 +15,7 @@ import requests
 
 from tests.conftest import LOOPBACK_CONFIG
 from tests.support.cli import run_cli
-from tests.support.gateway import ROOT, Sandgate
+from tests.support.gateway import ROOT, Sandgate, gateway_cli
 
 ENDPOINT = "http://sandgate.internal/v1/access-requests"
 
@@ -42,8 +41,7 @@ def cli(gw, *args: str, timeout: float = 120, process: bool = False) -> subproce
     argv = (*args, "--config", str(gw.config_path), "--data-dir", str(gw.data_dir))
     if not process:
         return run_cli(*argv, env=gw.env)
-    return subprocess.run([sys.executable, "-m", "gateway", *argv], capture_output=True, text=True, timeout=timeout,
-                          env=gw.env)
+    return gateway_cli(*argv, env=gw.env, timeout=timeout)
 
 
 def suggest(gw, *args: str, wait: bool = True, process: bool = False) -> subprocess.CompletedProcess:

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 import threading
 
 from tests.conftest import need_binary
 from tests.gateway.postgres.conftest import db_session, decide, pending
+from tests.support.gateway import gateway_cli
 
 
 def psql(url: str, sql: str) -> subprocess.CompletedProcess:
@@ -46,9 +46,8 @@ def test_a_held_statement_across_a_restart_runs_once(pg_gateway, cluster):
 
 def test_sandgate_run_database(pg_gateway, cluster):
     env = {k: v for k, v in os.environ.items() if not k.startswith("SANDGATE_")}
-    res = subprocess.run([sys.executable, "-m", "gateway", "run", "--api-url", pg_gateway.api, "--token",
-                          pg_gateway.harness_token, "--database", "prod", "--",
-                          "sh", "-c", 'psql -X -At "$PROD_DATABASE_URL" -c "SELECT v FROM t WHERE id = 2"'],
-                         capture_output=True, text=True, timeout=60, env=env)
+    res = gateway_cli("run", "--api-url", pg_gateway.api, "--token", pg_gateway.harness_token, "--database", "prod",
+                      "--", "sh", "-c", 'psql -X -At "$PROD_DATABASE_URL" -c "SELECT v FROM t WHERE id = 2"',
+                      timeout=60, env=env)
     assert res.returncode == 0, res.stderr
     assert res.stdout.strip() == "row2"
