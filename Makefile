@@ -1,13 +1,13 @@
 # Two commands: `make serve` runs sandgate on its embedded defaults; `make test` runs the suite.
 # `make test-fast`: the unit and in-process tests only. Both run in parallel (pytest-xdist, WORKERS processes: by
-# default one per core; a test file's tests on one worker); WORKERS=0 runs them in this process, one after the other.
-# WORKERS=4 on 2 cores is faster (docs/testing.md) but failed a `serve --workers` drain test once.
+# default two per core: an end-to-end test mostly waits on the processes it started; a test file's tests on
+# one worker); WORKERS=0 runs them in this process, one after the other.
 # PY: the first of python3.12, pyenv's 3.12, python3.13, python3 that is Python 3.12 or newer.
 PY ?= $(shell for p in python3.12 "$$(pyenv prefix 3.12 2>/dev/null)/bin/python3" python3.13 python3; do \
 	"$$p" -c 'import sys; sys.exit(sys.version_info < (3, 12))' >/dev/null 2>&1 && { echo "$$p"; break; }; done)
 VENV := .venv
 BIN := $(VENV)/bin
-WORKERS ?= $(shell nproc 2>/dev/null || echo 2)
+WORKERS ?= $(shell echo $$(( $$(nproc 2>/dev/null || echo 1) * 2 )))
 XDIST = $(if $(filter 0,$(WORKERS)),,-n $(WORKERS) --dist loadfile)
 RUNTIME := .venv-runtime
 
