@@ -13,6 +13,7 @@ import functools
 import gc
 import json
 import logging
+import os
 import signal
 import socket
 import ssl
@@ -63,6 +64,7 @@ from gateway.packages.firewall import PackageFirewall
 from gateway.packages.urls import registries_for
 from gateway.store.packages import PackageStore
 from gateway.store.decisions import DecisionStore
+from gateway.store.offload import WriterProcess, target_of
 from gateway.runtime.drain import Drain
 from gateway.runtime.metrics import Metrics
 from gateway.net.synthetic import SyntheticNames
@@ -320,9 +322,12 @@ class Services:
 
 
 async def open_services(cfg: Config, stack: AsyncExitStack, *, resolver: Resolver | None = None,
-                        store: Store | None = None, environ: Mapping[str, str] | None = None) -> Services:
+                        store: Store | None = None, environ: Mapping[str, str] | None = None,
+                        writer_process: bool = False) -> Services:
     """Build and start the services; `stack` closes them. A test may give its own upstream `resolver`, a `store`
-    already open (replicas sharing one), and the `environ` the broker's env: secrets are read from."""
+    already open (replicas sharing one), and the `environ` the broker's env: secrets are read from.
+    `writer_process`: the audit and decision-log rows written by a process of their own (gateway/store/offload.py;
+    `serve` with SANDGATE_WRITER=process), when the store is one another process can open."""
     if not cfg.data_dir.exists():
         cfg.data_dir.mkdir(parents=True, mode=0o700)
     signer = TokenSigner(load_or_create_key(cfg.data_dir))
@@ -342,12 +347,16 @@ async def open_services(cfg: Config, stack: AsyncExitStack, *, resolver: Resolve
     checkpoints = CheckpointWriter(store, load_or_create_audit_key(cfg.data_dir), cfg.audit.checkpoint_rows,
                                    cfg.audit.checkpoint_interval_s)
     stack.push_async_callback(checkpoints.close)           # after the audit log's last flush: seals the tail
-    audit = AuditLog(store, max_pending=cfg.audit.max_pending)
+    target = target_of(store) if writer_process else None
+    offload = WriterProcess(target) if target is not None else None
+    if offload is not None:
+        stack.push_async_callback(offload.close)           # after the audit log's and the decision log's last flush
+    audit = AuditLog(store, max_pending=cfg.audit.max_pending, offload=offload)
     audit.start()
     stack.push_async_callback(audit.close)
     revocations = RevocationService(store, revocation_set, audit, feed)
     await revocations.load()
-    decision_log = DecisionLog(store) if cfg.policy.decision_log else None
+    decision_log = DecisionLog(store, offload=offload) if cfg.policy.decision_log else None
     if decision_log is not None:
         decision_log.start()
         stack.push_async_callback(decision_log.close)      # after the engine: its last decisions are written
@@ -470,7 +479,8 @@ async def open_gateway(cfg: Config, stack: AsyncExitStack, worker: bool = False,
                        resolver: Resolver | None = None) -> Listening:
     """Build and start everything; `stack` stops it. Raises when something cannot start. A `worker` (of `serve
     --workers N`) leaves the harness token and listen.json to its supervisor."""
-    svc = await open_services(cfg, stack, resolver=resolver)
+    svc = await open_services(cfg, stack, resolver=resolver,
+                              writer_process=os.environ.get("SANDGATE_WRITER", "thread") == "process")
     await asyncio.to_thread(preload_parsers, cfg, svc.broker)
     svc.engine.watch()
     store, feed, metrics, audit, engine = svc.store, svc.feed, svc.metrics, svc.audit, svc.engine

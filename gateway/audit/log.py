@@ -13,6 +13,7 @@ from typing import Any
 from gateway.audit.rows import storable
 from gateway.runtime.batches import BatchWriter
 from gateway.store import Store
+from gateway.store.offload import WriterGone, WriterProcess
 from gateway.store.records import AuditEvent
 
 log = logging.getLogger("sandgate.audit")
@@ -31,9 +32,12 @@ def audit_status(pending: int, max_pending: int, writing: bool) -> str:
 
 class AuditLog(BatchWriter[list[dict]]):
     def __init__(self, store: Store, flush_interval_s: float = 0.1, max_batch: int = 100,
-                 max_pending: int = 100_000):
+                 max_pending: int = 100_000, offload: WriterProcess | None = None):
         super().__init__("sandgate-audit", flush_interval_s, max_batch, retry_s=RETRY_S)
         self._store = store
+        # The writer process (gateway/store/offload.py) chains and inserts the rows when given; else the store's
+        # writer thread does.
+        self._offload = offload
         self.max_pending = max_pending
         self._pending: list[dict] = []
         self._inflight: list[dict] = []       # the batch being written (readers see it until it is stored)
@@ -102,11 +106,14 @@ class AuditLog(BatchWriter[list[dict]]):
         (audit_rows.storable): one row carrying a value no column can hold (a huge step, a 3 GiB byte count on
         PostgreSQL's INTEGER, a lone surrogate or NUL) must not keep every later row out. A store that is down
         fails the second write too, and the rows wait as before."""
+        append = self._offload.append_events if self._offload is not None else self._store.append_events
         try:
-            await self._store.append_events(batch)
+            await append(batch)
+        except WriterGone:                   # not the rows: the writer process (offload.py); retried as they are
+            raise
         except Exception:  # noqa: BLE001
             clean = [storable(r) for r in batch]
-            await self._store.append_events(clean)
+            await append(clean)
             log.warning("audit: a batch of %d rows held values the store cannot hold; written escaped", len(batch))
 
     async def recent(self, kind: str, session: str, limit: int) -> list[dict]:

@@ -37,6 +37,11 @@ def json_text(value: Any) -> str:
     return _JSON_TEXT(value)
 
 
+class JSONText(str):
+    """A JSON column's value given as its canonical text already (stored_values keeps it as it is): an audit row
+    that crossed to the writer process as its stored values (gateway/store/offload.py)."""
+
+
 _INTS = tuple(f for f in FIELDS if f in INT_FIELDS)
 _TEXTS = tuple(f for f in FIELDS if f in TEXT_FIELDS)
 
@@ -61,11 +66,14 @@ def stored_values(row: dict) -> dict:
         if value is not None and value.__class__ is not str and not isinstance(value, str):
             out[field] = str(value)
     value = out["reasons"]
-    out["reasons"] = _JSON_TEXT(value if value is not None else [])
+    if value.__class__ is not JSONText:
+        out["reasons"] = _JSON_TEXT(value if value is not None else [])
     value = out["codes"]
-    out["codes"] = _JSON_TEXT(value if value is not None else [])
+    if value.__class__ is not JSONText:
+        out["codes"] = _JSON_TEXT(value if value is not None else [])
     value = out["detail"]
-    out["detail"] = _JSON_TEXT(value if value is not None else {})
+    if value.__class__ is not JSONText:
+        out["detail"] = _JSON_TEXT(value if value is not None else {})
     return out
 
 

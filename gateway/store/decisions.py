@@ -22,6 +22,7 @@ from sqlmodel import Field, Session, SQLModel
 
 from gateway.store.bulk import insert_statements, placeholder
 from gateway.store.models import row_dict
+from gateway.store.rowsql import DECISION_COLS, DIVERGENCE_COLS, ENTRY_COLS
 from gateway.store.store import Store
 
 
@@ -69,11 +70,9 @@ class RawJSON(str):
     """A value already serialised as JSON text (the decision log's redacted input)."""
 
 
-_DECISION_COLS = ("id", "ts", "kind", "session", "input", "result", "policy_rev", "engine", "latency_us",
-                  "request_id", "history")
-_ENTRY_COLS = ("ref", "entry")
+_DECISION_COLS, _ENTRY_COLS = DECISION_COLS, ENTRY_COLS
 _READ_CHUNK = 500
-_DIVERGENCE_COLS = ("decision_id", "ts", "kind", "session", "input", "live", "shadow", "live_rev", "shadow_rev")
+_DIVERGENCE_COLS = DIVERGENCE_COLS
 _JSON_COLS = frozenset({"input", "result", "live", "shadow", "history"})
 
 

@@ -9,22 +9,20 @@ import asyncio
 import functools
 import json
 import time
-from collections import Counter
 from concurrent.futures import Executor, ThreadPoolExecutor
 from typing import Any, Callable, Iterable, Mapping, Optional, Sequence, TypeVar
 
-from sqlalchemy import JSON, event, select, text, update
+from sqlalchemy import JSON, event, select, update
 from sqlalchemy.engine import Engine
 from sqlmodel import Session, create_engine
 
 from gateway.store import migrate
 from gateway.store.bulk import insert_statements, placeholder
-from gateway.store.chain import chained
 from gateway.store.groupcommit import GroupCommit
 from gateway.store.presence import Presence
 from gateway.store.writer import PriorityWriter
 
-from gateway.store import records
+from gateway.store import records, rowsql
 from gateway.store.models import (ApprovalRow, AuditEventRow, RevocationRow, SessionPathRow, SessionRow,
                                   SessionStatsRow, row_dict)
 from gateway.store.records import Approval, AuditEvent, Revocation, ToolCallRecord
@@ -356,57 +354,15 @@ class Store:
         return await self.run(self._list_revocations, after_id)
 
     # -- audit ----------------------------------------------------------------------------------
-    _EVENT_COLS = ("seq", "ts", "session", "step", "kind", "action", "reasons", "codes", "request_id", "method",
-                   "host", "path", "http_status", "bytes_in", "bytes_out", "policy_rev", "detail")
+    _EVENT_COLS = rowsql.EVENT_COLS
     _JSON_COLS = frozenset({"reasons", "codes", "detail"})
-    _SEQ_INIT = text("INSERT INTO audit_seqs (session, last) SELECT CAST(:key AS VARCHAR), COALESCE(MAX(seq), 0) "
-                     "FROM events WHERE session = :key ON CONFLICT (session) DO NOTHING")
-    _SEQ_INIT_NONE = text("INSERT INTO audit_seqs (session, last) SELECT '', COALESCE(MAX(seq), 0) FROM events "
-                          "WHERE session IS NULL ON CONFLICT (session) DO NOTHING")
-
-    @staticmethod
-    def _seq_take(count: int):
-        """One statement taking the next numbers of `count` sessions: an upsert that adds, returning the new
-        last numbers (the rows stay locked until the batch commits)."""
-        values = ", ".join(f"(:k{i}, :n{i})" for i in range(count))
-        return text(f"INSERT INTO audit_seqs (session, last) VALUES {values} ON CONFLICT (session) DO UPDATE "
-                    "SET last = audit_seqs.last + excluded.last RETURNING session, last")
-
-    _CHAIN_LOCK = text("UPDATE audit_chain SET count = count WHERE id = 1")
-    _CHAIN_HEAD = text("SELECT count, hash FROM audit_chain WHERE id = 1")
-    _CHAIN_MOVE = text("UPDATE audit_chain SET count = :c, last_id = (SELECT MAX(id) FROM events), hash = :h "
-                       "WHERE id = 1")
 
     def _append_events(self, rows: list[dict]) -> None:
-        """One transaction per batch: lock the chain head (one chain over all rows, in id order, across replicas:
-        chain.py), take every session's next sequence numbers from `audit_seqs` in one upsert (sessions in sorted
-        order, so two writers never wait on each other in a cycle), chain the rows (their place and hash, computed
-        here on the writer's thread), then multi-row INSERTs and the head moved on."""
-        counts = Counter(r.get("session") for r in rows)
-        order = sorted(counts, key=lambda s: s or "")
-        with self.engine.begin() as conn:
-            conn.execute(self._CHAIN_LOCK)     # first: the head's row lock (the write lock on SQLite) orders writers
-            count, prev = conn.execute(self._CHAIN_HEAD).one()
-            for sid in order:                  # a session this process has not written yet: continue its trail
-                if (sid or "") not in self._seq_known:
-                    conn.execute(self._SEQ_INIT_NONE if sid is None else self._SEQ_INIT, {"key": sid or ""})
-            params: dict[str, Any] = {}
-            for i, sid in enumerate(order):
-                params[f"k{i}"], params[f"n{i}"] = sid or "", counts[sid]
-            last = {key: int(n) for key, n in conn.execute(self._seq_take(len(order)), params)}
-            nxt = {sid: last[sid or ""] - counts[sid] for sid in order}
-            numbered = []
-            for r in rows:
-                sid = r.get("session")
-                nxt[sid] += 1
-                numbered.append({**r, "seq": nxt[sid]})
-            values = [tuple(v[c] for c in self._EVENT_COLS) + (n, h)
-                      for v, n, h in chained(numbered, int(count), prev)]
-            for sql, params in insert_statements("events", self._EVENT_COLS + ("chain_n", "hash"), values,
-                                                 placeholder(self.engine.dialect.paramstyle), few_texts=True):
-                conn.exec_driver_sql(sql, params)
-            conn.execute(self._CHAIN_MOVE, {"c": values[-1][-2], "h": values[-1][-1]})
-        self._seq_known.update(s or "" for s in counts)
+        """One transaction per batch: the chain head locked, sequence numbers taken, the rows chained and
+        inserted (rowsql.append_events: the writer process runs the same)."""
+        mark = placeholder(self.engine.dialect.paramstyle)
+        written = self.driver(lambda cur: rowsql.append_events(cur, mark, rows, self._seq_known), commit=True)
+        self._seq_known.update(written)
 
     async def append_events(self, rows: list[dict]) -> None:
         if rows:

@@ -220,7 +220,29 @@ def thread_cpu() -> dict[str, float]:
             continue
         name = "loop" if t is threading.main_thread() else t.name.split("_")[0].rstrip("0123456789-")
         out[name] = out.get(name, 0.0) + secs
+    writer = writer_process_cpu()
+    if writer:
+        out["writer process"] = writer
     return out
+
+def writer_process_cpu() -> float:
+    """CPU seconds so far of this process's writer processes (gateway/store/offload.py), from /proc."""
+    total, me = 0.0, str(os.getpid())
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            if fields[1] != me:
+                continue
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if b"gateway.store.offload" not in f.read():
+                    continue
+        except OSError:
+            continue
+        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
 
 
 async def pgbench(u, mode: str, per_client: int, cwd: Path) -> str:
@@ -386,7 +408,9 @@ def main() -> int:
         print(json.dumps({"mode": args.mode, "load": load, **out}))
         return 0
     threads = ", ".join(f"{k} {v:.0f}" for k, v in sorted(out["threads"].items(), key=lambda kv: -kv[1]) if v >= 0.5)
-    print(f"{args.mode}: {out['process']:.0f} µs CPU a statement (process), threads: {threads}; "
+    writer = out["threads"].get("writer process", 0.0)
+    also = f" + {writer:.0f} writer process" if writer else ""
+    print(f"{args.mode}: {out['process']:.0f}{also} µs CPU a statement (process), threads: {threads}; "
           f"{n} statements in {out['wall_s']:.1f} s ({out['tps']} tps), decision cache hits/misses "
           f"{out['cache'][0]}/{out['cache'][1]}, load {load:.1f}")
     return 0

@@ -72,7 +72,29 @@ def thread_cpu() -> dict[str, float]:
             continue
         name = "loop" if t is threading.main_thread() else t.name.split("_")[0].rstrip("0123456789-")
         out[name] = out.get(name, 0.0) + secs
+    writer = writer_process_cpu()
+    if writer:
+        out["writer process"] = writer
     return out
+
+def writer_process_cpu() -> float:
+    """CPU seconds so far of this process's writer processes (gateway/store/offload.py), from /proc."""
+    total, me = 0.0, str(os.getpid())
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            if fields[1] != me:
+                continue
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if b"gateway.store.offload" not in f.read():
+                    continue
+        except OSError:
+            continue
+        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
 
 
 class Client:
@@ -215,7 +237,9 @@ def main() -> int:
         print(json.dumps({"tree": str(tree), "load": load, **out}))
         return 0
     threads = ", ".join(f"{k} {v:.0f}" for k, v in sorted(out["threads"].items(), key=lambda kv: -kv[1]) if v >= 0.5)
-    print(f"{tree}: {out['process']:.0f} µs CPU per call (process), threads: {threads}; "
+    writer = out["threads"].get("writer process", 0.0)
+    also = f" + {writer:.0f} writer process" if writer else ""
+    print(f"{tree}: {out['process']:.0f}{also} µs CPU per call (process), threads: {threads}; "
           f"{args.calls} calls in {out['wall_s']:.1f} s, {out['actions']}, load {load:.1f}")
     return 0
 
