@@ -4,8 +4,8 @@ database access would, with the sqlite3 shell or psql: an edited row, a deleted 
 row, a cut tail (after the last checkpoint, and under it with the head rewound), a forged checkpoint. Each is
 named (row id, session, seq); an untouched trail passes, also checked with only the public key.
 
-The untouched trail is checked by real `sandgate audit` processes (the command's wiring: its exit code and output;
-verify, pubkey and verify --pubkey once each); each tampered trail, and another key's, by the same command run in
+The untouched trail is checked by real `sandgate audit` processes, forked from the test process's zygote (the
+command's wiring: its exit code and output; verify, pubkey and verify --pubkey once each); each tampered trail, and another key's, by the same command run in
 this process (`run_cli`: `gateway.cli.main`, the same argv, environment and output): a CLI process costs about 2 s
 of CPU importing, and the tampering tests ran fourteen."""
 from __future__ import annotations
@@ -15,7 +15,6 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 import uuid
 
 import pytest
@@ -25,6 +24,7 @@ from gateway.audit.checkpoints import CheckpointWriter, load_or_create_audit_key
 from gateway.store import Store
 from tests.conftest import need, need_binary
 from tests.support.cli import run_cli
+from tests.support.gateway import gateway_cli
 from tests.support.pg import PG_DSN, PG_URL, pg_available
 
 pytestmark = pytest.mark.timeout(600)        # real CLI processes and two writers; slow on a loaded machine
@@ -44,8 +44,8 @@ class World:
         self.env = {**os.environ, "SANDGATE_STORE__URL": url}
 
     def cli(self, *args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "gateway", "audit", *args, "--data-dir", str(self.data)],
-                              capture_output=True, text=True, timeout=120, env=self.env)
+        """A real `sandgate audit` process, forked from the test process's zygote (tests/support/zygote.py)."""
+        return gateway_cli("audit", *args, "--data-dir", str(self.data), timeout=120, env=self.env)
 
     def verify(self) -> subprocess.CompletedProcess:
         """`sandgate audit verify` in this process (tests/support/cli.py), with the same argv and store URL."""
