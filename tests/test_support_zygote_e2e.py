@@ -92,7 +92,9 @@ def test_a_start_after_the_zygote_died_still_runs(tmp_path, monkeypatch):
     # the sandgates it forked for session fixtures (the PostgreSQL gateway's), still running on this worker
     shared = zygote._CLIENT.get("client")
     monkeypatch.setattr(zygote, "_CLIENT", {})
+    monkeypatch.setenv("SANDGATE_ZYGOTE_PRELOAD", "json")     # killed before any use: no need of sandgate's imports
     old = zygote.client(100)
+    monkeypatch.delenv("SANDGATE_ZYGOTE_PRELOAD")            # the zygote started next preloads sandgate's modules
     try:
         old.proc.kill()
         old.proc.wait()
@@ -111,8 +113,9 @@ def test_a_start_after_the_zygote_died_still_runs(tmp_path, monkeypatch):
 def test_the_zygote_ends_with_its_test_process(tmp_path):
     code = ("import os, sys; from tests.support import zygote; c = zygote.client(100); "
             "print(c.proc.pid, flush=True); sys.stdin.read(); os._exit(0)")   # no atexit: as if it crashed
+    # its zygote is never forked from: it imports a light module, not sandgate's (~1.5 s of CPU)
     proc = subprocess.Popen([sys.executable, "-c", code], cwd=str(ROOT), stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, text=True, env={**os.environ, "SANDGATE_ZYGOTE_PRELOAD": "json"})
     pid = int(proc.stdout.readline())
     assert Path(f"/proc/{pid}").exists()
     proc.stdin.close()
@@ -124,8 +127,8 @@ def test_the_zygote_ends_with_its_test_process(tmp_path):
 
 
 def test_a_zygote_that_cannot_start_says_why_and_starts_exec(tmp_path, monkeypatch):
-    """A zygote whose imports fail (here: a PRELOAD module that does not exist, read from the environment it is
-    started with) is reported, and the start runs a real process."""
+    """A zygote whose imports fail (here: a preloaded module that does not exist, read from the environment it is
+    started with, in place of PRELOAD) is reported, and the start runs a real process."""
     monkeypatch.setattr(zygote, "_CLIENT", {})
     monkeypatch.setattr(zygote, "_FAILED", {})
     monkeypatch.setenv("SANDGATE_ZYGOTE_PRELOAD", "gateway.no_such_module")
