@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.cli import run_cli
-from tests.support.gateway import ROOT, Sandgate
+from tests.support.gateway import ROOT, Sandgate, gateway_cli
 
 HERE = Path(__file__).parent
 UPSTREAM = HERE / "upstream_server.py"
@@ -189,7 +189,8 @@ def test_bad_invocations_exit_2(sg, session):
     base = [sys.executable, "-m", "gateway", "mcp", "--api-url", sg.api, "--token", sg.harness_token]
     # a bad invocation is refused before any upstream runs: in this process (gateway.cli.main, as the process runs
     # it; an exception escaping it fails the test), after one real process; an upstream that fails, below, runs in
-    # a real `sandgate mcp` process each (its log lines go to the process's stderr)
+    # a `sandgate mcp` process each, forked from the zygote (gateway_cli: its own stdin, stdout and stderr pipes;
+    # its log lines go to the process's stderr)
     for i, args in enumerate((["--session", session["id"]],                       # no upstream
                               ["--session", "s_nope", "--", "true"],               # unknown session
                               ["--session", session["id"], "--env", "SANDGATE_TOKEN", "--", "true"])):
@@ -200,8 +201,7 @@ def test_bad_invocations_exit_2(sg, session):
         assert out.returncode == 2, out.stderr
         assert "Traceback" not in out.stderr
     for upstream in (["false"], ["sh", "-c", "echo not-json"], ["/nonexistent/server"]):
-        out = subprocess.run(base + ["--session", session["id"], "--", *upstream], capture_output=True, text=True,
-                             timeout=60, stdin=subprocess.DEVNULL)
+        out = gateway_cli(*base[3:], "--session", session["id"], "--", *upstream, timeout=60)
         assert out.returncode == 1 and "Traceback" not in out.stderr, out.stderr
         assert out.stderr.strip().splitlines()[-1].startswith("sandgate mcp: ")
 
