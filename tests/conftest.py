@@ -53,8 +53,12 @@ def is_e2e(path: Path) -> bool:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    tier: dict[Path, bool] = {}          # once per file, not per item: is_e2e resolves the path (system calls)
     for item in items:
-        if is_e2e(item.path):
+        e2e = tier.get(item.path)
+        if e2e is None:
+            e2e = tier[item.path] = is_e2e(item.path)
+        if e2e:
             item.add_marker(pytest.mark.e2e)
 
 
