@@ -62,7 +62,7 @@ def cmd_serve(cfg: Config, args: argparse.Namespace) -> int:
         if refusal is not None:
             print(f"sandgate: {refusal}", file=sys.stderr)
             return 2
-        return run_workers(cfg, args.workers, args.config, args.log_level)
+        return run_workers(cfg, args.workers, args.config, args.log_level, main)
     # The composition root pulls in mitmproxy and the whole service: loaded only by the command that runs it.
     from gateway.app import run_gateway
 
