@@ -38,7 +38,7 @@ sys.path.insert(0, str(ROOT))
 # --tree DIR: run another revision's gateway (its files first on sys.path, its shipped policies)
 TREE = Path(sys.argv[sys.argv.index("--tree") + 1]).resolve() if "--tree" in sys.argv else ROOT
 
-from tests.bench.toolcalls_inproc import TIMED, Client, free_port  # noqa: E402
+from tests.bench.toolcalls_inproc import TIMED, Client, free_port, thread_cpu  # noqa: E402
 from tests.support.pgcluster import APP_PASSWORD, PgCluster  # noqa: E402
 
 if TREE != ROOT:
@@ -209,40 +209,6 @@ def structures() -> dict[str, str]:
                 add(f"session memory {sid[:8]} events", len(mem.events), mem.events.maxlen)
                 add(f"session memory {sid[:8]} ids", len(mem.ids), "events")
     return out
-
-
-def thread_cpu() -> dict[str, float]:
-    out: dict[str, float] = {}
-    for t in threading.enumerate():
-        try:
-            secs = time.clock_gettime(time.pthread_getcpuclockid(t.ident))
-        except (OSError, TypeError):
-            continue
-        name = "loop" if t is threading.main_thread() else t.name.split("_")[0].rstrip("0123456789-")
-        out[name] = out.get(name, 0.0) + secs
-    writer = writer_process_cpu()
-    if writer:
-        out["writer process"] = writer
-    return out
-
-def writer_process_cpu() -> float:
-    """CPU seconds so far of this process's writer processes (gateway/store/offload.py), from /proc."""
-    total, me = 0.0, str(os.getpid())
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-            if fields[1] != me:
-                continue
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                if b"gateway.store.offload" not in f.read():
-                    continue
-        except OSError:
-            continue
-        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    return total
 
 
 async def pgbench(u, mode: str, per_client: int, cwd: Path) -> str:
