@@ -23,12 +23,13 @@ from __future__ import annotations
 
 import json
 import re
+from collections import deque
 from typing import Any
 
 from pglast import ast, parser
 from pglast.enums import A_Expr_Kind, BoolExprType, BoolTestType, NullTestType, TransactionStmtKind
 from pglast.enums import VariableSetKind
-from pglast.visitors import Continue, Visitor
+from pglast.visitors import Ancestor, Visitor
 
 from gateway.toolcalls.sqlconst import CLASSES, SEQUENCE_WRITES
 
@@ -243,10 +244,15 @@ class _Facts:
 
 
 class _Visitor(Visitor):
-    """pglast's Visitor without its per-call `inspect.getmembers` (a third of a short statement's facts): the
-    `visit_XYZ` methods of each class are found once. Same traversal (pglast's `iterate`), same calls."""
+    """pglast's Visitor, walked without its generator: the `visit_XYZ` methods of each class are found once (not
+    by `inspect.getmembers` per call, a third of a short statement's facts), and the walk is pglast's `iterate`
+    inlined (most of what is left: a statement's nodes each went through a generator's `send`). Same traversal
+    (breadth first, a node's members in their order, tuples and tuples of tuples as `iterate` reads them), the
+    same ancestors chains, the same calls. The visitors here only read: every `visit_XYZ` returns None
+    (Continue), so a node's members are always walked; one that returned anything else would raise."""
 
     _methods: dict[type, tuple[tuple[type, str], ...]] = {}
+    _members: dict[type, tuple[str, ...]] = {}
 
     def __call__(self, node):  # noqa: ANN001, ANN204
         cls = type(self)
@@ -257,19 +263,38 @@ class _Visitor(Visitor):
             _Visitor._methods[cls] = names
         by_class = {k: getattr(self, n) for k, n in names}
         self.root = node
-        default = self.visit
-        generator = self.iterate(node)
-        try:
-            ancestors, node = generator.send(None)
-        except StopIteration:
-            return None
-        while True:
+        default = None if cls.visit is Visitor.visit else self.visit     # pglast's own is a no-op
+        if not isinstance(node, (tuple, ast.Node)):
+            raise ValueError("Bad argument, expected a ast.Node instance or a tuple")
+        node_type, members = ast.Node, _Visitor._members
+        todo = deque(((Ancestor(), node),))
+        popleft, append = todo.popleft, todo.append
+
+        def visit(ancestors, node) -> None:  # noqa: ANN001
             method = by_class.get(node.__class__, default)
-            result = method(ancestors, node) if method is not None else None
-            try:
-                ancestors, node = generator.send(Continue if result is None else result)
-            except StopIteration:
-                break
+            if method is not None and method(ancestors, node) is not None:
+                raise TypeError(f"{type(self).__name__}: a visit method returned a value")
+            names = members.get(node.__class__)
+            if names is None:
+                names = members[node.__class__] = tuple(node)
+            for member in names:
+                value = getattr(node, member)
+                if isinstance(value, (tuple, node_type)):
+                    append((Ancestor(ancestors, node, member), value))
+
+        while todo:
+            ancestors, node = popleft()
+            if not isinstance(node, tuple):
+                visit(ancestors, node)
+                continue
+            for index, sub_node in enumerate(node):
+                sub_ancestors = Ancestor(ancestors, node, index)
+                if isinstance(sub_node, node_type):
+                    visit(sub_ancestors, sub_node)
+                elif isinstance(sub_node, tuple):
+                    for sub_index, value in enumerate(sub_node):
+                        if isinstance(value, (tuple, node_type)):
+                            append((Ancestor(sub_ancestors, sub_node, sub_index), value))
         return self.root
 
 
