@@ -34,8 +34,10 @@ def _hex_ci(number: int, width: int) -> bytes:
     return "".join(f"[{d}{d.lower()}]" if d.isalpha() else d for d in digits).encode()
 
 
+@functools.lru_cache(maxsize=4096)
 def _char_alternatives(char: str, encoded: bytes) -> tuple[bytes, int]:
-    """Regex alternatives for one character of the value, and the longest match."""
+    """Regex alternatives for one character of the value, and the longest match (kept per character: a function
+    of its arguments only, and values share their characters)."""
     plain = b"".join(b"(?:" + re.escape(bytes([b])) + b"|%" + _hex_ci(b, 2) + b")" for b in encoded)
     alts, longest = [plain], 3 * len(encoded)
     code = ord(char)
@@ -74,22 +76,33 @@ def _escape_triggers(real: bytes) -> set[bytes]:
     """The escapes (of this value's characters) that a non-raw text form contains."""
     out: set[bytes] = set()
     for b in set(real):
-        out |= {b"%" + v for v in _case_variants(f"{b:02X}")}
+        out |= _byte_triggers(b)
     try:
         text = real.decode("utf-8")
     except UnicodeDecodeError:
         text = real.decode("latin-1")
     for char in set(text):
-        code = ord(char) if ord(char) <= 0xFFFF else 0xD800 + ((ord(char) - 0x10000) >> 10)
-        out |= {b"\\u" + v for v in _case_variants(f"{code:04X}")}
-        if char in _JSON_SHORT:
-            out.add(b"\\" + _JSON_SHORT[char].encode())
-        if char == " ":
-            out.add(b"+")
-        if char != "\ufffd":
-            out.add(b"&#")
-            out.update(_HTML_NAMED.get(char, ()))
+        out |= _char_triggers(char)
     return out
+
+
+@functools.lru_cache(maxsize=256)
+def _byte_triggers(b: int) -> frozenset[bytes]:
+    return frozenset(b"%" + v for v in _case_variants(f"{b:02X}"))
+
+
+@functools.lru_cache(maxsize=4096)
+def _char_triggers(char: str) -> frozenset[bytes]:
+    code = ord(char) if ord(char) <= 0xFFFF else 0xD800 + ((ord(char) - 0x10000) >> 10)
+    out = {b"\\u" + v for v in _case_variants(f"{code:04X}")}
+    if char in _JSON_SHORT:
+        out.add(b"\\" + _JSON_SHORT[char].encode())
+    if char == " ":
+        out.add(b"+")
+    if char != "\ufffd":
+        out.add(b"&#")
+        out.update(_HTML_NAMED.get(char, ()))
+    return frozenset(out)
 
 
 def _text_form(real: bytes) -> tuple[bytes, int]:
@@ -99,6 +112,9 @@ def _text_form(real: bytes) -> tuple[bytes, int]:
         chars = [(chr(b) if b < 0x80 else "\ufffd", bytes([b])) for b in real]
     parts = [_char_alternatives(c, enc) for c, enc in chars]
     return b"".join(p for p, _ in parts), sum(n for _, n in parts)
+
+
+_ESCAPED = {alphabet: tuple(re.escape(alphabet[s:s + 1]) for s in range(64)) for alphabet in (STD, URLSAFE)}
 
 
 def _b64_form(real: bytes, placeholder: bytes, alphabet: bytes, align: int,
@@ -115,6 +131,10 @@ def _b64_form(real: bytes, placeholder: bytes, alphabet: bytes, align: int,
     for i in range(chars):
         shift = 6 * (chars - 1 - i)
         want, keep = (value >> shift) & 63, (mask >> shift) & 63
+        if keep == 63:                 # every bit of the character is the value's: that one character
+            pattern += _ESCAPED[alphabet][want]
+            core += alphabet[want:want + 1]
+            continue
         options = [alphabet[s:s + 1] for s in range(64) if s & keep == want & keep]
         if len(options) == 1:
             pattern += re.escape(options[0])

@@ -193,3 +193,55 @@ def test_could_match_false_means_nothing_in_it_changes(case, slices):
     if scrubber.sub(data) != data:
         assert scrubber.could_match(data)
     assert not Scrubber({}).could_match(data)
+
+
+def _b64_reference(real: bytes, alphabet: bytes, align: int) -> tuple[bytes, bytes]:
+    """_b64_form's pattern and core from the definition: every character of the encoding is the class of the
+    alphabet's symbols that agree with the value on the bits it holds of it."""
+    import re
+
+    lead = 2 * align
+    bits = lead + 8 * len(real)
+    chars = -(-bits // 6)
+    trail = chars * 6 - bits
+    value, mask = int.from_bytes(real, "big") << trail, ((1 << (8 * len(real))) - 1) << trail
+    pattern, core = b"", b""
+    for i in range(chars):
+        want, keep = (value >> 6 * (chars - 1 - i)) & 63, (mask >> 6 * (chars - 1 - i)) & 63
+        options = [alphabet[s:s + 1] for s in range(64) if s & keep == want & keep]
+        if len(options) == 1:
+            pattern, core = pattern + re.escape(options[0]), core + options[0]
+        else:
+            pattern += b"[" + b"".join(map(re.escape, options)) + b"]"
+    return pattern, core
+
+
+@settings(max_examples=200)
+@given(st.binary(min_size=1, max_size=40), st.text(min_size=1, max_size=12))
+def test_the_forms_are_their_definitions(real, text):
+    """_b64_form's shortcut for a character wholly the value's, and the escapes kept per character, give what
+    the definitions give."""
+    from broker.scrub import STD, URLSAFE, _b64_form, _case_variants, _escape_triggers
+
+    for alphabet in (STD, URLSAFE):
+        for align in range(3):
+            pattern, _n, core, _h = _b64_form(real, b"P" * len(real), alphabet, align)
+            assert (pattern, core) == _b64_reference(real, alphabet, align)
+    expected: set[bytes] = set()
+    encoded = text.encode("utf-8", "surrogatepass")
+    for b in set(encoded):
+        expected |= {b"%" + v for v in _case_variants(f"{b:02X}")}
+    try:
+        chars = encoded.decode("utf-8")
+    except UnicodeDecodeError:
+        chars = encoded.decode("latin-1")
+    for char in set(chars):
+        code = ord(char) if ord(char) <= 0xFFFF else 0xD800 + ((ord(char) - 0x10000) >> 10)
+        expected |= {b"\\u" + v for v in _case_variants(f"{code:04X}")}
+        expected |= {b"\\" + {'"': b'"', "\\": b"\\", "/": b"/", "\b": b"b", "\f": b"f", "\n": b"n", "\r": b"r",
+                              "\t": b"t"}[char]} if char in '"\\/\b\f\n\r\t' else set()
+        expected |= {b"+"} if char == " " else set()
+        if char != "\ufffd":
+            expected |= {b"&#", *{"&": (b"&amp;",), "<": (b"&lt;",), ">": (b"&gt;",), '"': (b"&quot;",),
+                                  "'": (b"&apos;",)}.get(char, ())}
+    assert _escape_triggers(encoded) == expected
