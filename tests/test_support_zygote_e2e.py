@@ -1,6 +1,7 @@
 """The zygote (tests/support/zygote.py): a start forked from it is the real server in its own process, with the
-start's environment, working directory and log, fresh random state, a Popen's exit statuses; the escape hatch and
-the fallbacks run a real process; the zygote ends with its test process."""
+start's environment, working directory and log, fresh random state, a Popen's exit statuses; the escape hatch runs
+a real process, and the fallbacks are refused the fork; a zygote that died is replaced; the zygote ends with its
+test process."""
 from __future__ import annotations
 
 import os
@@ -71,40 +72,45 @@ def test_forked_starts_draw_fresh_random_state_and_report_exit_statuses_as_popen
 
 
 def test_the_escape_hatch_another_python_and_an_import_time_variable_exec_a_real_process(tmp_path, monkeypatch):
-    sg = Sandgate(tmp_path / "env", env={"AIOHTTP_NO_EXTENSIONS": "1"}).start()
-    try:
-        assert not sg.forked and "import" in sg.exec_reason
-        assert isinstance(sg.proc, subprocess.Popen) and parent_of(sg.proc.pid) == os.getpid()
-        assert b"-m\0gateway\0serve" in Path(f"/proc/{sg.proc.pid}/cmdline").read_bytes()
-    finally:
-        assert sg.stop() == 0
+    # which starts exec is decided before any process runs (Sandgate._zygote); the real process is then started
+    # by the same branch of Sandgate.start whatever the reason: one real start here (the escape hatch) and the
+    # other reasons checked as decisions, none forked
+    server = zygote.client(100)
+    spawned = server.spawned
+    env = Sandgate(tmp_path / "env", env={"AIOHTTP_NO_EXTENSIONS": "1"})
+    assert env._zygote() is None and "import" in env.exec_reason
+    other = Sandgate(tmp_path / "other", python="/usr/bin/python3")
+    assert other._zygote() is None and other.exec_reason == "another interpreter's install"
+    assert server.spawned == spawned
     monkeypatch.setenv("SANDGATE_TEST_EXEC", "1")
     sg = Sandgate(tmp_path / "hatch").start()
     try:
         assert not sg.forked and sg.exec_reason == "SANDGATE_TEST_EXEC=1"
-        assert parent_of(sg.proc.pid) == os.getpid()
+        assert isinstance(sg.proc, subprocess.Popen) and parent_of(sg.proc.pid) == os.getpid()
+        assert b"-m\0gateway\0serve" in Path(f"/proc/{sg.proc.pid}/cmdline").read_bytes()
+        assert requests.get(sg.api + "/healthz", timeout=10).ok
     finally:
         assert sg.stop() == 0
+    assert server.spawned == spawned
 
 
-def test_a_start_after_the_zygote_died_still_runs(tmp_path, monkeypatch):
-    # a zygote of this test's own: killing the test process's shared one would take with it the exit statuses of
-    # the sandgates it forked for session fixtures (the PostgreSQL gateway's), still running on this worker
+def test_a_fork_after_the_zygote_died_comes_from_a_new_zygote(tmp_path, monkeypatch):
+    # zygotes of this test's own: killing the test process's shared one would take with it the exit statuses of
+    # the sandgates it forked for session fixtures (the PostgreSQL gateway's), still running on this worker. What
+    # is tested is the zygote's lifecycle, not the server's: both import a light module instead of sandgate's
+    # (~3 s of CPU each), and the fork is a CLI's (`--help`), through the zygote.client() every start goes through
     shared = zygote._CLIENT.get("client")
     monkeypatch.setattr(zygote, "_CLIENT", {})
-    monkeypatch.setenv("SANDGATE_ZYGOTE_PRELOAD", "json")     # killed before any use: no need of sandgate's imports
+    monkeypatch.setenv("SANDGATE_ZYGOTE_PRELOAD", "json")
     old = zygote.client(100)
-    monkeypatch.delenv("SANDGATE_ZYGOTE_PRELOAD")            # the zygote started next preloads sandgate's modules
     try:
         old.proc.kill()
         old.proc.wait()
-        sg = Sandgate(tmp_path / "after").start()
-        try:
-            assert sg.forked
-            assert requests.get(sg.api + "/healthz", timeout=10).ok
-            assert zygote.client(100).proc.pid != old.proc.pid
-        finally:
-            assert sg.stop() == 0
+        done = gateway_cli("--help", cwd=tmp_path)
+        new = zygote.client(100)
+        assert new is not old and new.proc.pid != old.proc.pid and new.proc.poll() is None
+        assert new.spawned == 1 and not new.children                    # forked from the new one, and reaped
+        assert done.returncode == 0 and "serve" in done.stdout, done.stderr
     finally:
         zygote.shutdown()               # this test's second zygote; the shared one comes back with _CLIENT
     assert shared is None or shared.proc.poll() is None, "the test process's own zygote was stopped"
@@ -128,17 +134,15 @@ def test_the_zygote_ends_with_its_test_process(tmp_path):
 
 def test_a_zygote_that_cannot_start_says_why_and_starts_exec(tmp_path, monkeypatch):
     """A zygote whose imports fail (here: a preloaded module that does not exist, read from the environment it is
-    started with, in place of PRELOAD) is reported, and the start runs a real process."""
+    started with, in place of PRELOAD) is reported, and the start is refused the fork: it runs a real process, by
+    the branch of Sandgate.start the escape hatch's test runs one with."""
     monkeypatch.setattr(zygote, "_CLIENT", {})
     monkeypatch.setattr(zygote, "_FAILED", {})
     monkeypatch.setenv("SANDGATE_ZYGOTE_PRELOAD", "gateway.no_such_module")
-    sg = Sandgate(tmp_path / "nozygote").start()
-    try:
-        assert not sg.forked and sg.exec_reason.startswith("no zygote: preload failed")
-        assert "no_such_module" in sg.exec_reason
-        assert parent_of(sg.proc.pid) == os.getpid()
-    finally:
-        assert sg.stop() == 0
+    sg = Sandgate(tmp_path / "nozygote")
+    assert sg._zygote() is None and sg.exec_reason.startswith("no zygote: preload failed")
+    assert "no_such_module" in sg.exec_reason
+    assert zygote.client(100) is None and zygote.failure() == sg.exec_reason.removeprefix("no zygote: ")
 
 
 def test_a_cli_process_forked_reads_stdin_and_prints_what_a_real_one_does(tmp_path, monkeypatch):

@@ -205,9 +205,9 @@ class Sandgate:
                      cpu=self.start_cpu)
         return self
 
-    def _fork(self, args: list[str]) -> "zygote.Forked | None":
-        """`python -m gateway ARGS` forked from this test process's zygote, or None: a real process runs instead
-        (the reason in `self.exec_reason`), as it does when the zygote cannot start or fork."""
+    def _zygote(self) -> "zygote.Client | None":
+        """The zygote this start forks from, or None: a real process runs instead (the reason in
+        `self.exec_reason`)."""
         self.forked = False
         self.exec_reason = fork_refusal(self.python, self.serve_args)
         if self.exec_reason is not None:
@@ -218,6 +218,14 @@ class Sandgate:
             return None
         if not server.forks(self.env):
             self.exec_reason = "an environment variable read at import differs from the zygote's"
+            return None
+        return server
+
+    def _fork(self, args: list[str]) -> "zygote.Forked | None":
+        """`python -m gateway ARGS` forked from this test process's zygote, or None: a real process runs instead
+        (the reason in `self.exec_reason`), as it does when the zygote cannot start or fork."""
+        server = self._zygote()
+        if server is None:
             return None
         try:
             proc = server.spawn(args, self.env, str(self.tmp), self._log.fileno())
