@@ -272,12 +272,18 @@ def _token_transport(cfg: Config, resolver: Resolver, own_listeners: list[tuple[
     """What sandgate's OAuth2 client dials token endpoints with: a name in `token_url` resolved as egress resolves
     it, and dialled at the address resolved. A token endpoint is an endpoint the operator configured, so it is
     dialled without `egress.private_allow` (an internal identity provider must not open private ranges to every
-    sandbox); only sandgate's own listeners are refused."""
-    tls = _upstream_tls(cfg)
+    sandbox); only sandgate's own listeners are refused.
+
+    Its TLS context (the public roots plus egress.upstream_ca: about 50 ms of CPU to load) is made once, at once
+    when the configuration has an OAuth2 secret or an upstream_ca (a bundle OpenSSL cannot load stops the start),
+    else only if a transport is ever asked for: without OAuth2 secrets none is."""
+    tls = functools.cache(functools.partial(_upstream_tls, cfg))
+    if cfg.egress.upstream_ca or any(spec.oauth2 is not None for spec in cfg.broker.secrets.values()):
+        tls()
 
     def vet(addresses: list[str], port: int) -> AddressVerdict:
         return vet_addresses(addresses, port, private_allow=OPERATOR_ENDPOINT_NETWORKS, own_listeners=own_listeners)
-    return lambda: VettedTransport(resolver, vet, tls, proxy=cfg.egress.upstream_proxy, proxy_auth=proxy_auth)
+    return lambda: VettedTransport(resolver, vet, tls(), proxy=cfg.egress.upstream_proxy, proxy_auth=proxy_auth)
 
 
 def _token_state(cfg: Config, store: Store) -> StoreTokenState | None:

@@ -4,6 +4,8 @@ not open private ranges to every sandbox); sandgate's own listeners stay refused
 transport as the app builds it."""
 from __future__ import annotations
 
+import ssl
+
 import httpx2 as httpx
 import pytest
 from aiohttp import web
@@ -55,3 +57,33 @@ async def test_sandgates_own_listener_is_still_refused(tmp_path, token_server):
     async with httpx.AsyncClient(transport=transport) as client:
         with pytest.raises(httpx.ConnectError, match="address.own_listener"):
             await client.post(f"http://idp.internal:{token_server}/token")
+
+
+def _configured(tmp_path, toml: str):
+    path = tmp_path / "sandgate.toml"
+    path.write_text(toml)
+    return load_config(path, data_dir=tmp_path)
+
+
+OAUTH2_SECRET = ('[secrets.crm]\nkind = "oauth2"\ntoken_url = "https://idp.internal/token"\nclient_id = "env:ID"\n'
+                 'client_secret = "env:CS"\nhosts = ["api.crm.example"]\n')
+
+
+def test_the_tls_context_is_made_at_start_only_where_a_token_request_or_the_operators_bundle_needs_it(tmp_path):
+    """The context (public roots plus egress.upstream_ca) writes DATA_DIR/upstream-ca.pem as it is made. Without an
+    OAuth2 secret no transport is ever asked for: made only if one is, once; with an OAuth2 secret it is made at
+    start, as is one with an upstream_ca, which fails the start when OpenSSL cannot load it."""
+    bundle = tmp_path / "upstream-ca.pem"
+    resolver = StaticResolver({}, NoDns())
+    lazy = _token_transport(_configured(tmp_path, ""), resolver, [], None)
+    assert not bundle.exists()
+    first, second = lazy(), lazy()
+    assert bundle.exists() and first._tls is second._tls
+    bundle.unlink()
+    _token_transport(_configured(tmp_path, OAUTH2_SECRET), resolver, [], None)
+    assert bundle.exists()
+    bundle.unlink()
+    corrupt = tmp_path / "ca.pem"
+    corrupt.write_text("-----BEGIN CERTIFICATE-----\nnot base64 at all\n-----END CERTIFICATE-----\n")
+    with pytest.raises(ssl.SSLError):
+        _token_transport(_configured(tmp_path, f'[egress]\nupstream_ca = "{corrupt}"\n'), resolver, [], None)
