@@ -22,7 +22,7 @@ from botocore.credentials import Credentials
 from tests.conftest import LOOPBACK_CONFIG
 from tests.support.gateway import Sandgate
 from tests.support.leaks import leaked
-from tests.support.moto import REGION, Moto
+from tests.support.moto import REGION, Moto, aws_cli
 from tests.support.upstream import Upstream, make_cert
 
 pytestmark = pytest.mark.timeout(600)
@@ -66,9 +66,9 @@ OUTPUTS: list[bytes] = []
 
 
 def cli(sess: dict, moto: Moto, *args: str, check: bool = True) -> subprocess.CompletedProcess:
-    aws_bin = shutil.which("aws", path=str(BIN)) or "aws"
-    proc = subprocess.run([aws_bin, "--endpoint-url", moto.url, *args], env=sandbox_env(sess),
-                          capture_output=True, timeout=300)
+    """The `aws` CLI, forked from a zygote that has imported it (aws_cli); the presign, `s3 rm` and ec2 terminate
+    tests run it exec'd, as a shell does."""
+    proc = aws_cli(["--endpoint-url", moto.url, *args], sandbox_env(sess))
     OUTPUTS.extend([proc.stdout, proc.stderr])
     if check:
         assert proc.returncode == 0, proc.stderr.decode(errors="replace")

@@ -87,7 +87,7 @@ def _threads() -> int:
     return len(os.listdir("/proc/self/task"))
 
 
-def _become(request: dict, fds: list[int], own: list) -> None:
+def _become(request: dict, fds: list[int], own: list, imported_env: dict[str, str]) -> None:
     """In the forked child: become `python -m gateway ARGS` as the request describes. It never returns: the
     exception that ends it (SystemExit, as `sys.exit(main())` raises) unwinds to the interpreter's own shutdown
     (atexit, non-daemon threads joined, streams flushed), as a fresh process's does."""
@@ -108,12 +108,22 @@ def _become(request: dict, fds: list[int], own: list) -> None:
     os.chdir(request["cwd"])
     os.environ.clear()
     os.environ.update(request["env"])
+    # what the imports set in the environment (awscli sets AWS_DATA_PATH from its own value, which is an import-time
+    # variable of its kind, so the same as here): a fresh process's imports would have set it too
+    os.environ.update(imported_env)
     args = request["argv"]
+    import runpy
+
+    script = request.get("script")
+    if script:                                     # `python SCRIPT ARGS` instead (a console script: the aws CLI's)
+        sys.orig_argv = [sys.executable, script, *args]
+        sys.argv = [script, *args]
+        sys.path[0] = os.path.dirname(script)      # a script's directory comes first, as for `python SCRIPT`
+        runpy.run_path(script, run_name="__main__")
+        sys.exit(0)
     sys.orig_argv = [sys.executable, "-m", "gateway", *args]
     sys.argv = ["-m", *args]                       # runpy puts the module's file in argv[0], as -m does
     sys.path[0] = os.getcwd()                      # -m puts the working directory first
-    import runpy
-
     profile = os.environ.get("SANDGATE_TEST_PROFILE")
     if profile:
         _profile(f"{profile}.{os.getpid()}")
@@ -168,10 +178,12 @@ def serve(sock_fd: int, parent: int) -> None:
         # SANDGATE_ZYGOTE_PRELOAD: other modules instead (the zygote's own tests: one that does not exist, for the
         # fallback; a light one for a zygote that is killed or outlived, never forked from: ~1.5 s of CPU spared)
         names = list(filter(None, os.environ.get("SANDGATE_ZYGOTE_PRELOAD", "").split(","))) or PRELOAD
+        before = dict(os.environ)
         for name in names:
             importlib.import_module(name)
         if names is PRELOAD:
             _warm()
+        imported_env = {k: v for k, v in os.environ.items() if before.get(k) != v}
     except BaseException as exc:                     # noqa: BLE001 -- reported, and the client execs instead
         sock.send(json.dumps({"error": f"preload failed: {exc!r}"}).encode())
         return
@@ -221,7 +233,7 @@ def serve(sock_fd: int, parent: int) -> None:
                     sock.send(json.dumps({"error": f"fork failed: {exc!r}"}).encode())
                     continue
                 if pid == 0:
-                    _become(request, fds, [sock, sel, *children])
+                    _become(request, fds, [sock, sel, *children], imported_env)
                     return                           # unreachable: _become raises SystemExit
                 for fd in fds:
                     os.close(fd)
@@ -293,7 +305,7 @@ class Forked:
 class Client:
     """This test process's zygote. `spawn` forks a child of it; `pump` reads what the zygote reported."""
 
-    def __init__(self, timeout: float):
+    def __init__(self, timeout: float, preload: tuple[str, ...] | None = None):
         self.owner = os.getpid()
         self.lock = threading.RLock()
         self.children: dict[int, Forked] = {}
@@ -306,6 +318,8 @@ class Client:
         self.env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         if threading.current_thread() is threading.main_thread():
             self.env["SANDGATE_ZYGOTE_PDEATHSIG"] = "1"   # PR_SET_PDEATHSIG follows the thread that started it
+        if preload:                                       # a zygote of another kind: these modules, not PRELOAD
+            self.env["SANDGATE_ZYGOTE_PRELOAD"] = ",".join(preload)
         self.proc = subprocess.Popen([sys.executable, "-m", "tests.support.zygote", str(theirs.fileno()),
                                       str(os.getpid())], pass_fds=[theirs.fileno()], cwd=str(ROOT),
                                      stdin=subprocess.DEVNULL, stdout=self.log_file, stderr=self.log_file,
@@ -348,13 +362,14 @@ class Client:
         return all(env.get(k) == self.env.get(k) for k in keys)
 
     def spawn(self, args: list[str], env: dict[str, str], cwd: str, log_fd: int | tuple[int, int, int],
-              new_session: bool = False) -> Forked:
-        """`python -m gateway ARGS` as a child of the zygote, its stdout and stderr on `log_fd` (stdin /dev/null),
-        or on (stdin, stdout, stderr); ZygoteGone if it cannot fork one."""
+              new_session: bool = False, script: str | None = None) -> Forked:
+        """`python -m gateway ARGS` (or `python SCRIPT ARGS`) as a child of the zygote, its stdout and stderr on
+        `log_fd` (stdin /dev/null), or on (stdin, stdout, stderr); ZygoteGone if it cannot fork one."""
         with self.lock:
             if self.proc.poll() is not None:
                 raise ZygoteGone(f"the zygote exited: {self.log()}")
-            message = json.dumps({"argv": args, "env": env, "cwd": cwd, "new_session": new_session}).encode()
+            message = json.dumps({"argv": args, "env": env, "cwd": cwd, "new_session": new_session,
+                                  **({"script": script} if script else {})}).encode()
             try:
                 socket.send_fds(self.sock, [message], list(log_fd) if isinstance(log_fd, tuple) else [log_fd])
                 while True:
@@ -367,7 +382,7 @@ class Client:
                         continue
                     if "error" in data:
                         raise ZygoteGone(data["error"])
-                    child = Forked(self, data["pid"], fds[0], ["-m", "gateway", *args])
+                    child = Forked(self, data["pid"], fds[0], [script, *args] if script else ["-m", "gateway", *args])
                     self.children[child.pid] = child
                     self.spawned += 1
                     return child
@@ -423,7 +438,7 @@ class Client:
 
 
 def run(server: Client, args: list[str], env: dict[str, str], cwd: str, input: bytes | None,
-        timeout: float | None) -> subprocess.CompletedProcess:
+        timeout: float | None, script: str | None = None) -> subprocess.CompletedProcess:
     """`subprocess.run([python, "-m", "gateway", *args], input=..., capture_output=True, timeout=...)`, forked:
     stdin, stdout and stderr are pipes of this process; on a timeout the child is killed, as subprocess.run does."""
     import selectors
@@ -432,7 +447,7 @@ def run(server: Client, args: list[str], env: dict[str, str], cwd: str, input: b
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
     try:
-        child = server.spawn(args, env, cwd, (stdin_r, out_w, err_w))
+        child = server.spawn(args, env, cwd, (stdin_r, out_w, err_w), script=script)
     finally:
         for fd in (stdin_r, out_w, err_w):
             os.close(fd)
@@ -490,22 +505,26 @@ def run(server: Client, args: list[str], env: dict[str, str], cwd: str, input: b
 
 
 _CLIENT: dict[str, Client | None] = {}
-_FAILED: dict[int, str] = {}
+_FAILED: dict[int | tuple[int, str], str] = {}
 
 
-def client(timeout: float) -> Client | None:
-    """This test process's zygote, started on first use; None when it cannot start (the reason: `failure()`)."""
+def client(timeout: float, preload: tuple[str, ...] | None = None) -> Client | None:
+    """This test process's zygote, started on first use; None when it cannot start (the reason: `failure()`).
+    `preload`: a zygote of another kind, one per test process too, that imports these modules instead of PRELOAD
+    (the MCP SDK's for `sandgate mcp`: tests/support/forked.py)."""
     pid = os.getpid()
-    current = _CLIENT.get("client")
+    key = "client" if preload is None else "preload:" + ",".join(preload)
+    failed = pid if preload is None else (pid, key)
+    current = _CLIENT.get(key)
     if current is not None and current.owner == pid and current.proc.poll() is None:
         return current
-    if pid in _FAILED:
+    if failed in _FAILED:
         return None
     try:
-        started = _CLIENT["client"] = Client(timeout)
+        started = _CLIENT[key] = Client(timeout, preload)
     except (ZygoteGone, OSError) as exc:
-        _FAILED[pid] = str(exc)
-        _CLIENT["client"] = None
+        _FAILED[failed] = str(exc)
+        _CLIENT[key] = None
         return None
     # at exit the zygote is stopped and reaped by this process, so its children's CPU counts in this process's
     # RUSAGE_CHILDREN (and in `time`), as a real start's does. pytest-xdist's workers end with os._exit, past
@@ -515,19 +534,19 @@ def client(timeout: float) -> Client | None:
 
 
 def shutdown() -> None:
-    """Stop and reap this process's zygote, if it started one (its children have been stopped by then)."""
-    current = _CLIENT.get("client")
-    if current is not None and current.owner == os.getpid():
-        current.close()
+    """Stop and reap this process's zygotes, if it started any (their children have been stopped by then)."""
+    for current in list(_CLIENT.values()):
+        if current is not None and current.owner == os.getpid():
+            current.close()
 
 
 def failure() -> str | None:
     return _FAILED.get(os.getpid())
 
 
-def audit_env() -> list[str]:
-    """Every environment key read while importing PRELOAD and warming (os.environ's reads and os.getenv's), in
-    order."""
+def audit_env(names: tuple[str, ...] = PRELOAD) -> list[str]:
+    """Every environment key read while importing `names` (and warming, for PRELOAD) (os.environ's reads and
+    os.getenv's), in order."""
     import importlib
 
     seen: list[str] = []
@@ -545,9 +564,10 @@ def audit_env() -> list[str]:
                           os.environ.decodevalue)
     os.environ = recording
     try:
-        for name in PRELOAD:
+        for name in names:
             importlib.import_module(name)
-        _warm()
+        if names is PRELOAD:
+            _warm()
     finally:
         os.environ = os._Environ(recording._data, recording.encodekey, recording.decodekey, recording.encodevalue,
                                  recording.decodevalue)
@@ -555,7 +575,7 @@ def audit_env() -> list[str]:
 
 
 if __name__ == "__main__":
-    if sys.argv[1:] == ["--audit-env"]:
-        print("\n".join(audit_env()))
+    if sys.argv[1:2] == ["--audit-env"]:              # --audit-env [MODULE,...]: PRELOAD, or these modules
+        print("\n".join(audit_env(tuple(sys.argv[2].split(",")) if sys.argv[2:] else PRELOAD)))
         sys.exit(0)
     serve(int(sys.argv[1]), int(sys.argv[2]))

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from tests.support.cli import run_cli
-from tests.support.gateway import ROOT, Sandgate, gateway_cli
+from tests.support.gateway import ROOT, Sandgate
+from tests.support.forked import mcp_run, mcp_stdio, spawn_mcp
 
 HERE = Path(__file__).parent
 UPSTREAM = HERE / "upstream_server.py"
@@ -51,15 +52,24 @@ def session(sg):
     sg.call("DELETE", f"/v1/sessions/{sess['id']}")
 
 
+def proxy_args(sg, sid: str, log: Path, *extra: str) -> list[str]:
+    return ["--session", sid, "--name", "up", "--api-url", sg.api, "--token", sg.harness_token, "--env",
+            f"DEMO_REAL={REAL}", "--env", f"UPSTREAM_LOG={log}", *extra, "--", sys.executable, str(UPSTREAM)]
+
+
 def proxy_params(sg, sid: str, log: Path, *extra: str):
+    """The real process, as an MCP client starts it (the SDK's stdio_client execs it)."""
     from mcp import StdioServerParameters
 
-    return StdioServerParameters(
-        command=sys.executable,
-        args=["-m", "gateway", "mcp", "--session", sid, "--name", "up", "--api-url", sg.api, "--token",
-              sg.harness_token, "--env", f"DEMO_REAL={REAL}", "--env", f"UPSTREAM_LOG={log}", *extra, "--",
-              sys.executable, str(UPSTREAM)],
-        env={"PYTHONPATH": str(ROOT)}, cwd=str(ROOT))
+    return StdioServerParameters(command=sys.executable,
+                                 args=["-m", "gateway", "mcp", *proxy_args(sg, sid, log, *extra)],
+                                 env={"PYTHONPATH": str(ROOT)}, cwd=str(ROOT))
+
+
+def forked_proxy(sg, sid: str, log: Path, *extra: str):
+    """The same `sandgate mcp` over the same stdio, forked from the MCP zygote (tests/support/forked.py): for the
+    tests of what the proxy does; test_proxy_end_to_end runs the real process."""
+    return mcp_stdio(proxy_args(sg, sid, log, *extra), {"PYTHONPATH": str(ROOT)}, ROOT)
 
 
 async def approve_when_filed(sg, sid: str, verdict: str = "approve", reason: str = "") -> dict:
@@ -132,8 +142,7 @@ async def test_results_and_upstream_errors_are_scrubbed_of_the_sessions_secrets(
     from mcp.shared.exceptions import MCPError
 
     placeholder = session["env"]["DEMO"]
-    async with stdio_client(proxy_params(sg, session["id"], tmp_path / "log")) as (r, w), \
-            ClientSession(r, w) as client:
+    async with forked_proxy(sg, session["id"], tmp_path / "log") as (r, w), ClientSession(r, w) as client:
         await client.initialize()
         result = await client.call_tool("whoami", {})
         assert not result.is_error
@@ -152,8 +161,8 @@ async def test_results_and_upstream_errors_are_scrubbed_of_the_sessions_secrets(
 
 async def test_annotations_never_turn_ask_into_allow(sg, session, tmp_path):
     # boom claims readOnlyHint, deploy claims nothing: both still go by the policy (deny, ask).
-    async with stdio_client(proxy_params(sg, session["id"], tmp_path / "log", "--approval-wait-s", "0.2")) \
-            as (r, w), ClientSession(r, w) as client:
+    async with forked_proxy(sg, session["id"], tmp_path / "log", "--approval-wait-s", "0.2") as (r, w), \
+            ClientSession(r, w) as client:
         await client.initialize()
         timed_out = await client.call_tool("deploy", {"target": "x"})
         assert timed_out.is_error and "approval.timeout" in text_of(timed_out)
@@ -189,7 +198,7 @@ def test_bad_invocations_exit_2(sg, session):
     base = [sys.executable, "-m", "gateway", "mcp", "--api-url", sg.api, "--token", sg.harness_token]
     # a bad invocation is refused before any upstream runs: in this process (gateway.cli.main, as the process runs
     # it; an exception escaping it fails the test), after one real process; an upstream that fails, below, runs in
-    # a `sandgate mcp` process each, forked from the zygote (gateway_cli: its own stdin, stdout and stderr pipes;
+    # a `sandgate mcp` process each, forked from the MCP zygote (mcp_run: its own stdin, stdout and stderr pipes;
     # its log lines go to the process's stderr)
     for i, args in enumerate((["--session", session["id"]],                       # no upstream
                               ["--session", "s_nope", "--", "true"],               # unknown session
@@ -201,18 +210,19 @@ def test_bad_invocations_exit_2(sg, session):
         assert out.returncode == 2, out.stderr
         assert "Traceback" not in out.stderr
     for upstream in (["false"], ["sh", "-c", "echo not-json"], ["/nonexistent/server"]):
-        out = gateway_cli(*base[3:], "--session", session["id"], "--", *upstream, timeout=60)
+        out = mcp_run([*base[4:], "--session", session["id"], "--", *upstream], timeout=60)
         assert out.returncode == 1 and "Traceback" not in out.stderr, out.stderr
         assert out.stderr.strip().splitlines()[-1].startswith("sandgate mcp: ")
 
 
 # -- streamable HTTP: the front, and a remote upstream ---------------------------------------------------
-def start_proxy(sg, sid: str, log: Path, *upstream: str, token: str = "front-token-123") -> tuple[subprocess.Popen, str]:
+def start_proxy(sg, sid: str, log: Path, *upstream: str, token: str = "front-token-123") -> tuple:
+    """`sandgate mcp --listen` forked from the MCP zygote (tests/support/forked.py), its stdout and stderr on
+    pipes."""
     env = {**os.environ, "SANDGATE_MCP_TOKEN": token, "UPSTREAM_LOG": str(log), "DEMO_REAL": REAL}
-    proc = subprocess.Popen([sys.executable, "-m", "gateway", "mcp", "--session", sid, "--name", "up", "--api-url",
-                             sg.api, "--token", sg.harness_token, "--listen", "127.0.0.1:0", "--env", "DEMO_REAL",
-                             "--env", "UPSTREAM_LOG", *upstream], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            stdin=subprocess.DEVNULL, env=env, text=True, cwd=str(ROOT))
+    proc = spawn_mcp(["--session", sid, "--name", "up", "--api-url", sg.api, "--token", sg.harness_token,
+                      "--listen", "127.0.0.1:0", "--env", "DEMO_REAL", "--env", "UPSTREAM_LOG", *upstream], env,
+                     ROOT)
     line = proc.stdout.readline()
     if not line:
         proc.kill()
