@@ -325,22 +325,29 @@ def wait_lines(fn, n, timeout=20.0):
     raise AssertionError("the decision log did not fill in time")
 
 
+@pytest.fixture(scope="module")
+def sg(tmp_path_factory):
+    """One sandgate for the export and replay tests: each looks at its own session's decisions (the export's
+    --session) and replays those made since it began (--since)."""
+    with Sandgate(tmp_path_factory.mktemp("decisionlog") / "gw", LOOPBACK_CONFIG) as started:
+        yield started
+
+
 @pytest.mark.e2e
-def test_every_decision_is_logged_and_exported_in_opa_format(tmp_path, upstream):
-    with Sandgate(tmp_path / "gw", LOOPBACK_CONFIG) as sg:
-        sess = sg.session(allow=["allowed.test"], secrets=[])
-        proxies = sess["proxies"]
-        assert requests.get(f"http://allowed.test:{upstream.port}/a?api_key=abc123", proxies=proxies,
-                            headers={"Authorization": "Bearer sk-abcdefgh12345"}, timeout=30).status_code == 200
-        assert requests.get(f"http://other.test:{upstream.port}/b", proxies=proxies, timeout=30).status_code == 403
-        resp = sg.call("POST", "/v1/toolcalls", json={"session": sess["id"], "tool": "shell", "step": 1, "args": {
-            "command": "curl -H 'Authorization: Bearer ghp_abcdefghijklmnop' https://allowed.test/"}})
-        assert resp.status_code == 200
-        rev = sg.call("GET", "/healthz").json()["policy_rev"]
-        wait_lines(lambda: cli(sg, "audit", "export", "--format", "opa-decision-log"), 3)
-        exported = cli(sg, "audit", "export", "--format", "opa-decision-log", process=True)
-        assert exported.returncode == 0, exported.stderr
-        lines = [line for line in exported.stdout.splitlines() if line.strip()]
+def test_every_decision_is_logged_and_exported_in_opa_format(sg, upstream):
+    sess = sg.session(allow=["allowed.test"], secrets=[])
+    proxies = sess["proxies"]
+    assert requests.get(f"http://allowed.test:{upstream.port}/a?api_key=abc123", proxies=proxies,
+                        headers={"Authorization": "Bearer sk-abcdefgh12345"}, timeout=30).status_code == 200
+    assert requests.get(f"http://other.test:{upstream.port}/b", proxies=proxies, timeout=30).status_code == 403
+    resp = sg.call("POST", "/v1/toolcalls", json={"session": sess["id"], "tool": "shell", "step": 1, "args": {
+        "command": "curl -H 'Authorization: Bearer ghp_abcdefghijklmnop' https://allowed.test/"}})
+    assert resp.status_code == 200
+    rev = sg.call("GET", "/healthz").json()["policy_rev"]
+    wait_lines(lambda: cli(sg, "audit", "export", "--format", "opa-decision-log", "--session", sess["id"]), 3)
+    exported = cli(sg, "audit", "export", "--format", "opa-decision-log", "--session", sess["id"], process=True)
+    assert exported.returncode == 0, exported.stderr
+    lines = [line for line in exported.stdout.splitlines() if line.strip()]
     entries = [json.loads(line) for line in lines]
     assert len(entries) == 3 and len({e["decision_id"] for e in entries}) == 3
     by_path = {}
@@ -360,17 +367,17 @@ def test_every_decision_is_logged_and_exported_in_opa_format(tmp_path, upstream)
 
 
 @pytest.mark.e2e
-def test_exported_tool_calls_carry_their_whole_history(tmp_path):
+def test_exported_tool_calls_carry_their_whole_history(sg):
     """Rows reference their history entries (stored once): the export gives each input whole, as decided."""
-    with Sandgate(tmp_path / "gw", LOOPBACK_CONFIG) as sg:
-        sess = sg.session(allow=["allowed.test"], secrets=[])
-        ids = []
-        for step, command in enumerate(["ls", "git status", "cat README.md", "ls -la"], 1):
-            resp = sg.call("POST", "/v1/toolcalls", json={"session": sess["id"], "tool": "shell", "step": step,
-                                                          "args": {"command": command}})
-            assert resp.status_code == 200
-            ids.append(resp.json()["id"])
-        lines = wait_lines(lambda: cli(sg, "audit", "export", "--format", "opa-decision-log", "--kind", "toolcall"), 4)
+    sess = sg.session(allow=["allowed.test"], secrets=[])
+    ids = []
+    for step, command in enumerate(["ls", "git status", "cat README.md", "ls -la"], 1):
+        resp = sg.call("POST", "/v1/toolcalls", json={"session": sess["id"], "tool": "shell", "step": step,
+                                                      "args": {"command": command}})
+        assert resp.status_code == 200
+        ids.append(resp.json()["id"])
+    lines = wait_lines(lambda: cli(sg, "audit", "export", "--format", "opa-decision-log", "--kind", "toolcall",
+                                   "--session", sess["id"]), 4)
     entries = [json.loads(line) for line in lines]
     assert [e["request_id"] for e in entries] == ids
     for n, e in enumerate(entries):
@@ -391,23 +398,23 @@ def candidate_policy(tmp_path):
 
 
 @pytest.mark.e2e
-def test_replay_shows_what_a_candidate_policy_would_change(tmp_path, upstream):
+def test_replay_shows_what_a_candidate_policy_would_change(sg, tmp_path, upstream):
     cand = candidate_policy(tmp_path)
-    with Sandgate(tmp_path / "gw", LOOPBACK_CONFIG) as sg:
-        sess = sg.session(allow=["allowed.test"])
-        for path in ("/a", "/b1", "/b2", "/c"):
-            requests.get(f"http://allowed.test:{upstream.port}{path}", proxies=sess["proxies"], timeout=30)
-        wait_lines(lambda: cli(sg, "audit", "export", "--format", "opa-decision-log"), 4)
-        proc = cli(sg, "policy", "replay", "--since", "1h", "--policies", str(cand))
-        assert proc.returncode == 0, proc.stderr
-        lines = proc.stdout.splitlines()
-        assert lines[-1] == "4 decisions replayed, 2 would change (allow -> deny: 2)"
-        assert len(lines) == 3 and all("allow -> deny  [egress.allowed] -> [site.no_b]" in l for l in lines[:2])
-        as_json = [json.loads(l) for l in cli(sg, "policy", "replay", "--since", "1h", "--policies", str(cand),
-                                              "--json").stdout.splitlines()]
-        assert [j["candidate"]["codes"] for j in as_json] == [["site.no_b"], ["site.no_b"]]
-        assert cli(sg, "policy", "replay", "--since", "2000-01-01T00:00:00Z", "--until", "2000-01-02T00:00:00Z",
-                   "--policies", str(cand)).stdout.strip() == "0 decisions replayed, 0 would change"
+    since = str(time.time())                    # the module's sandgate decided other tests' requests before
+    sess = sg.session(allow=["allowed.test"])
+    for path in ("/a", "/b1", "/b2", "/c"):
+        requests.get(f"http://allowed.test:{upstream.port}{path}", proxies=sess["proxies"], timeout=30)
+    wait_lines(lambda: cli(sg, "audit", "export", "--format", "opa-decision-log", "--session", sess["id"]), 4)
+    proc = cli(sg, "policy", "replay", "--since", since, "--policies", str(cand))
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[-1] == "4 decisions replayed, 2 would change (allow -> deny: 2)"
+    assert len(lines) == 3 and all("allow -> deny  [egress.allowed] -> [site.no_b]" in l for l in lines[:2])
+    as_json = [json.loads(l) for l in cli(sg, "policy", "replay", "--since", since, "--policies", str(cand),
+                                          "--json").stdout.splitlines()]
+    assert [j["candidate"]["codes"] for j in as_json] == [["site.no_b"], ["site.no_b"]]
+    assert cli(sg, "policy", "replay", "--since", "2000-01-01T00:00:00Z", "--until", "2000-01-02T00:00:00Z",
+               "--policies", str(cand)).stdout.strip() == "0 decisions replayed, 0 would change"
 
 
 @pytest.mark.e2e
