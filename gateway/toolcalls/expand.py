@@ -99,6 +99,8 @@ def _sequence(body: str) -> list[str] | None:
 def substitute(word: str, variables: dict[str, list[str]], cwd: str | None) -> list[str]:
     """Candidates for one word: variables known from earlier in the line, `$(pwd)`, `$(echo x)`, $USER forms.
     Unknown variables stay as written."""
+    if "$" not in word and "`" not in word and not (word[:1] == "~" and "HOME" in variables):
+        return [word]            # every form below starts with `$` or a backquote (or is `~` with HOME known)
     word = _USER_FORMS.sub(USER, word)
     if "HOME" in variables and re.match(r"~(?=/|$)", word):
         word = "$HOME" + word[1:]

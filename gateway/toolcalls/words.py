@@ -15,12 +15,16 @@ def split_words(text: str) -> list[str]:
         return text.split()
 
 
+_ESCAPED = re.compile(r"\\(.)", re.S)
+_ESCAPED_DQ = re.compile(r'\\([\\"$`])')
+
+
 def unescape_word(text: str) -> str:
-    return re.sub(r"\\(.)", r"\1", text, flags=re.S)
+    return _ESCAPED.sub(r"\1", text) if "\\" in text else text      # most words hold no backslash
 
 
 def unescape_dq(text: str) -> str:
-    return re.sub(r'\\([\\"$`])', r"\1", text)
+    return _ESCAPED_DQ.sub(r"\1", text) if "\\" in text else text
 
 
 _ANSI = {"n": "\n", "t": "\t", "r": "\r", "a": "\a", "b": "\b", "e": "\x1b", "E": "\x1b", "f": "\f", "v": "\v"}

@@ -70,3 +70,44 @@ def test_expand_word_never_raises_and_is_bounded(word, variables):
     out = expand_word(word, variables, "/w")
     assert 1 <= len(out) <= MAX_CANDIDATES
     assert all(isinstance(w, str) for w in out)
+
+
+def _substitute_in_full(word, variables, cwd):
+    """substitute() without its shortcut for words holding no `$`, backquote or leading `~`: every rewrite run."""
+    import itertools
+
+    from gateway.toolcalls import expand as x
+    word = x._USER_FORMS.sub(USER, word)
+    if "HOME" in variables and x.re.match(r"~(?=/|$)", word):
+        word = "$HOME" + word[1:]
+    word = x._HOME_SAME.sub("~", x._HOME_PARENT.sub("~/..", word))
+    if cwd is not None:
+        word = x._PWD_FORMS.sub(lambda _m: cwd, word)
+    word = x._SUBSTITUTION.sub(x._literal_output, word)
+    if "$" not in word or not variables:
+        return [word]
+    pieces, pos = [], 0
+    for match in x._VAR.finditer(word):
+        name = match.group(1) or match.group(2)
+        if name in variables:
+            pieces += [[word[pos:match.start()]], variables[name] or [""]]
+            pos = match.end()
+    if not pieces:
+        return [word]
+    out = []
+    for combo in itertools.product(*pieces, [word[pos:]]):
+        if sum(len(p) for p in combo) > x.MAX_WORD:
+            return [word]
+        out.append("".join(combo))
+        if len(out) > MAX_CANDIDATES:
+            return [word]
+    return out
+
+
+@settings(max_examples=300)
+@given(st.text(alphabet="~/$`{}()aHOMEUSpwd -_.", max_size=24),
+       st.dictionaries(st.sampled_from(["HOME", "X", "a", "USER"]), st.lists(st.sampled_from(["/", "~", "b"]),
+                                                                             max_size=2), max_size=3),
+       st.none() | st.just("/work"))
+def test_substitute_is_every_rewrite_in_turn(word, variables, cwd):
+    assert substitute(word, variables, cwd) == _substitute_in_full(word, variables, cwd)

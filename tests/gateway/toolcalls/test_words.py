@@ -65,3 +65,12 @@ def test_word_helpers_never_raise(text):
     for helper in (ansi_c, unescape_dq, unescape_word):
         assert isinstance(helper(text), str)
     assert all(isinstance(w, str) for w in split_words(text))
+
+
+@settings(max_examples=200)
+@given(st.text(alphabet='\\"$`ab \n', max_size=20))
+def test_unescaping_is_the_substitution_for_any_text(text):
+    """The shortcut for text with no backslash returns what the substitution returns."""
+    import re
+    assert unescape_word(text) == re.sub(r"\\(.)", r"\1", text, flags=re.S)
+    assert unescape_dq(text) == re.sub(r'\\([\\"$`])', r"\1", text)
