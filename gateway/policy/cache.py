@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from gateway.policy.decision import Decision
 
 __all__ = ["DecisionCache", "IMPURE", "LEN", "Patched", "Shared", "Stamped", "WILD", "build_trie",
-           "compile_projection", "patch", "project", "read_set", "stamp"]
+           "compile_projection", "is_pure", "patch", "project", "read_set", "stamp"]
 
 
 # Builtins whose result changes between two evaluations of the same input (the clock, randomness, the network;
@@ -205,6 +205,14 @@ def _element_keys(node: dict) -> frozenset | None:
 
 _IMPURE_CALLS = ("time.now_ns", "rand.", "uuid.", "http.send", "opa.runtime", "net.lookup_ip_addr",
                  "io.jwt.decode_verify", "crypto.x509.parse_and_verify")      # IMPURE, on the parse: name prefixes
+
+
+def is_pure(texts: Sequence[str], parsed: list[dict]) -> bool:
+    """Whether modules (their texts, and regorus's parse of them) call no impure builtin: evaluating them twice on
+    the same input and data gives the same result."""
+    return IMPURE.search("\n".join(texts)) is None and not impure_calls(parsed, _IMPURE_CALLS)
+
+
 _READS_LOCK = threading.Lock()
 _READS: "OrderedDict[tuple, tuple[bool, Reads]]" = OrderedDict()
 
@@ -222,9 +230,7 @@ def read_set(modules: Sequence[tuple[str, str]], queried: tuple[str, ...]) -> tu
     if parsed is None:
         result: tuple[bool, Reads] = (IMPURE.search("\n".join(t for _, t in modules)) is None, None)
     else:
-        pure = (IMPURE.search("\n".join(t for _, t in modules)) is None
-                and not impure_calls(parsed, _IMPURE_CALLS))
-        result = (pure, ast_reads(parsed, queried))
+        result = (is_pure([t for _, t in modules], parsed), ast_reads(parsed, queried))
     with _READS_LOCK:
         _READS[memo_key] = result
         while len(_READS) > 4:

@@ -13,8 +13,10 @@ data.sandgate.lib.decision` in a package with a `decision` rule: alias it, `... 
 """
 from __future__ import annotations
 
+import json
 import re
-from collections import Counter
+import threading
+from collections import Counter, OrderedDict
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
@@ -23,6 +25,7 @@ import regorus
 
 from gateway.policy import ast
 from gateway.policy.annotations import read_annotations
+from gateway.policy.cache import is_pure
 from gateway.policy.loader import PolicySource
 from gateway.policy.rego import PolicyError, build_engine, error_text, prepared
 
@@ -84,13 +87,13 @@ def _imports(module: dict) -> dict[str, list[str]]:
     return out
 
 
-def _unknown_functions(modules: list[dict]) -> list[Finding]:
+def _unknown_functions(modules: list[dict], facts: _Walked) -> list[Finding]:
     functions = {r.path for r in ast.rules(modules) if r.kind == "Func"}
     findings = []
     for module in modules:
         package, imports = ast.module_package(module), _imports(module)
         for rule in module["ast"].get("rules", []):
-            for name, line, arity in _calls_with_arity(rule):
+            for name, line, arity in facts(rule).calls:
                 if _resolves(name, package, imports, functions) or is_builtin(".".join(name), arity):
                     continue
                 findings.append(Finding(ast.module_file(module), line,
@@ -98,18 +101,69 @@ def _unknown_functions(modules: list[dict]) -> list[Finding]:
     return findings
 
 
-def _calls_with_arity(node: Any):
-    if isinstance(node, dict):
+@dataclass(frozen=True)
+class _Facts:
+    """What the checks read of one rule, gathered in one walk of its AST (four walks before: the calls twice, the
+    variables and the assignments once each)."""
+    calls: tuple[tuple[list[str], int, int], ...]      # (function name, line, arity) of every call
+    names: Counter                                    # every variable name of a Spec rule, counted
+    assigned: tuple[tuple[str, int], ...]             # (name, line) of every `name := ...` in its bodies
+
+
+def _rule_facts(rule: dict) -> _Facts:
+    calls: list = []
+    names: Counter = Counter()
+    assigned: list = []
+
+    def visit(node: dict, count: bool, assigns: bool) -> None:
         call = node.get("Call")
         if isinstance(call, dict):
             name = ast.ref_path(call.get("fcn"))
             if name is not None:
-                yield name, call["span"]["line"], len(call.get("params", []))
-        for value in node.values():
-            yield from _calls_with_arity(value)
-    elif isinstance(node, list):
-        for value in node:
-            yield from _calls_with_arity(value)
+                calls.append((name, call["span"]["line"], len(call.get("params", []))))
+        if count:
+            var = node.get("Var")
+            if isinstance(var, dict) and isinstance(var.get("value"), str):
+                names[var["value"]] += 1
+        if assigns:
+            assign = node.get("AssignExpr")
+            if isinstance(assign, dict) and isinstance(assign.get("lhs"), dict) and "Var" in assign["lhs"]:
+                var = assign["lhs"]["Var"]
+                assigned.append((var["value"], var["span"]["line"]))
+
+    def walk(node: Any, count: bool, assigns: bool) -> None:
+        if isinstance(node, dict):
+            visit(node, count, assigns)
+            for value in node.values():
+                if isinstance(value, (dict, list)):
+                    walk(value, count, assigns)
+        elif isinstance(node, list):
+            for value in node:
+                if isinstance(value, (dict, list)):
+                    walk(value, count, assigns)
+
+    visit(rule, False, False)
+    for i, (kind, body) in enumerate(rule.items()):
+        if i == 0 and kind == "Spec" and isinstance(body, dict):
+            visit(body, True, False)                  # the variables of the Spec, its assignments in its bodies
+            for key, value in body.items():
+                walk(value, True, key == "bodies")
+        else:
+            walk(body, False, False)
+    return _Facts(tuple(calls), names, tuple(assigned))
+
+
+class _Walked:
+    """Each rule's facts, walked once per check (keyed by the rule's AST node, which the check keeps alive)."""
+
+    def __init__(self) -> None:
+        self._facts: dict[int, tuple[dict, _Facts]] = {}
+
+    def __call__(self, rule: dict) -> _Facts:
+        hit = self._facts.get(id(rule))
+        if hit is None or hit[0] is not rule:
+            hit = self._facts[id(rule)] = (rule, _rule_facts(rule))
+        return hit[1]
 
 
 def _resolves(name: list[str], package: str, imports: dict[str, list[str]], functions: set[str]) -> bool:
@@ -163,7 +217,7 @@ def _error_of(engine: Any, path: str, query: bool) -> str | None:
     return None
 
 
-def _strict(modules: list[dict]) -> list[Finding]:
+def _strict(modules: list[dict], facts: _Walked) -> list[Finding]:
     findings = []
     for module in modules:
         file = ast.module_file(module)
@@ -181,10 +235,12 @@ def _strict(modules: list[dict]) -> list[Finding]:
             body = "\n".join(t for i, t in enumerate(text.splitlines(), 1) if i != line)
             if not re.search(rf"(?<![\w.]){re.escape(alias)}\b", body):
                 findings.append(Finding(file, line, f"import {'.'.join(path)} is unused", "warning"))
-        for name, line, _ in _calls_with_arity(module["ast"].get("rules", [])):
-            if ".".join(name) in DEPRECATED:
-                findings.append(Finding(file, line, f"deprecated built-in function {'.'.join(name)}", "warning"))
-        findings.extend(_unused_locals(module))
+        for rule in module["ast"].get("rules", []):
+            for name, line, _ in facts(rule).calls:
+                if ".".join(name) in DEPRECATED:
+                    findings.append(Finding(file, line, f"deprecated built-in function {'.'.join(name)}",
+                                            "warning"))
+        findings.extend(_unused_locals(module, facts))
     return findings
 
 
@@ -229,21 +285,7 @@ def _var_names(node: Any, out: Counter) -> Counter:
     return out
 
 
-def _assignments(node: Any):
-    """(name, line) of every `name := ...` in a subtree."""
-    if isinstance(node, dict):
-        assign = node.get("AssignExpr")
-        if isinstance(assign, dict) and isinstance(assign.get("lhs"), dict) and "Var" in assign["lhs"]:
-            var = assign["lhs"]["Var"]
-            yield var["value"], var["span"]["line"]
-        for value in node.values():
-            yield from _assignments(value)
-    elif isinstance(node, list):
-        for value in node:
-            yield from _assignments(value)
-
-
-def _unused_locals(module: dict) -> list[Finding]:
+def _unused_locals(module: dict, facts: _Walked) -> list[Finding]:
     """OPA strict mode: local assignments never used, function arguments never used, `input`/`data`
     assigned to."""
     file, findings = ast.module_file(module), []
@@ -251,8 +293,9 @@ def _unused_locals(module: dict) -> list[Finding]:
         kind, body = next(iter(rule.items()))
         if kind != "Spec":
             continue
-        counts = _var_names(body, Counter())
-        for name, line in _assignments(body.get("bodies", [])):
+        walked = facts(rule)
+        counts = walked.names
+        for name, line in walked.assigned:
             if name in ("input", "data"):
                 findings.append(Finding(file, line, f"assigns to the reserved name {name}", "warning"))
             elif not name.startswith("_") and counts[name] == 1:
@@ -328,15 +371,57 @@ def _method_without_connect(modules: list[dict]) -> list[Finding]:
     return findings
 
 
+@dataclass
+class _Checked:
+    evaluated: frozenset[Finding]                              # what evaluating the packages found
+    findings: dict[bool, tuple[Finding, ...]]                  # strict -> every finding
+
+
+# The last few sources checked in this process, by their exact content: a check is a pure function of the module and
+# test texts (with their file names), the data and the engine, once the modules call no impure builtin (the
+# clock, randomness, the network: evaluating them twice could differ, so such a source is never kept). A CLI
+# process checks once; a process that checks the same source again (the tests, in process) reuses the
+# evaluation of every package (most of a check's CPU), and the whole result for the same mode.
+_CHECKED_LOCK = threading.Lock()
+_CHECKED: OrderedDict[tuple, _Checked] = OrderedDict()
+_CHECKED_SIZE = 4
+
+
+def _content_key(source: PolicySource) -> tuple | None:
+    try:
+        data = json.dumps(source.data, sort_keys=True, allow_nan=False)
+    except (TypeError, ValueError):              # not plain JSON (a YAML date): checked afresh every time
+        return None
+    return (regorus.Engine, source.modules, source.tests, data)
+
+
 def check_source(source: PolicySource, strict: bool = False) -> list[Finding]:
     """Every problem found, sorted by file and line; empty when the policy is clean."""
+    key = _content_key(source)
+    with _CHECKED_LOCK:
+        kept = _CHECKED.get(key) if key is not None else None
+        if kept is not None:
+            _CHECKED.move_to_end(key)
+            if strict in kept.findings:
+                return list(kept.findings[strict])
     try:
         engine = build_engine(source, tests=True)
     except PolicyError as exc:
         return [_finding(str(exc))]
     modules = ast.parse_ast(engine.get_ast_as_json())
-    findings = set(_unknown_functions(modules)) | set(_evaluation_errors(engine, modules)) \
+    evaluated = kept.evaluated if kept is not None else frozenset(_evaluation_errors(engine, modules))
+    facts = _Walked()
+    findings = set(_unknown_functions(modules, facts)) | evaluated \
         | set(_opa_only_errors(modules)) | set(_shadowing_imports(modules))
     if strict:
-        findings |= set(_strict(modules)) | set(_method_without_connect(modules)) | set(_annotation_errors(modules))
-    return sorted(findings)
+        findings |= set(_strict(modules, facts)) | set(_method_without_connect(modules)) \
+            | set(_annotation_errors(modules))
+    result = tuple(sorted(findings))
+    if key is not None and (kept is not None or is_pure([t for _, t in source.modules + source.tests], modules)):
+        with _CHECKED_LOCK:
+            kept = _CHECKED.setdefault(key, _Checked(evaluated, {}))
+            kept.findings[strict] = result
+            _CHECKED.move_to_end(key)
+            while len(_CHECKED) > _CHECKED_SIZE:
+                _CHECKED.popitem(last=False)
+    return list(result)
