@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import json
 import re
 from collections import deque
@@ -171,6 +172,7 @@ def check_transport(tls: bool, port: int, found: Iterable[T2]) -> tuple[list[T2]
 
 # ---------------------------------------------------------------- substitution
 
+@functools.lru_cache(maxsize=512)          # placeholders share an alphabet: a function of the character
 def _char_pattern(char: str) -> str:
     hexed = "".join(f"[{c}{c.lower()}]" if c.isalpha() else c for c in f"{ord(char):02X}")
     return f"(?:{re.escape(char)}|%{hexed})"
