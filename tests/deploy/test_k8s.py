@@ -19,7 +19,7 @@ from hypothesis import given, settings, strategies as st
 from gateway.auth.tokens import load_or_create_key
 from gateway.config import load_config, parse_hostport
 from tests.deploy import netpol
-from tests.deploy.recipes import (DEPLOY, K8S, K8S_VERSION, ROOT, TEMPLATES, configmap_toml, image_policy_dir, k8s,
+from tests.deploy.recipes import (DEPLOY, K8S, K8S_VERSION, TEMPLATES, configmap_toml, image_policy_dir, k8s,
                                   k8s_docs, kubelet_configmap)
 
 GATEWAY_LABELS = {"app.kubernetes.io/name": "sandgate", "app.kubernetes.io/component": "gateway"}
@@ -206,11 +206,10 @@ def test_site_rules_are_mounted_at_the_policy_directorys_site_folder_beside_the_
 
 def test_the_site_rules_configmap_as_the_kubelet_mounts_it_passes_policy_check_and_the_shipped_tests(tmp_path):
     """Loaded once (the kubelet's hidden ..data directories are not read twice), `policy check --strict` clean,
-    the shipped tests passing beside it, and its rule deciding."""
-    import subprocess
-    import sys
-
+    the shipped tests passing beside it, and its rule deciding. The two commands run in process (`run_cli`: the
+    real processes of `policy check --strict` and `policy test` are tests/gateway/test_policy_cli.py's)."""
     from gateway.policy.loader import load_policy_dir
+    from tests.support.cli import run_cli
 
     policies = image_policy_dir(tmp_path)
     kubelet_configmap(policies / "site", k8s("ConfigMap", "sandgate-site-rules")["data"], 1)
@@ -218,8 +217,7 @@ def test_the_site_rules_configmap_as_the_kubelet_mounts_it_passes_policy_check_a
     site = [rel for rel, _ in source.modules if rel.startswith("site/")]
     assert site == ["site/egress_block.rego"]
     for args in (["check", "--strict"], ["test"]):
-        proc = subprocess.run([sys.executable, "-m", "gateway", "policy", *args, str(policies)],
-                              capture_output=True, text=True, timeout=300, cwd=ROOT)
+        proc = run_cli("policy", *args, str(policies))
         assert proc.returncode == 0, (args, proc.stdout[-2000:], proc.stderr[-2000:])
 
 
