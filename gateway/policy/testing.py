@@ -4,10 +4,14 @@ error is an error. Optional line coverage of the non-test modules (regorus cover
 from __future__ import annotations
 
 import re
+import threading
 import time
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import regorus
 
 from gateway.policy import ast
 from gateway.policy.loader import PolicySource, load_policy_dir
@@ -68,6 +72,31 @@ def discover(engine: Any) -> list[ast.Rule]:
     return list(seen.values())
 
 
+# The test rules of the last few sources run in this process, by the exact module and test texts with their file
+# names (and the engine): what `discover` finds is regorus's parse of those texts and nothing else (not the data,
+# nothing evaluated). Reading the parse is most of what `policy test --run ONE_TEST` costs (the AST of the shipped
+# policy and its tests is about 10 MB of JSON); a process that runs the tests of the same source again (the tests,
+# in process) reads it once.
+_DISCOVERED_LOCK = threading.Lock()
+_DISCOVERED: OrderedDict[tuple, tuple[ast.Rule, ...]] = OrderedDict()
+_DISCOVERED_SIZE = 4
+
+
+def _discover_source(source: PolicySource, engine: Any) -> tuple[ast.Rule, ...]:
+    key = (regorus.Engine, source.modules, source.tests)
+    with _DISCOVERED_LOCK:
+        found = _DISCOVERED.get(key)
+        if found is not None:
+            _DISCOVERED.move_to_end(key)
+            return found
+    found = tuple(discover(engine))
+    with _DISCOVERED_LOCK:
+        _DISCOVERED[key] = found
+        while len(_DISCOVERED) > _DISCOVERED_SIZE:
+            _DISCOVERED.popitem(last=False)
+    return found
+
+
 def _run_one(engine: Any, rule: ast.Rule) -> TestResult:
     started = time.perf_counter()
     outcome, detail = "pass", ""
@@ -102,7 +131,7 @@ def run_source(source: PolicySource, run: str | None = None, coverage: bool = Fa
     results: list[TestResult] = []
     cov: dict[str, FileCoverage] = {}
     test_files = {rel for rel, _ in source.tests}
-    for rule in discover(base):
+    for rule in _discover_source(source, base):
         if pattern is not None and not pattern.search(rule.path):
             continue
         if rule.name.startswith("todo_"):
