@@ -84,8 +84,6 @@ def fork_refusal(python: str, serve_args: list[str]) -> str | None:
         return "SANDGATE_TEST_EXEC=1"
     if python != sys.executable:
         return "another interpreter's install"
-    if "--workers" in serve_args:
-        return "serve --workers (its supervisor and workers run as the command line starts them)"
     return None
 
 
