@@ -66,8 +66,8 @@ OUTPUTS: list[bytes] = []
 
 
 def cli(sess: dict, moto: Moto, *args: str, check: bool = True) -> subprocess.CompletedProcess:
-    """The `aws` CLI, forked from a zygote that has imported it (aws_cli); the presign, `s3 rm` and ec2 terminate
-    tests run it exec'd, as a shell does."""
+    """The `aws` CLI, forked from a zygote that has imported it (aws_cli); the `s3 rm` and ec2 terminate tests run
+    it exec'd, as a shell does."""
     proc = aws_cli(["--endpoint-url", moto.url, *args], sandbox_env(sess))
     OUTPUTS.extend([proc.stdout, proc.stderr])
     if check:
@@ -118,15 +118,14 @@ def test_cli_presign_through_sandgate(aws):
     echo = sg.echo
     endpoint = f"https://presign.test:{echo.port}"
     env = sandbox_env(sess)
-    argv = [shutil.which("aws", path=str(BIN)) or "aws", "--endpoint-url", endpoint, "s3", "presign",
-            "s3://echo/a key+x.txt", "--expires-in", "300"]
-    v2 = subprocess.run(argv, env=env, capture_output=True, timeout=120).stdout.decode().strip()
+    argv = ["--endpoint-url", endpoint, "s3", "presign", "s3://echo/a key+x.txt", "--expires-in", "300"]
+    v2 = aws_cli(argv, env, timeout=120).stdout.decode().strip()
     assert "AWSAccessKeyId=" in v2                 # the CLI's default here: Signature Version 2, refused
     resp = requests.get(v2, proxies=sess["proxies"], verify=sess["ca_file"], timeout=60)
     assert resp.status_code == 403 and resp.json()["code"] == "secret.bad_signature"
     config = _tmp / "aws-config"
     config.write_text("[default]\ns3 =\n    signature_version = s3v4\n")
-    proc = subprocess.run(argv, env=env | {"AWS_CONFIG_FILE": str(config)}, capture_output=True, timeout=120)
+    proc = aws_cli(argv, env | {"AWS_CONFIG_FILE": str(config)}, timeout=120)
     url = proc.stdout.decode().strip()
     assert proc.returncode == 0 and sess["env"]["AWS_ACCESS_KEY_ID"] in url and real[0] not in url
     resp = requests.get(url, proxies=sess["proxies"], verify=sess["ca_file"], timeout=60)
