@@ -257,3 +257,24 @@ def run_script(script: str, args: list[str], env: dict[str, str], preload: tuple
         else:
             return subprocess.CompletedProcess([script, *args], done.returncode, done.stdout, done.stderr)
     return subprocess.run([script, *args], env=env, capture_output=True, timeout=timeout, cwd=cwd)
+
+
+def spawn_python(script: str, args: list[str], env: dict[str, str], preload: tuple[str, ...],
+                 import_env: tuple[str, ...], cwd: str | Path = ROOT):
+    """`subprocess.Popen([python, script, *args], env=env, cwd=cwd, stdin/stdout/stderr=DEVNULL)` (this
+    interpreter), forked from the zygote of this kind where it can be (the child runs the script as `python SCRIPT`
+    does); a Popen-like handle either way: poll, wait, terminate, kill."""
+    import subprocess
+
+    forked_env = fork_env(env, import_env)
+    server = kind_zygote(preload, import_env, forked_env)
+    if server is not None:
+        devnull = os.open(os.devnull, os.O_RDWR)
+        try:
+            return server.spawn(args, forked_env, str(cwd), (devnull, devnull, devnull), script=script)
+        except zygote.ZygoteGone:
+            pass
+        finally:
+            os.close(devnull)
+    return subprocess.Popen([sys.executable, script, *args], env=env, cwd=str(cwd), stdin=subprocess.DEVNULL,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

@@ -14,7 +14,7 @@ import pytest
 
 from tests.support.cli import run_cli
 from tests.support.gateway import ROOT, Sandgate
-from tests.support.forked import mcp_run, mcp_stdio, spawn_mcp
+from tests.support.forked import MCP_IMPORT_TIME_ENV, MCP_PRELOAD, mcp_run, mcp_stdio, spawn_mcp, spawn_python
 
 HERE = Path(__file__).parent
 UPSTREAM = HERE / "upstream_server.py"
@@ -303,9 +303,11 @@ def test_remote_streamable_http_upstream(sg, session, tmp_path):
 
     port = free_port()
     log = tmp_path / "log"
-    upstream = subprocess.Popen([sys.executable, str(UPSTREAM), str(port), "upstream-secret-token"],
-                                env={**os.environ, "DEMO_REAL": REAL, "UPSTREAM_LOG": str(log)},
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    # the upstream server (the SDK's MCPServer, which the MCP zygote has imported) forked from it: spawn_python is
+    # `subprocess.Popen([python, UPSTREAM, ...])` with its output on /dev/null
+    upstream = spawn_python(str(UPSTREAM), [str(port), "upstream-secret-token"],
+                            {**os.environ, "DEMO_REAL": REAL, "UPSTREAM_LOG": str(log)}, MCP_PRELOAD,
+                            MCP_IMPORT_TIME_ENV)
     try:
         import socket
         import time
