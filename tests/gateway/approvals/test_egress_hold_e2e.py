@@ -94,65 +94,72 @@ def test_client_disconnect_cancels_item(gw, upstream):
     assert not any(r.path == "/gone" for r in upstream.recorder.requests)
 
 
-def test_identical_retry_after_restart_is_let_through_once(tmp_path, upstream):
-    cfg = {**LOOPBACK_CONFIG, "egress": {**LOOPBACK_CONFIG["egress"], "hold_timeout_s": 1}}
-    with Sandgate(tmp_path, cfg) as sg:
-        sess = sg.session(allow=["allowed.test"])
-        url = f"http://allowed.test:{upstream.port}/retry/1"
-        first = requests.delete(url, proxies=sess["proxies"], timeout=30)
-        assert first.status_code == 403 and first.json()["code"] == "approval.timeout"
-        item = sg.call("GET", f"/v1/approvals?status=pending&session={sess['id']}", sg.token("approver", "a")).json()[0]
-        sg.stop()
-        sg.start()
-        approver = sg.token("approver", "alice")
-        assert sg.call("GET", f"/v1/approvals/{item['id']}", approver).json()["status"] == "pending"
-        assert sg.call("POST", f"/v1/approvals/{item['id']}/approve", approver, json={}).status_code == 200
-        retry = requests.delete(url, proxies=sess["proxies"], timeout=30)
-        assert retry.status_code == 200
-        assert len([r for r in upstream.recorder.requests if r.path == "/retry/1"]) == 1
-        again = requests.delete(url, proxies=sess["proxies"], timeout=30)
-        assert again.status_code == 403, "used once"
-        assert len([r for r in upstream.recorder.requests if r.path == "/retry/1"]) == 1
-
-
-def test_reuse_is_bound_to_headers_and_limited_by_window_and_freeze(tmp_path, upstream):
-    """An approved but unused egress item lets the identical request through once: not one whose meaningful
-    headers differ, not after approvals.reuse_window_s, not after the session is frozen."""
+@pytest.fixture(scope="module")
+def brief(tmp_path_factory):
+    """A sandgate whose holds time out at once (1 s) and whose approvals cover the same action again for 4 s: the
+    reuse tests' (the restart test restarts it)."""
     cfg = {**LOOPBACK_CONFIG, "egress": {**LOOPBACK_CONFIG["egress"], "hold_timeout_s": 1},
            "approvals": {"reuse_window_s": 4}}
-    with Sandgate(tmp_path, cfg) as sg:
-        approver = sg.token("approver", "alice")
-        sess = sg.session(allow=["allowed.test"])
-        url = f"http://allowed.test:{upstream.port}/bind/1"
+    with Sandgate(tmp_path_factory.mktemp("brief"), cfg) as sg:
+        yield sg
 
-        def delete(target, **headers):
-            return requests.delete(url, proxies=sess["proxies"], timeout=30, headers={"X-Target": target, **headers})
 
-        def approve_pending():
-            items = sg.call("GET", f"/v1/approvals?status=pending&session={sess['id']}", approver).json()
-            assert items, "nothing pending"
-            for item in items:
-                assert sg.call("POST", f"/v1/approvals/{item['id']}/approve", approver, json={}).status_code == 200
-            return items
+def test_identical_retry_after_restart_is_let_through_once(brief, upstream):
+    sg = brief
+    sess = sg.session(allow=["allowed.test"])
+    url = f"http://allowed.test:{upstream.port}/retry/1"
+    first = requests.delete(url, proxies=sess["proxies"], timeout=30)
+    assert first.status_code == 403 and first.json()["code"] == "approval.timeout"
+    item = sg.call("GET", f"/v1/approvals?status=pending&session={sess['id']}", sg.token("approver", "a")).json()[0]
+    sg.stop()
+    sg.start()
+    approver = sg.token("approver", "alice")
+    assert sg.call("GET", f"/v1/approvals/{item['id']}", approver).json()["status"] == "pending"
+    assert sg.call("POST", f"/v1/approvals/{item['id']}/approve", approver, json={}).status_code == 200
+    retry = requests.delete(url, proxies=sess["proxies"], timeout=30)
+    assert retry.status_code == 200
+    assert len([r for r in upstream.recorder.requests if r.path == "/retry/1"]) == 1
+    again = requests.delete(url, proxies=sess["proxies"], timeout=30)
+    assert again.status_code == 403, "used once"
+    assert len([r for r in upstream.recorder.requests if r.path == "/retry/1"]) == 1
 
-        def forwarded():
-            return len([r for r in upstream.recorder.requests if r.path == "/bind/1"])
 
-        assert delete("prod").json()["code"] == "approval.timeout"
-        approve_pending()
-        assert delete("staging").json()["code"] == "approval.timeout"    # another action: not the approved one
-        assert forwarded() == 0
-        # Date and hop-by-hop headers do not take part: the approved item is used, once.
-        assert delete("prod", Date="Mon, 30 Nov 2026 10:00:00 GMT", Connection="close").status_code == 200
-        assert forwarded() == 1
-        assert delete("prod").json()["code"] == "approval.timeout"
-        # Past the reuse window, an approved item is no longer usable.
-        approve_pending()
-        time.sleep(4.5)
-        assert delete("staging").json()["code"] == "approval.timeout"
-        assert forwarded() == 1
-        # Never after a freeze.
-        approve_pending()
-        assert sg.call("PATCH", f"/v1/sessions/{sess['id']}", json={"frozen": True}).status_code == 200
-        assert delete("staging").json()["code"] == "approval.timeout"
-        assert forwarded() == 1
+def test_reuse_is_bound_to_headers_and_limited_by_window_and_freeze(brief, upstream):
+    """An approved but unused egress item lets the identical request through once: not one whose meaningful
+    headers differ, not after approvals.reuse_window_s, not after the session is frozen."""
+    sg = brief
+    approver = sg.token("approver", "alice")
+    sess = sg.session(allow=["allowed.test"])
+    url = f"http://allowed.test:{upstream.port}/bind/1"
+
+    def delete(target, **headers):
+        return requests.delete(url, proxies=sess["proxies"], timeout=30, headers={"X-Target": target, **headers})
+
+    def approve_pending():
+        items = sg.call("GET", f"/v1/approvals?status=pending&session={sess['id']}", approver).json()
+        assert items, "nothing pending"
+        for item in items:
+            assert sg.call("POST", f"/v1/approvals/{item['id']}/approve", approver, json={}).status_code == 200
+        return items
+
+    def forwarded():
+        return len([r for r in upstream.recorder.requests if r.path == "/bind/1"])
+
+    assert delete("prod").json()["code"] == "approval.timeout"
+    approve_pending()
+    assert delete("staging").json()["code"] == "approval.timeout"    # another action: not the approved one
+    assert forwarded() == 0
+    # Date and hop-by-hop headers do not take part: the approved item is used, once.
+    assert delete("prod", Date="Mon, 30 Nov 2026 10:00:00 GMT", Connection="close").status_code == 200
+    assert forwarded() == 1
+    assert delete("prod").json()["code"] == "approval.timeout"
+    # Past the reuse window, an approved item is no longer usable.
+    approve_pending()
+    time.sleep(4.5)
+    assert delete("staging").json()["code"] == "approval.timeout"
+    assert forwarded() == 1
+    # Never after a freeze.
+    approve_pending()
+    assert sg.call("PATCH", f"/v1/sessions/{sess['id']}", json={"frozen": True}).status_code == 200
+    assert delete("staging").json()["code"] == "approval.timeout"
+    assert forwarded() == 1
