@@ -31,7 +31,9 @@ def children_of(pid: int) -> list[int]:
 
 
 def test_a_forked_start_is_the_server_with_the_starts_environment_cwd_and_log(tmp_path):
-    with Sandgate(tmp_path / "gw", env={"SG_ZYGOTE_PROBE": "from-this-start"}) as sg:
+    # its policy workers exec'd, as they were by default before the policy worker forker (gateway/policy/forker.py):
+    # a forked worker's /proc/PID/environ is the zygote's exec-time block, whatever its os.environ holds
+    with Sandgate(tmp_path / "gw", env={"SG_ZYGOTE_PROBE": "from-this-start", "SANDGATE_POLICY_SPAWN": "exec"}) as sg:
         assert sg.forked, sg.exec_reason
         server = zygote.client(100)
         assert parent_of(sg.proc.pid) == server.proc.pid != os.getpid()

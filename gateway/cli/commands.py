@@ -63,6 +63,10 @@ def cmd_serve(cfg: Config, args: argparse.Namespace) -> int:
             print(f"sandgate: {refusal}", file=sys.stderr)
             return 2
         return run_workers(cfg, args.workers, args.config, args.log_level, main)
+    if cfg.policy.engine == "embedded" and cfg.policy.isolation == "process":
+        from gateway.policy import forker
+
+        forker.start()          # the policy workers' forker: made while this process has one thread (and is small)
     # The composition root pulls in mitmproxy and the whole service: loaded only by the command that runs it.
     from gateway.app import run_gateway
 

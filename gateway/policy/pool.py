@@ -2,7 +2,9 @@
 
 Each worker answers one evaluation at a time in order; the pool sends each request to the least busy live
 worker. A timeout kills the stuck worker (a regorus evaluation cannot be interrupted); a worker that dies fails its
-pending evaluations (the callers deny) and is replaced in the background.
+pending evaluations (the callers deny) and is replaced in the background. A worker is forked from this process's
+forker when it has one (forker.py: `serve` makes it), else started as a new process (`python -m
+gateway.policy.worker`); both speak worker.py's protocol over their stdin and stdout.
 """
 from __future__ import annotations
 
@@ -12,6 +14,8 @@ import json
 import logging
 import sys
 from typing import Any
+
+from gateway.policy import forker as policy_forker
 
 log = logging.getLogger("sandgate.policy")
 
@@ -27,7 +31,7 @@ class Worker:
     def __init__(self, directory: str):
         self.directory = directory
         self.rev = ""
-        self.proc: asyncio.subprocess.Process | None = None
+        self.proc: asyncio.subprocess.Process | policy_forker.ForkedWorker | None = None
         self.pending: dict[int, asyncio.Future] = {}
         self._ids = itertools.count(1)
         self._reader: asyncio.Task | None = None
@@ -37,10 +41,18 @@ class Worker:
     def alive(self) -> bool:
         return self.proc is not None and self.proc.returncode is None and not self._ended
 
-    async def start(self) -> str:
-        self.proc = await asyncio.create_subprocess_exec(
+    async def _spawn(self) -> asyncio.subprocess.Process | policy_forker.ForkedWorker:
+        forker = policy_forker.current()
+        if forker is not None:
+            forked = await forker.start_worker(self.directory, LINE_LIMIT)
+            if forked is not None:
+                return forked
+        return await asyncio.create_subprocess_exec(
             sys.executable, "-m", "gateway.policy.worker", self.directory,
             stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, limit=LINE_LIMIT)
+
+    async def start(self) -> str:
+        self.proc = await self._spawn()
         try:
             line = await asyncio.wait_for(self.proc.stdout.readline(), START_TIMEOUT_S)
             first = json.loads(line) if line else {"fatal": "the policy worker exited at start"}

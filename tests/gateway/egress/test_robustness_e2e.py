@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import shutil
+import signal
 import socket
 import sqlite3
 import time
+from pathlib import Path
 
 import h11
 import pytest
@@ -150,6 +153,40 @@ def test_session_stats_reach_the_policy(policy_gw, upstream):
     sess = policy_gw.session(allow=["allowed.test"])
     codes = [get(sess, f"http://allowed.test:{upstream.port}/budget/same").status_code for _ in range(5)]
     assert codes == [200, 200, 200, 403, 403]
+
+
+def children_of(pid: int) -> list[int]:
+    return [int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+
+
+def test_policy_workers_fork_from_a_forker_and_start_anew_without_it(policy_gw, upstream):
+    """serve forks a forker before its loop starts (gateway/policy/forker.py); each policy worker is a child of it
+    holding only its stdin, stdout and stderr. A worker killed is replaced by a forked one; once the forker is gone,
+    workers start as new processes of serve's. The last test of policy_gw: its forker ends killed."""
+    sg = policy_gw
+    sess = sg.session(allow=["allowed.test"])
+    hosts = iter(range(10**6))
+
+    def decided() -> dict:                   # a new host each time: a decision of a worker, never of the cache
+        resp = get(sess, f"http://h{next(hosts)}.other.test:{upstream.port}/")
+        assert resp.status_code == 403
+        return resp.json()
+
+    (forker,) = children_of(sg.proc.pid)
+    # a reload's retired workers may still be closing
+    workers = wait_for(lambda: len(children_of(forker)) == 2 and children_of(forker), timeout=30)
+    for pid in workers:
+        assert sorted(int(fd) for fd in os.listdir(f"/proc/{pid}/fd")) == [0, 1, 2]
+    assert decided()["code"] != "policy.error"
+    os.kill(workers[0], signal.SIGKILL)
+    wait_for(lambda: decided() and workers[0] not in (now := children_of(forker)) and len(now) == 2, timeout=60)
+    assert decided()["code"] != "policy.error"
+    os.kill(forker, signal.SIGKILL)
+    os.kill(children_of(forker)[0], signal.SIGKILL)
+    wait_for(lambda: decided() and any(p != forker for p in children_of(sg.proc.pid)), timeout=60)
+    assert forker not in children_of(sg.proc.pid)           # reaped
+    wait_for(lambda: decided()["code"] != "policy.error", timeout=60)
+    assert "the policy worker forker exited; policy workers start as new processes" in sg.log()
 
 
 def test_large_upload_to_denied_host_does_not_fill_memory(loopback_gateway, upstream):
