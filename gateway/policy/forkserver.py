@@ -55,6 +55,8 @@ def serve(sock_fd: int, parent: int) -> NoReturn:
         _die_with_parent()
         if os.getppid() != parent:          # the parent died before PR_SET_PDEATHSIG took
             os._exit(0)
+        sys.setprofile(None)                 # a profiler or tracer of the parent's (a fresh worker has neither)
+        sys.settrace(None)
         sigint = signal.getsignal(signal.SIGINT)
         for sig in signal.valid_signals():  # a handler the parent set runs Python code: not here
             handler = signal.getsignal(sig)
