@@ -99,27 +99,47 @@ sessions = st.fixed_dictionaries({
 })
 
 
+# The composites' strategies, built once instead of at every draw: hypothesis works out a new strategy's properties
+# (whether it can be empty, how it draws) each time one is built. The draws are the same (both kinds' 3,000
+# documents, in order, as before) and the file's CPU 30.5/31.0 -> 25.9/25.2 s.
+_NOW = st.floats(0, 1e6)
+_METHOD = st.sampled_from(METHODS)
+_SCHEME = st.sampled_from(["https", "http", ""])
+_HOST = st.one_of(st.sampled_from(HOSTS), TEXT)
+_TENTHS = st.integers(0, 9)
+_PORT = st.sampled_from([443, 80, 8443, 22, 1, 65535])
+_PATH = st.one_of(st.sampled_from(PATHS), st.text(max_size=15).map(lambda t: "/" + t))
+_QUERY = st.sampled_from(["", "a=1", "a=1&a=2&b="])
+_HEADERS = st.lists(st.tuples(st.sampled_from(["Accept", "Authorization", "X-Y"]), TEXT), max_size=3)
+_IP = st.sampled_from(["", "10.0.0.1", "::1", "93.184.216.34"])
+_IP_CLASS = st.sampled_from(IP_CLASSES)
+_SECRETS = st.lists(st.sampled_from(["github"]), max_size=1)
+
+
 @st.composite
 def egress_inputs(draw) -> dict:
     session = draw(sessions)
     doc = build_egress_input(
-        session=session, now=draw(st.floats(0, 1e6)), method=draw(st.sampled_from(METHODS)),
-        scheme=draw(st.sampled_from(["https", "http", ""])),
-        host=draw(st.one_of(st.sampled_from(HOSTS), TEXT)) if draw(st.integers(0, 9)) else draw(TEXT),
-        port=draw(st.sampled_from([443, 80, 8443, 22, 1, 65535])),
-        path=draw(st.one_of(st.sampled_from(PATHS), st.text(max_size=15).map(lambda t: "/" + t))),
-        query=draw(st.sampled_from(["", "a=1", "a=1&a=2&b="])),
-        headers=draw(st.lists(st.tuples(st.sampled_from(["Accept", "Authorization", "X-Y"]), TEXT), max_size=3)),
-        ip=draw(st.sampled_from(["", "10.0.0.1", "::1", "93.184.216.34"])),
-        ip_class=draw(st.sampled_from(IP_CLASSES)), secrets=draw(st.lists(st.sampled_from(["github"]), max_size=1)))
+        session=session, now=draw(_NOW), method=draw(_METHOD),
+        scheme=draw(_SCHEME),
+        host=draw(_HOST) if draw(_TENTHS) else draw(TEXT),
+        port=draw(_PORT),
+        path=draw(_PATH),
+        query=draw(_QUERY),
+        headers=draw(_HEADERS),
+        ip=draw(_IP),
+        ip_class=draw(_IP_CLASS), secrets=draw(_SECRETS))
     return draw(mutated(doc))
+
+
+_OTHER_TYPE = st.one_of(st.none(), st.integers(), st.booleans(), TEXT, st.lists(TEXT, max_size=2))
 
 
 @st.composite
 def mutated(draw, doc: dict, typed: frozenset = frozenset()) -> dict:
     """Most inputs as built; some with a field removed or replaced by a value of another type. Sections in
     `typed` are facts sandgate computes (typed by construction): they may go missing, never change type."""
-    choice = draw(st.integers(0, 9))
+    choice = draw(_TENTHS)
     if choice >= 7:
         sections = sorted(k for k, v in doc.items() if isinstance(v, dict) and (choice == 9 or k not in typed))
         section = draw(st.sampled_from(sections or ["kind"]))
@@ -130,7 +150,7 @@ def mutated(draw, doc: dict, typed: frozenset = frozenset()) -> dict:
             if choice == 9:
                 inner.pop(key)
             else:
-                inner[key] = draw(st.one_of(st.none(), st.integers(), st.booleans(), TEXT, st.lists(TEXT, max_size=2)))
+                inner[key] = draw(_OTHER_TYPE)
             doc = {**doc, section: inner}
         elif choice == 9:
             doc = {k: v for k, v in doc.items() if k != section}
@@ -155,29 +175,39 @@ QUERIES = ["select 1", "SELECT * FROM t", "drop table x", "delete from t where 1
            "insert into t values (1)", "garbage (((", "truncate t", "grant all on t to u", ""]
 
 
+_TOOL = st.sampled_from(["shell", "bash", "read_file", "write_file", "delete_file", "http_request", "sql", "deploy",
+                         "send_email", "list_files", "frobnicate", "mcp_tool", ""])
+_WORD_LIST = st.lists(st.sampled_from(WORDS), min_size=1, max_size=3)
+_OP = st.sampled_from(OPS)
+_PATH_ARG = st.sampled_from(PATH_ARGS)
+_URL = st.sampled_from(URLS)
+_QUERY_TEXT = st.sampled_from(QUERIES)
+_TARGET = st.sampled_from(["prod", "staging"])
+_OTHER_ARGS = st.dictionaries(st.sampled_from(["x", "path", "command"]), TEXT, max_size=2)
+_STEP = st.integers(0, 5)
+
+
 @st.composite
 def toolcall_inputs(draw) -> dict:
     from gateway.toolcalls.enrich import build_toolcall_input
 
-    tool = draw(st.sampled_from(["shell", "bash", "read_file", "write_file", "delete_file", "http_request", "sql",
-                                 "deploy", "send_email", "list_files", "frobnicate", "mcp_tool", ""]))
+    tool = draw(_TOOL)
     if tool in ("shell", "bash"):
-        parts = draw(st.lists(st.sampled_from(WORDS), min_size=1, max_size=3))
-        ops = [draw(st.sampled_from(OPS)) for _ in parts[1:]]
+        parts = draw(_WORD_LIST)
+        ops = [draw(_OP) for _ in parts[1:]]
         command = parts[0] + "".join(op + part for op, part in zip(ops, parts[1:]))
         args: dict = {"command": command}
     elif tool in ("read_file", "write_file", "delete_file", "list_files"):
-        args = {"path": draw(st.sampled_from(PATH_ARGS))}
+        args = {"path": draw(_PATH_ARG)}
     elif tool == "http_request":
-        args = {"method": draw(st.sampled_from(METHODS)), "url": draw(st.sampled_from(URLS))}
+        args = {"method": draw(_METHOD), "url": draw(_URL)}
     elif tool == "sql":
-        args = {"query": draw(st.sampled_from(QUERIES)), "database": "app"}
+        args = {"query": draw(_QUERY_TEXT), "database": "app"}
     elif tool == "deploy":
-        args = {"target": draw(st.sampled_from(["prod", "staging"]))}
+        args = {"target": draw(_TARGET)}
     else:
-        args = draw(st.dictionaries(st.sampled_from(["x", "path", "command"]), TEXT, max_size=2))
-    doc = build_toolcall_input(session=draw(sessions), tool=tool, args=args, step=draw(st.integers(0, 5)),
-                               now=draw(st.floats(0, 1e6)))
+        args = draw(_OTHER_ARGS)
+    doc = build_toolcall_input(session=draw(sessions), tool=tool, args=args, step=draw(_STEP), now=draw(_NOW))
     return draw(mutated(doc, TOOLCALL_FACTS))
 
 
