@@ -48,36 +48,49 @@ def _reference(helper: str, package: str, style: int, imports: set) -> str:
     return f"data.{package}.{helper}"
 
 
+# The composites' strategies, built once instead of at every draw (hypothesis works out a new strategy's properties
+# each time one is built); the same draws.
+_HELPERS = st.integers(1, 3)
+_PACKAGE = st.sampled_from(PACKAGES)
+_READER = st.sampled_from(READERS)
+_STYLE = st.integers(0, 5)
+_BOOL = st.booleans()
+_INDENT = st.sampled_from(["", "\t", "  "])
+_WHERE = st.sampled_from(["a", "s", "l", "b", "z", "b.c", "b.d", "l.0", "*", "b.#len"])
+_CHANGED_VALUE = st.one_of(st.none(), st.integers(0, 2), st.sampled_from(["x", "y"]))
+
+
 @st.composite
 def policies(draw):
-    n = draw(st.integers(1, 3))
-    helpers = [(f"h{i}", draw(st.sampled_from(PACKAGES)), draw(st.sampled_from(READERS))) for i in range(n)]
+    n = draw(_HELPERS)
+    helpers = [(f"h{i}", draw(_PACKAGE), draw(_READER)) for i in range(n)]
     modules: dict[str, list[str]] = {}
     for name, (decl, _), reader in helpers:
         body = f"{name} := {reader}" if "[k]" not in reader else f"{name} := {{k: v | some k; v := {reader}}}"
         modules.setdefault(decl, []).append(body)
     conds, shown, entry_rules, imports = [], [], [], set()
     for name, (_, path), _ in draw(st.lists(st.sampled_from(helpers), min_size=1, max_size=3)):
-        ref = _reference(name, path, draw(st.integers(0, 5)), imports)
-        if draw(st.booleans()):        # a condition of the verdict
-            conds.append(f"json.marshal({ref}) == {json.dumps(draw(st.sampled_from(_VALUES)))}")
+        ref = _reference(name, path, draw(_STYLE), imports)
+        if draw(_BOOL):                # a condition of the verdict
+            conds.append(f"json.marshal({ref}) == {json.dumps(draw(_VALUE))}")
         else:                          # or shown in the decision: any change of its value changes the decision
             shown.append(f"s{len(shown)}")
             entry_rules.append(f'default s{len(shown) - 1} := "undefined"\ns{len(shown) - 1} := {ref}')
     entry = entry_rules + ['default verdict := "allow"']
     if conds:
         entry.append('verdict := "deny" if {\n\t' + "\n\t".join(conds) + "\n}")
-    if draw(st.booleans()):      # the entry rule reads the input itself, and is named nowhere else
+    if draw(_BOOL):              # the entry rule reads the input itself, and is named nowhere else
         shown.append('object.get(input, "s", 0)')
     entry.append('decision := {"action": verdict, "reasons": [], "codes": [], "shown": [' + ", ".join(shown) + "]}")
     modules.setdefault("sandgate.egress", []).extend(entry)
-    indent = draw(st.sampled_from(["", "\t", "  "]))      # how the package line starts: the parse decides
+    indent = draw(_INDENT)                                # how the package line starts: the parse decides
     return [indent + "package " + decl + "\nimport rego.v1\n" + ("".join(i + "\n" for i in sorted(imports))
                                                       if decl == "sandgate.egress" else "") +
             "\n".join(rules) + "\n" for decl, rules in modules.items()]
 
 
 _VALUES = ["1", "2", "[1]", "[]", '{"c":1,"d":2}', "9", '"x"', "{}", '{"c":1}', "[1,2]", "true"]
+_VALUE = st.sampled_from(_VALUES)
 
 _inputs = st.fixed_dictionaries({}, optional={
     "a": st.integers(0, 2), "s": st.sampled_from(["x", "y"]), "l": st.lists(st.integers(0, 2), max_size=3),
@@ -90,8 +103,8 @@ _inputs = st.fixed_dictionaries({}, optional={
 def changes(draw, doc):
     """`doc` with one field set, changed or removed."""
     out = copy.deepcopy(doc)
-    where = draw(st.sampled_from(["a", "s", "l", "b", "z", "b.c", "b.d", "l.0", "*", "b.#len"]))
-    value = draw(st.one_of(st.none(), st.integers(0, 2), st.sampled_from(["x", "y"])))
+    where = draw(_WHERE)
+    value = draw(_CHANGED_VALUE)
     if where == "l.0":
         if isinstance(out.get("l"), list) and out["l"]:
             out["l"][0] = value if value is not None else 0
