@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import AsyncIterator
 
 from tests.support import zygote
-from tests.support.gateway import ROOT, START_TIMEOUT_S, fork_refusal
+from tests.support.gateway import ROOT, START_TIMEOUT_S, fork_refusal, run_forked
 
 # What `sandgate mcp` imports (the command line, the proxy, the SDK's stdio and streamable-HTTP transports, uvicorn
 # for --listen), listed from the imports of its code paths.
@@ -222,14 +222,9 @@ def mcp_run(args: list[str], timeout: float = 60):
     server = mcp_zygote(env)
     argv = ["mcp", *args]
     if server is not None:
-        try:
-            done = zygote.run(server, argv, env, os.getcwd(), None, timeout)
-        except zygote.ZygoteGone:
-            pass
-        else:
-            return subprocess.CompletedProcess([sys.executable, "-m", "gateway", *argv], done.returncode,
-                                               done.stdout.decode(errors="replace"),
-                                               done.stderr.decode(errors="replace"))
+        done = run_forked(server, argv, env, os.getcwd(), None, timeout)
+        if done is not None:
+            return done
     return subprocess.run([sys.executable, "-m", "gateway", *argv], capture_output=True, text=True, env=env,
                           timeout=timeout)
 

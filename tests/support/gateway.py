@@ -98,16 +98,23 @@ def gateway_cli(*args: str, env: dict | None = None, input: str | None = None, c
     if fork_refusal(sys.executable, []) is None:
         server = zygote.client(START_TIMEOUT_S)
         if server is not None and server.forks(env):
-            try:
-                done = zygote.run(server, list(args), env, cwd, None if input is None else input.encode(), timeout)
-            except zygote.ZygoteGone:
-                pass
-            else:
-                return subprocess.CompletedProcess([sys.executable, "-m", "gateway", *args], done.returncode,
-                                                   done.stdout.decode(errors="replace"),
-                                                   done.stderr.decode(errors="replace"))
+            done = run_forked(server, list(args), env, cwd, input, timeout)
+            if done is not None:
+                return done
     return subprocess.run([sys.executable, "-m", "gateway", *args], capture_output=True, text=True, input=input,
                           env=env, cwd=cwd, timeout=timeout)
+
+
+def run_forked(server, args: list[str], env: dict, cwd: str, input: str | None,
+               timeout: float | None) -> subprocess.CompletedProcess | None:
+    """`python -m gateway ARGS` forked from `server` (a zygote client), as subprocess.run(..., text=True) reports
+    it; None when the zygote went away (the caller then runs a real process)."""
+    try:
+        done = zygote.run(server, args, env, cwd, None if input is None else input.encode(), timeout)
+    except zygote.ZygoteGone:
+        return None
+    return subprocess.CompletedProcess([sys.executable, "-m", "gateway", *args], done.returncode,
+                                       done.stdout.decode(errors="replace"), done.stderr.decode(errors="replace"))
 
 
 # How long `Sandgate.start` waits for a sandgate to listen. A loaded machine (a parallel `make test` on 2 cores) can
