@@ -273,3 +273,96 @@ def spawn_python(script: str, args: list[str], env: dict[str, str], preload: tup
             os.close(devnull)
     return subprocess.Popen([sys.executable, script, *args], env=env, cwd=str(cwd), stdin=subprocess.DEVNULL,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+# -- a process that a program under test starts itself -------------------------------------------------------------
+LAUNCHER = Path(__file__).with_name("relay_launcher.py")
+
+
+class Relay:
+    """This test process's end of tests/support/relay_launcher.py: a unix socket (Linux's abstract namespace:
+    nothing left behind; it serves only processes of this process's user) and a daemon thread per launcher that
+    forks the launcher's `python SCRIPT ARGS` from the zygote of this kind on the launcher's stdin, stdout and
+    stderr, with its environment (the zygote's import-time variables, as `fork_env` gives any forked child) and
+    working directory; it passes the launcher's signals on, kills the child if the launcher ends first, and reports
+    the child's exit status (Popen's: `-N` for a signal). Where it cannot fork it says so, and the launcher execs
+    the script itself."""
+
+    def __init__(self, preload: tuple[str, ...], import_env: tuple[str, ...]):
+        import secrets
+        import socket
+        import threading
+
+        self.preload, self.import_env = preload, import_env
+        self.path = f"@sandgate-relay-{os.getpid()}-{secrets.token_hex(8)}"
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self.sock.bind("\0" + self.path[1:])
+        self.sock.listen(16)
+        threading.Thread(target=self._accept, name="zygote-relay", daemon=True).start()
+
+    def _accept(self) -> None:
+        import threading
+
+        while True:
+            conn, _ = self.sock.accept()
+            threading.Thread(target=self._serve, args=(conn,), name="zygote-relay-child", daemon=True).start()
+
+    def _serve(self, conn) -> None:
+        import json
+        import select
+        import socket
+        import struct
+
+        with conn:
+            _pid, uid, _gid = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))
+            if uid != os.geteuid():
+                return
+            child = None
+            try:
+                data, fds, _flags, _addr = socket.recv_fds(conn, 1 << 20, 3)
+            except OSError:
+                return
+            try:
+                request = json.loads(data)
+                env = fork_env(request["env"], self.import_env)
+                server = kind_zygote(self.preload, self.import_env, env) if len(fds) == 3 else None
+                if server is not None:
+                    child = server.spawn(request["args"], env, request["cwd"], tuple(fds), script=request["script"])
+            except (zygote.ZygoteGone, ValueError, KeyError):
+                child = None
+            finally:
+                for fd in fds:
+                    os.close(fd)
+            if child is None:
+                conn.send(b'{"exec": true}')
+                return
+            conn.send(json.dumps({"pid": child.pid}).encode())
+            while child.poll() is None:
+                if select.select([conn], [], [], 0.1)[0]:
+                    try:
+                        message = conn.recv(1 << 16)
+                    except OSError:
+                        message = b""
+                    if not message:                   # the launcher is gone: so is what it ran
+                        child.kill()
+                        break
+                    child.send_signal(json.loads(message)["signal"])
+            try:
+                conn.send(json.dumps({"exit": child.wait()}).encode())
+            except (OSError, zygote.ZygoteGone):        # the launcher, or the zygote, is gone
+                pass
+
+
+_RELAYS: dict[tuple[int, tuple[str, ...]], Relay] = {}
+
+
+def relay_command(script: str, args: list[str], preload: tuple[str, ...], import_env: tuple[str, ...]) -> list[str]:
+    """The command line of a real process (tests/support/relay_launcher.py) that runs `python SCRIPT ARGS` forked
+    from the zygote of this kind (its imports done once per test process), for a program under test to start
+    itself: `sandgate mcp -- CMD` spawns CMD, and CMD is this launcher, whose child speaks on its pipes."""
+    key = (os.getpid(), preload)
+    if key not in _RELAYS:
+        _RELAYS[key] = Relay(preload, import_env)
+    if fork_refusal(sys.executable, []) is None:
+        zygote.client(START_TIMEOUT_S, preload)       # started here, in the test's thread, rather than in the relay's
+    return [sys.executable, "-I", "-S", str(LAUNCHER), _RELAYS[key].path, script, *args]

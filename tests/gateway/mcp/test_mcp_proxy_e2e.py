@@ -14,7 +14,8 @@ import pytest
 
 from tests.support.cli import run_cli
 from tests.support.gateway import ROOT, Sandgate
-from tests.support.forked import MCP_IMPORT_TIME_ENV, MCP_PRELOAD, mcp_run, mcp_stdio, spawn_mcp, spawn_python
+from tests.support.forked import (MCP_IMPORT_TIME_ENV, MCP_PRELOAD, mcp_run, mcp_stdio, relay_command, spawn_mcp,
+                                  spawn_python)
 
 HERE = Path(__file__).parent
 UPSTREAM = HERE / "upstream_server.py"
@@ -52,9 +53,17 @@ def session(sg):
     sg.call("DELETE", f"/v1/sessions/{sess['id']}")
 
 
-def proxy_args(sg, sid: str, log: Path, *extra: str) -> list[str]:
+def upstream_command() -> list[str]:
+    """The stdio upstream for `sandgate mcp` to start: a real process it spawns (tests/support/relay_launcher.py)
+    whose server, `python UPSTREAM`, is forked from the MCP zygote (the SDK imported once, not 0.9 s of CPU for
+    each server); test_proxy_end_to_end's proxy starts `python UPSTREAM` itself."""
+    return relay_command(str(UPSTREAM), [], MCP_PRELOAD, MCP_IMPORT_TIME_ENV)
+
+
+def proxy_args(sg, sid: str, log: Path, *extra: str, upstream: list[str] | None = None) -> list[str]:
     return ["--session", sid, "--name", "up", "--api-url", sg.api, "--token", sg.harness_token, "--env",
-            f"DEMO_REAL={REAL}", "--env", f"UPSTREAM_LOG={log}", *extra, "--", sys.executable, str(UPSTREAM)]
+            f"DEMO_REAL={REAL}", "--env", f"UPSTREAM_LOG={log}", *extra, "--",
+            *(upstream or upstream_command())]
 
 
 def proxy_params(sg, sid: str, log: Path, *extra: str):
@@ -62,7 +71,8 @@ def proxy_params(sg, sid: str, log: Path, *extra: str):
     from mcp import StdioServerParameters
 
     return StdioServerParameters(command=sys.executable,
-                                 args=["-m", "gateway", "mcp", *proxy_args(sg, sid, log, *extra)],
+                                 args=["-m", "gateway", "mcp", *proxy_args(sg, sid, log, *extra,
+                                                                           upstream=[sys.executable, str(UPSTREAM)])],
                                  env={"PYTHONPATH": str(ROOT)}, cwd=str(ROOT))
 
 
@@ -248,8 +258,7 @@ def http_front(sg, tmp_path_factory):
     """One `sandgate mcp --listen` proxy (and its stdio upstream) for the streamable HTTP front's tests, on a
     session of its own; each test ends the MCP sessions it opened (the SDK's client DELETEs its own on exit)."""
     sess = sg.session(secrets=["demo"])
-    proc, url = start_proxy(sg, sess["id"], tmp_path_factory.mktemp("front") / "log", "--", sys.executable,
-                            str(UPSTREAM))
+    proc, url = start_proxy(sg, sess["id"], tmp_path_factory.mktemp("front") / "log", "--", *upstream_command())
     try:
         yield sess, url
     finally:
