@@ -130,12 +130,6 @@ async def serve_http(server: Any, listen: str, token: str) -> None:
 
 
 async def proxy_main(args: Any, api_url: str, token: str) -> int:
-    from mcp import ClientSession
-    from mcp.server.stdio import stdio_server
-
-    from sandgate.mcp.gate import SandgateGate
-    from sandgate.mcp.proxy import McpProxy
-
     cmd = list(args.command or [])
     if cmd and cmd[0] == "--":
         cmd = cmd[1:]
@@ -151,6 +145,14 @@ async def proxy_main(args: Any, api_url: str, token: str) -> int:
             raise McpSetupError(f"session {args.session}: {exc.detail or exc.code}") from None
         if info.status != "active":
             raise McpSetupError(f"session {args.session} is {info.status}")
+        # the MCP SDK (about 1 s of CPU to import) once the options and the session are known to be good: a bad
+        # invocation is refused without it
+        from mcp import ClientSession
+        from mcp.server.stdio import stdio_server
+
+        from sandgate.mcp.gate import SandgateGate
+        from sandgate.mcp.proxy import McpProxy
+
         gate = SandgateGate(client, args.session, name, has_secrets=bool(info.secrets), wait_s=args.approval_wait_s)
         async with upstream_streams(cmd, args.upstream, headers, env) as (read, write), \
                 ClientSession(read, write) as upstream:
