@@ -54,13 +54,15 @@ RESOLVE = ("import socket,sys\n"
            "    try: print(n, sorted({i[4][0] for i in socket.getaddrinfo(n, 80, type=socket.SOCK_STREAM)}))\n"
            "    except socket.gaierror as e: print(n, '-')\n")
 
-# Ask a DNS server directly (any address: port 53 is captured), print rcode and answers.
+# Ask DNS servers directly (any address: port 53 is captured), one line per query (SERVER NAME TYPE ...): rcode and
+# answers. One process for all the queries: dnspython's import is most of a process's CPU (about 0.15 s).
 DIG = ("import sys, dns.message, dns.query, dns.rcode\n"
-       "q=dns.message.make_query(sys.argv[2], sys.argv[3])\n"
-       "try:\n"
-       "    r=dns.query.udp(q, sys.argv[1], timeout=3)\n"
-       "    print(dns.rcode.to_text(r.rcode()), [str(rd) for rrs in r.answer for rd in rrs])\n"
-       "except Exception as e: print('noanswer', type(e).__name__)\n")
+       "for server, name, qtype in zip(sys.argv[1::3], sys.argv[2::3], sys.argv[3::3]):\n"
+       "    q=dns.message.make_query(name, qtype)\n"
+       "    try:\n"
+       "        r=dns.query.udp(q, server, timeout=3)\n"
+       "        print(dns.rcode.to_text(r.rcode()), [str(rd) for rrs in r.answer for rd in rrs], flush=True)\n"
+       "    except Exception as e: print('noanswer', type(e).__name__, flush=True)\n")
 
 # UDP to a port that is not DNS: dropped (no answer ever).
 UDP = ("import socket\n"
@@ -167,7 +169,7 @@ def main(tmp: Path) -> int:
             run("exit_code", "exit 7")
             run("resolve", f"{PY} -c \"{RESOLVE}\" allowed.test secure.test evil.test localhost.evil.test "
                            f"127.0.0.1.nip.io")
-            run("dig", "; ".join(f"{PY} -c \"{DIG}\" {server} {name} {qtype}" for server, name, qtype in (
+            run("dig", f"{PY} -c \"{DIG}\" " + " ".join(" ".join(query) for query in (
                 ("10.200.0.1", "allowed.test", "A"), ("192.0.2.53", "allowed.test", "A"),
                 ("10.200.0.1", "evil.test", "A"), ("192.0.2.53", "evil.test", "A"),
                 ("10.200.0.1", "allowed.test", "AAAA"), ("10.200.0.1", "evil.test", "TXT"))))
