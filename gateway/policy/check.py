@@ -381,7 +381,8 @@ class _Checked:
 # test texts (with their file names), the data and the engine, once the modules call no impure builtin (the
 # clock, randomness, the network: evaluating them twice could differ, so such a source is never kept). A CLI
 # process checks once; a process that checks the same source again (the tests, in process) reuses the
-# evaluation of every package (most of a check's CPU), and the whole result for the same mode.
+# evaluation of every package (most of a check's CPU), and the whole result for the same mode (a strict check
+# keeps the plain one's too: what it finds before its strict checks).
 _CHECKED_LOCK = threading.Lock()
 _CHECKED: OrderedDict[tuple, _Checked] = OrderedDict()
 _CHECKED_SIZE = 4
@@ -413,14 +414,16 @@ def check_source(source: PolicySource, strict: bool = False) -> list[Finding]:
     facts = _Walked()
     findings = set(_unknown_functions(modules, facts)) | evaluated \
         | set(_opa_only_errors(modules)) | set(_shadowing_imports(modules))
+    results = {False: tuple(sorted(findings))}           # a strict check finds what a plain one does, and more
     if strict:
         findings |= set(_strict(modules, facts)) | set(_method_without_connect(modules)) \
             | set(_annotation_errors(modules))
-    result = tuple(sorted(findings))
+        results[True] = tuple(sorted(findings))
+    result = results[strict]
     if key is not None and (kept is not None or is_pure([t for _, t in source.modules + source.tests], modules)):
         with _CHECKED_LOCK:
             kept = _CHECKED.setdefault(key, _Checked(evaluated, {}))
-            kept.findings[strict] = result
+            kept.findings.update(results)
             _CHECKED.move_to_end(key)
             while len(_CHECKED) > _CHECKED_SIZE:
                 _CHECKED.popitem(last=False)

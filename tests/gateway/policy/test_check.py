@@ -43,7 +43,7 @@ def test_a_source_checked_again_gives_what_a_fresh_check_gives():
     unused = HEAD + "import data.q\n" + "x := 1 if true\nx := data.v if true\n"
     for n, modules in enumerate(([("p.rego", CONFLICT)], [("p.rego", unused)]), 1):
         src = source(modules, {"v": 2})
-        for strict in (False, True, False, True):
+        for strict in ((False, True, False, True) if n == 1 else (True, False, True, False)):
             assert found(src, strict) == fresh_check(src, strict)
         assert len(check._CHECKED) == n
     assert found(source([("p.rego", CONFLICT)], {"v": 2})) == [conflict]
