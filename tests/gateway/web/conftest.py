@@ -11,10 +11,9 @@ from pathlib import Path
 import pytest
 import requests
 
-from tests.conftest import IN_CI, LOOPBACK_CONFIG, need
+from tests.conftest import LOOPBACK_CONFIG, need
 from tests.support.gateway import ROOT, Sandgate, record_start
 
-HEADLESS_SHELL = "/usr/bin/chromium-headless-shell"
 CHROMIUM = "/usr/bin/chromium"
 ARTIFACTS = ROOT / "test-artifacts"
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -34,26 +33,15 @@ def sg(tmp_path_factory):
         yield gate
 
 
-def chromium_binary() -> str:
-    """Debian's Chromium headless shell (package chromium-headless-shell: the same Chromium, Blink and V8, built
-    without the desktop browser's UI layer; what Playwright itself runs for headless Chromium). CI installs it;
-    elsewhere the full browser in headless mode stands in, at about twice the CPU a navigation."""
-    if os.path.exists(HEADLESS_SHELL):
-        return HEADLESS_SHELL
-    need(not IN_CI, f"Debian's Chromium headless shell at {HEADLESS_SHELL}")
-    need(os.path.exists(CHROMIUM), f"Debian Chromium at {CHROMIUM}")
-    return CHROMIUM
-
-
 @pytest.fixture(scope="module")
 def browser():
-    executable = chromium_binary()
+    need(os.path.exists(CHROMIUM), f"Debian Chromium at {CHROMIUM}")
     from playwright.sync_api import sync_playwright
 
     pw = sync_playwright().start()
     try:
         began = time.monotonic()
-        chromium = pw.chromium.launch(executable_path=executable, headless=True, args=CHROMIUM_ARGS)
+        chromium = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
         record_start("chromium", time.monotonic() - began)      # SANDGATE_TEST_STARTS
         yield chromium
         chromium.close()
