@@ -16,9 +16,10 @@ import threading
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+sys.path[0] = str(Path(__file__).resolve().parents[2])     # the checkout, as `python -m` would have it, not this folder
 
-from tests.support.gateway import FORK, Sandgate, gateway_cli  # noqa: E402
+from tests.support import zygote  # noqa: E402
+from tests.support.gateway import FORK, START_TIMEOUT_S, Sandgate, fork_refusal, gateway_cli  # noqa: E402
 from tests.support.upstream import EchoServer, Upstream, free_port, make_cert  # noqa: E402
 
 SECRET = "ghp_" + "R" * 36
@@ -126,8 +127,12 @@ class OutOfTime(Exception):
 def main(tmp: Path) -> int:
     deadline = time.monotonic() + BUDGET_S
     # sandgate and the `sandgate run` processes fork from a zygote of this probe's (tests/support/zygote.py), as
-    # in the test process: sandgate's imports once, not once for it and again for each of the 17 runs
+    # in the test process: sandgate's imports once, not once for it and again for each of the 17 runs. A probe
+    # forked from the test process's zygote (in namespaces of its own: tests/gateway/test_isolate_e2e.py) has them
+    # imported already, and forks its zygote from itself, before it starts any thread.
     FORK["on"] = True
+    if "gateway.app" in sys.modules and fork_refusal(sys.executable, []) is None:
+        zygote.client(START_TIMEOUT_S, fork=True)
     sh("ip", "link", "set", "lo", "up")
     cert = make_cert(tmp / "certs", ["secure.test", "allowed.test"])
     results: dict = {}

@@ -105,6 +105,8 @@ def _become(request: dict, fds: list[int], own: list, imported_env: dict[str, st
         os.close(fd)
     if request.get("new_session"):
         os.setsid()
+    if request.get("unshare"):
+        _unshare()
     os.chdir(request["cwd"])
     os.environ.clear()
     os.environ.update(request["env"])
@@ -165,6 +167,18 @@ def _quick_exit(run) -> None:
         except Exception:                          # noqa: BLE001
             code = 120
     os._exit(code & 0xFF)
+
+
+def _unshare() -> None:
+    """What `unshare -n -m` does before it execs: a network namespace of the process's own (loopback only, down) and
+    a mount namespace whose mounts, made private, never propagate to the host's (`ip netns` mounts in it)."""
+    import ctypes
+
+    os.unshare(os.CLONE_NEWNET | os.CLONE_NEWNS)
+    ms_rec, ms_private = 0x4000, 0x40000
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.mount(b"none", b"/", None, ms_rec | ms_private, None) != 0:
+        raise OSError(ctypes.get_errno(), "making / private in the new mount namespace")
 
 
 def _warm() -> None:
@@ -292,6 +306,64 @@ class ZygoteGone(RuntimeError):
     pass
 
 
+class _ForkedZygote:
+    """A zygote forked from the process that uses it (`client(..., fork=True)`), Popen-like: pid, poll, wait, kill."""
+
+    def __init__(self, pid: int):
+        self.pid, self.returncode = pid, None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            done, status = os.waitpid(self.pid, os.WNOHANG)
+            if done:
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            if deadline is not None and time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired(["zygote", str(self.pid)], timeout)
+            time.sleep(0.01)
+        return self.returncode
+
+    def kill(self) -> None:
+        if self.poll() is None:
+            os.kill(self.pid, signal.SIGKILL)
+
+
+def _fork_zygote(ours: socket.socket, theirs: socket.socket, log_file, env: dict[str, str]) -> _ForkedZygote:
+    """The zygote as a fork of this process instead of `python -m tests.support.zygote`: for a process that has
+    PRELOAD imported already, having been forked from a zygote itself (tests/support/isolate_probe.py, in namespaces
+    of its own), and has started no thread yet. The child takes the zygote's environment and streams, and serves."""
+    if _threads() != 1:
+        raise ZygoteGone(f"{_threads()} threads: a zygote cannot be forked from this process")
+    sys.stdout.flush()
+    sys.stderr.flush()
+    parent = os.getpid()
+    pid = os.fork()
+    if pid == 0:
+        zygote = os.getpid()
+        try:
+            ours.close()
+            devnull = os.open(os.devnull, os.O_RDONLY)
+            os.dup2(devnull, 0)
+            os.dup2(log_file.fileno(), 1)
+            os.dup2(log_file.fileno(), 2)
+            os.close(devnull)
+            os.environ.clear()
+            os.environ.update(env)
+            serve(theirs.fileno(), parent)
+        except BaseException:
+            if os.getpid() != zygote:        # a child of it, ending (SystemExit): on to the interpreter's shutdown
+                raise
+            import traceback
+
+            traceback.print_exc()
+        os._exit(0)                          # the zygote itself never returns into the process it was forked from
+    return _ForkedZygote(pid)
+
+
 class Forked:
     """A Popen-like handle on a child of the zygote: pid, returncode, poll, wait, send_signal, terminate, kill."""
 
@@ -341,7 +413,7 @@ class Forked:
 class Client:
     """This test process's zygote. `spawn` forks a child of it; `pump` reads what the zygote reported."""
 
-    def __init__(self, timeout: float, preload: tuple[str, ...] | None = None):
+    def __init__(self, timeout: float, preload: tuple[str, ...] | None = None, fork: bool = False):
         self.owner = os.getpid()
         self.lock = threading.RLock()
         self.children: dict[int, Forked] = {}
@@ -350,16 +422,22 @@ class Client:
         self.log_file = tempfile.TemporaryFile()
         self.last_words = ""
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        # the zygote's environment: this process's, so a start with the same import-time variables can fork
+        # the zygote's environment: this process's, so a start with the same import-time variables can fork (a
+        # forked zygote's streams buffer as this interpreter's do)
         self.env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        if fork and not sys.stdout.write_through:        # this interpreter started without PYTHONUNBUFFERED
+            del self.env["PYTHONUNBUFFERED"]
         if threading.current_thread() is threading.main_thread():
             self.env["SANDGATE_ZYGOTE_PDEATHSIG"] = "1"   # PR_SET_PDEATHSIG follows the thread that started it
         if preload:                                       # a zygote of another kind: these modules, not PRELOAD
             self.env["SANDGATE_ZYGOTE_PRELOAD"] = ",".join(preload)
-        self.proc = subprocess.Popen([sys.executable, "-m", "tests.support.zygote", str(theirs.fileno()),
-                                      str(os.getpid())], pass_fds=[theirs.fileno()], cwd=str(ROOT),
-                                     stdin=subprocess.DEVNULL, stdout=self.log_file, stderr=self.log_file,
-                                     env=self.env)
+        if fork:
+            self.proc = _fork_zygote(ours, theirs, self.log_file, self.env)
+        else:
+            self.proc = subprocess.Popen([sys.executable, "-m", "tests.support.zygote", str(theirs.fileno()),
+                                          str(os.getpid())], pass_fds=[theirs.fileno()], cwd=str(ROOT),
+                                         stdin=subprocess.DEVNULL, stdout=self.log_file, stderr=self.log_file,
+                                         env=self.env)
         theirs.close()
         self.sock = ours
         self.sock.settimeout(timeout)
@@ -398,14 +476,16 @@ class Client:
         return all(env.get(k) == self.env.get(k) for k in keys)
 
     def spawn(self, args: list[str], env: dict[str, str], cwd: str, log_fd: int | tuple[int, int, int],
-              new_session: bool = False, script: str | None = None) -> Forked:
+              new_session: bool = False, script: str | None = None, unshare: bool = False) -> Forked:
         """`python -m gateway ARGS` (or `python SCRIPT ARGS`) as a child of the zygote, its stdout and stderr on
-        `log_fd` (stdin /dev/null), or on (stdin, stdout, stderr); ZygoteGone if it cannot fork one."""
+        `log_fd` (stdin /dev/null), or on (stdin, stdout, stderr); ZygoteGone if it cannot fork one. `unshare`:
+        in a network and mount namespace of its own, as `unshare -n -m python ...` (root)."""
         with self.lock:
             if self.proc.poll() is not None:
                 raise ZygoteGone(f"the zygote exited: {self.log()}")
             message = json.dumps({"argv": args, "env": env, "cwd": cwd, "new_session": new_session,
-                                  **({"script": script} if script else {})}).encode()
+                                  **({"script": script} if script else {}),
+                                  **({"unshare": True} if unshare else {})}).encode()
             try:
                 socket.send_fds(self.sock, [message], list(log_fd) if isinstance(log_fd, tuple) else [log_fd])
                 while True:
@@ -474,7 +554,7 @@ class Client:
 
 
 def run(server: Client, args: list[str], env: dict[str, str], cwd: str, input: bytes | None,
-        timeout: float | None, script: str | None = None) -> subprocess.CompletedProcess:
+        timeout: float | None, script: str | None = None, unshare: bool = False) -> subprocess.CompletedProcess:
     """`subprocess.run([python, "-m", "gateway", *args], input=..., capture_output=True, timeout=...)`, forked:
     stdin, stdout and stderr are pipes of this process; on a timeout the child is killed, as subprocess.run does."""
     import selectors
@@ -483,7 +563,7 @@ def run(server: Client, args: list[str], env: dict[str, str], cwd: str, input: b
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
     try:
-        child = server.spawn(args, env, cwd, (stdin_r, out_w, err_w), script=script)
+        child = server.spawn(args, env, cwd, (stdin_r, out_w, err_w), script=script, unshare=unshare)
     finally:
         for fd in (stdin_r, out_w, err_w):
             os.close(fd)
@@ -544,7 +624,7 @@ _CLIENT: dict[str, Client | None] = {}
 _FAILED: dict[int | tuple[int, str], str] = {}
 
 
-def client(timeout: float, preload: tuple[str, ...] | None = None) -> Client | None:
+def client(timeout: float, preload: tuple[str, ...] | None = None, fork: bool = False) -> Client | None:
     """This test process's zygote, started on first use; None when it cannot start (the reason: `failure()`).
     `preload`: a zygote of another kind, one per test process too, that imports these modules instead of PRELOAD
     (the MCP SDK's for `sandgate mcp`: tests/support/forked.py)."""
@@ -557,7 +637,7 @@ def client(timeout: float, preload: tuple[str, ...] | None = None) -> Client | N
     if failed in _FAILED:
         return None
     try:
-        started = _CLIENT[key] = Client(timeout, preload)
+        started = _CLIENT[key] = Client(timeout, preload, fork)
     except (ZygoteGone, OSError) as exc:
         _FAILED[failed] = str(exc)
         _CLIENT[key] = None
