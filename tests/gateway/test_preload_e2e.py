@@ -51,6 +51,12 @@ async def main(cfg):
                                   "gateway.toolcalls.sql") if m in sys.modules)
 
 
+# what the imports made goes to the collector's permanent generation, as the test zygote does before it forks
+# (tests/support/zygote.py): a child's collections then never walk, and so never copy, the heap it shares with this
+# process
+import gc
+gc.collect()
+gc.freeze()
 # one child per (name, config, data dir), one after the other; each prints its line and ends through the
 # interpreter's own shutdown (the SystemExit leaves the loop)
 for name, config, data in zip(sys.argv[1::3], sys.argv[2::3], sys.argv[3::3]):
