@@ -63,7 +63,9 @@ async def list_approvals(request: web.Request) -> web.Response:
                                              session=request.query.get("session") or None,
                                              kind=request.query.get("kind") or None)
     if principal.role == "harness":
-        mine = await owned_session_ids(request, principal)
+        # One session asked for: its rows name only it, so only it is read (not every session, on every poll).
+        among = {r.session for r in rows} if request.query.get("session") else None
+        mine = await owned_session_ids(request, principal, among)
         rows = [r for r in rows if r.session in mine]
     return web.json_response([approval_view(r) for r in rows])
 

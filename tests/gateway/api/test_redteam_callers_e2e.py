@@ -276,6 +276,10 @@ def test_lists_show_only_what_the_caller_owns(world):
     assert aid not in [a["id"] for a in owner_call(sg, callers["bob"], "GET", "/v1/approvals?status=").json()]
     assert aid in [a["id"] for a in owner_call(sg, callers["alice"], "GET", "/v1/approvals?status=").json()]
     assert aid in [a["id"] for a in owner_call(sg, callers["approver"], "GET", "/v1/approvals?status=").json()]
+    # Filtered by one session (what a harness polls): the owner sees its item, another harness nothing.
+    assert aid in [a["id"] for a in owner_call(sg, callers["alice"], "GET", f"/v1/approvals?session={sid}").json()]
+    assert owner_call(sg, callers["bob"], "GET", f"/v1/approvals?session={sid}").json() == []
+    assert owner_call(sg, callers["bob"], "GET", f"/v1/approvals?session={bob_sid}").json() == []
     bob_events = owner_call(sg, callers["bob"], "GET", "/v1/events").json()
     assert bob_events and {e["session"] for e in bob_events} == {bob_sid}
     assert sid in {e["session"] for e in owner_call(sg, callers["admin"], "GET", "/v1/events").json()}
