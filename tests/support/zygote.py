@@ -55,7 +55,8 @@ PRELOAD = ("gateway.cli", "gateway.cli.commands", "gateway.app", "sqlite3", "sql
 # MITMPROXY_CASE_SENSITIVE_FILTERS and SSLKEYLOGFILE, prometheus_client's multiprocess directory and series
 # switches, sysconfig's HOME, zoneinfo's PYTHONTZPATH; plus what the interpreter and the C libraries read as they
 # start (any PYTHON*, the locale, the loader). sandgate's own modules read none at import (gateway/ and sandgate/
-# read the environment in functions). wsgiref.handlers copies the whole environment at import, into a class
+# read the environment in functions) but RUST_BACKTRACE and RUST_LIB_BACKTRACE: gateway/policy/rego.py settles
+# whether regorus's errors capture backtraces, once a process. wsgiref.handlers copies the whole environment at import, into a class
 # sandgate never uses. A start whose value of one of these differs from the zygote's runs a real process.
 IMPORT_TIME_ENV = frozenset({
     "LANG", "LANGUAGE", "LC_ALL", "LC_CTYPE", "LC_MESSAGES", "LD_PRELOAD", "LD_LIBRARY_PATH", "TZ", "HOME",
@@ -64,6 +65,7 @@ IMPORT_TIME_ENV = frozenset({
     "YARL_NO_EXTENSIONS", "PROPCACHE_NO_EXTENSIONS", "FROZENLIST_NO_EXTENSIONS", "PYDANTIC_DISABLE_PLUGINS",
     "MITMPROXY_CASE_SENSITIVE_FILTERS", "MITMPROXY_SSLKEYLOGFILE", "SSLKEYLOGFILE", "SSL_CERT_FILE",
     "SSL_CERT_DIR", "OPENSSL_CONF", "OPENSSL_MODULES", "_PYTHON_PROJECT_BASE", "_PYTHON_SYSCONFIGDATA_NAME",
+    "RUST_BACKTRACE", "RUST_LIB_BACKTRACE",
 })
 
 
