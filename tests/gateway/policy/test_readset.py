@@ -228,6 +228,12 @@ def test_compiled_projection_is_project(paths, doc):
     assert compile_projection(trie)(doc) == project(doc, trie)
 
 
+def same(one, other) -> bool:
+    """Two projections alike as the key sees them, as JSON: 0, False and 0.0 are different values to a policy (and in
+    the key), which Python's == makes one (drawn apart, `{"c": 0}` and `{"c": False}` must key apart)."""
+    return json.dumps(one, sort_keys=True) == json.dumps(other, sort_keys=True)
+
+
 def _wrap(doc, mask):
     return {k: Shared(v) if m and isinstance(v, dict) else v for (k, v), m in zip(doc.items(), mask)}
 
@@ -248,10 +254,10 @@ def test_shared_parts_key_like_the_whole_projection(paths, doc1, doc2, mask1, ma
     one, two = _wrap(doc1, mask1), _wrap(doc2, mask2)
     k1, k2 = cache.key("toolcall", one), cache.key("toolcall", two)
     if k1 == k2:
-        assert project(doc1, trie) == project(doc2, trie)
+        assert same(project(doc1, trie), project(doc2, trie))
     again = _wrap(copy.deepcopy(doc1), mask1)
     assert cache.key("toolcall", one) == k1 == cache.key("toolcall", again)
-    if project(doc1, trie) == project(doc2, trie) and [isinstance(v, Shared) for v in one.values()] == [
+    if same(project(doc1, trie), project(doc2, trie)) and [isinstance(v, Shared) for v in one.values()] == [
             isinstance(v, Shared) for v in two.values()] and list(one) == list(two):
         assert k1 == k2
 
@@ -310,7 +316,7 @@ def test_stamped_lists_key_like_their_projection(paths, entries, other_values, c
     one = {"h": [Stamped(b, f, v) for b, (_, f, v) in zip(bases, entries)], "x": 1}
     two = {"h": [Stamped(b, f, w) for b, (_, f, _), w in zip(bases, entries, other_values)], "x": 1}
     plain = [{"h": [dict(e) for e in d["h"]], "x": 1} for d in (one, two)]
-    same_projection = project(plain[0], trie) == project(plain[1], trie)
+    same_projection = same(project(plain[0], trie), project(plain[1], trie))
     k1, k2 = cache.key("k", one), cache.key("k", two)
     assert (k1 == k2) == same_projection
     assert cache.key("k", one) == k1                 # from the kept fragment
@@ -438,9 +444,10 @@ _patched_docs = st.tuples(st.dictionaries(st.sampled_from(["a", "b", "c", "d"]),
                           st.sets(st.sampled_from(["a", "b", "c", "d"]), max_size=2))
 
 
+# One value a changed field (`fields` holds at most two: two of the four drawn each were never used).
 @settings(max_examples=400, deadline=None)
-@given(st.lists(_paths, max_size=1), _patched_docs, st.lists(_docs, min_size=4, max_size=4),
-       st.lists(_docs, min_size=4, max_size=4), st.booleans(), st.booleans())
+@given(st.lists(_paths, max_size=1), _patched_docs, st.lists(_docs, min_size=2, max_size=2),
+       st.lists(_docs, min_size=2, max_size=2), st.booleans(), st.booleans())
 def test_patched_values_key_like_their_projection(paths, doc, values, other_values, counted, whole):
     """A session's input is a Patched value (its unchanging part Shared, its age and counters set per call): it
     is keyed once per base when no rule reads a changed field, and keys still tell apart exactly what the
@@ -461,7 +468,7 @@ def test_patched_values_key_like_their_projection(paths, doc, values, other_valu
     plain = [{"s": dict(d["s"]), "x": 1} for d in (one, two)]
     assert compile_projection(trie)(one) == project(plain[0], trie)
     k1, k2 = cache.key("k", one), cache.key("k", two)
-    assert (k1 == k2) == (project(plain[0], trie) == project(plain[1], trie))
+    assert (k1 == k2) == same(project(plain[0], trie), project(plain[1], trie))
     assert cache.key("k", one) == k1                 # from the kept fragment
     again = {"s": patch(Shared(copy.deepcopy(dict(base))), dict(zip(sorted(fields), values)), fields), "x": 1}
     assert cache.key("k", again) == k1               # a new base of the same content: the same key
