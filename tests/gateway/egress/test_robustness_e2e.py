@@ -181,8 +181,9 @@ def test_policy_workers_fork_from_a_forker_and_start_anew_without_it(policy_gw, 
     os.kill(workers[0], signal.SIGKILL)
     wait_for(lambda: decided() and workers[0] not in (now := children_of(forker)) and len(now) == 2, timeout=60)
     assert decided()["code"] != "policy.error"
+    worker = children_of(forker)[0]          # read first: a killed forker's workers are no longer its children
     os.kill(forker, signal.SIGKILL)
-    os.kill(children_of(forker)[0], signal.SIGKILL)
+    os.kill(worker, signal.SIGKILL)
     wait_for(lambda: decided() and any(p != forker for p in children_of(sg.proc.pid)), timeout=60)
     assert forker not in children_of(sg.proc.pid)           # reaped
     wait_for(lambda: decided()["code"] != "policy.error", timeout=60)
