@@ -9,14 +9,12 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
-import sys
 
 import pytest
 
 from tests.conftest import need
-from tests.support import zygote
-from tests.support.gateway import ROOT, START_TIMEOUT_S, fork_refusal
+from tests.support import netns
+from tests.support.gateway import ROOT
 from tests.support.isolate_probe import BUDGET_S
 
 # The probe runs twenty sandboxes one after another: minutes on a loaded machine. It stops itself after BUDGET_S
@@ -31,27 +29,9 @@ def lab(tmp_path_factory):
     for binary in ("unshare", "ip", "nft", "curl"):
         need(shutil.which(binary) is not None, f"the {binary} binary")
     tmp = tmp_path_factory.mktemp("isolate")
-    proc = run_probe(str(ROOT / "tests/support/isolate_probe.py"), str(tmp))
+    proc = netns.run_probe(str(ROOT / "tests/support/isolate_probe.py"), str(tmp), timeout=PROBE_WAIT_S)
     assert proc.returncode == 0, proc.stderr[-4000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
-
-
-def run_probe(probe: str, *args: str) -> subprocess.CompletedProcess:
-    """`unshare -n -m -- python PROBE ARGS` for its output, forked from this test process's zygote where it can be
-    (in a network and mount namespace of its own all the same): sandgate's imports are then done once for the probe
-    and the zygote it forks from itself, not again in a zygote it starts."""
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    server = zygote.client(START_TIMEOUT_S) if fork_refusal(sys.executable, []) is None else None
-    if server is not None and server.forks(env):
-        try:
-            done = zygote.run(server, list(args), env, os.getcwd(), None, PROBE_WAIT_S, script=probe, unshare=True)
-        except zygote.ZygoteGone:
-            pass
-        else:
-            return subprocess.CompletedProcess([sys.executable, probe, *args], done.returncode,
-                                               done.stdout.decode(errors="replace"), done.stderr.decode(errors="replace"))
-    return subprocess.run(["unshare", "-n", "-m", "--", sys.executable, probe, *args], capture_output=True, text=True,
-                          timeout=PROBE_WAIT_S)
 
 
 def lines(text: str) -> list[str]:

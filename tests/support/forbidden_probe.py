@@ -2,7 +2,8 @@
 
 The names resolve through a bind-mounted /etc/hosts to metadata, private, CGNAT and other non-public
 addresses. Nothing but loopback exists in this network namespace, so even a sandgate bug could not send a
-packet to them. Prints one JSON object: {url: [status, code]}.
+packet to them. Prints one JSON object: {"results": {url: [status, code]}, "isolation": ...} (tests/support/netns.py:
+the test forks this probe from its zygote where it can, and the probe's sandgate forks from a zygote of its own).
 """
 from __future__ import annotations
 
@@ -13,8 +14,9 @@ from pathlib import Path
 
 import requests
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+sys.path[0] = str(Path(__file__).resolve().parents[2])     # the checkout, as `python -m` would have it, not this folder
 
+from tests.support import netns  # noqa: E402
 from tests.support.gateway import Sandgate  # noqa: E402
 
 HOSTS = {"meta.test": "169.254.169.254", "internal.test": "10.1.2.3", "router.test": "192.168.1.1",
@@ -22,6 +24,7 @@ HOSTS = {"meta.test": "169.254.169.254", "internal.test": "10.1.2.3", "router.te
 
 
 def main(tmp: Path) -> int:
+    netns.enter()
     subprocess.run(["ip", "link", "set", "lo", "up"], check=True)
     hosts = tmp / "hosts"
     hosts.write_text("127.0.0.1 localhost\n::1 localhost\n" +
@@ -29,6 +32,7 @@ def main(tmp: Path) -> int:
     subprocess.run(["mount", "--bind", str(hosts), "/etc/hosts"], check=True)
     results = {}
     with Sandgate(tmp / "gw", {}) as sg:
+        isolation = netns.isolation(sg.proc.pid)
         sess = sg.session(allow=list(HOSTS) + ["169.254.169.254", "10.1.2.3", "[fd00:ec2::254]"])
         urls = [f"http://{name}/latest/meta-data/" for name in HOSTS] + [
             "http://169.254.169.254/latest/meta-data/", "http://0xA9FEA9FE/", "http://2852039166/",
@@ -41,7 +45,7 @@ def main(tmp: Path) -> int:
                 results[url] = [resp.status_code, code]
             except requests.RequestException as exc:
                 results[url] = [0, type(exc).__name__]
-    print(json.dumps(results))
+    print(json.dumps({"results": results, "isolation": isolation}))
     return 0
 
 

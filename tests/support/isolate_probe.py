@@ -18,8 +18,8 @@ from pathlib import Path
 
 sys.path[0] = str(Path(__file__).resolve().parents[2])     # the checkout, as `python -m` would have it, not this folder
 
-from tests.support import zygote  # noqa: E402
-from tests.support.gateway import FORK, START_TIMEOUT_S, Sandgate, fork_refusal, gateway_cli  # noqa: E402
+from tests.support import netns  # noqa: E402
+from tests.support.gateway import Sandgate, gateway_cli  # noqa: E402
 from tests.support.upstream import EchoServer, Upstream, free_port, make_cert  # noqa: E402
 
 SECRET = "ghp_" + "R" * 36
@@ -130,9 +130,7 @@ def main(tmp: Path) -> int:
     # in the test process: sandgate's imports once, not once for it and again for each of the 17 runs. A probe
     # forked from the test process's zygote (in namespaces of its own: tests/gateway/test_isolate_e2e.py) has them
     # imported already, and forks its zygote from itself, before it starts any thread.
-    FORK["on"] = True
-    if "gateway.app" in sys.modules and fork_refusal(sys.executable, []) is None:
-        zygote.client(START_TIMEOUT_S, fork=True)
+    netns.enter()
     sh("ip", "link", "set", "lo", "up")
     cert = make_cert(tmp / "certs", ["secure.test", "allowed.test"])
     results: dict = {}

@@ -4,7 +4,8 @@ A tiny DNS server on 127.0.0.1:53 (the namespace's only resolver, through a bind
 `rebind.test` with 127.0.0.1 (allowed here: egress.private_allow covers loopback) for the first A query, then
 169.254.169.254 (the metadata address) for every later one. Nothing but loopback exists in this namespace, so
 even a sandgate bug could not send a packet to 169.254.169.254: a dial there fails with "unreachable", while
-sandgate's guard refuses it by name. Prints one JSON object.
+sandgate's guard refuses it by name. Prints one JSON object, with "isolation" (tests/support/netns.py: the test
+forks this probe from its zygote where it can, and the probe's sandgate forks from a zygote of its own).
 """
 from __future__ import annotations
 
@@ -20,8 +21,9 @@ import dns.rdatatype
 import dns.rrset
 import requests
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+sys.path[0] = str(Path(__file__).resolve().parents[2])     # the checkout, as `python -m` would have it, not this folder
 
+from tests.support import netns  # noqa: E402
 from tests.support.gateway import Sandgate  # noqa: E402
 from tests.support.upstream import Upstream  # noqa: E402
 
@@ -47,6 +49,7 @@ class RebindingDns:
 
 
 def main(tmp: Path) -> int:
+    netns.enter()                   # before the DNS server's thread: a forked probe forks its zygote from itself
     subprocess.run(["ip", "link", "set", "lo", "up"], check=True)
     (tmp / "resolv.conf").write_text("nameserver 127.0.0.1\noptions attempts:1 timeout:2\n")
     (tmp / "hosts").write_text("127.0.0.1 localhost\n")
@@ -55,6 +58,7 @@ def main(tmp: Path) -> int:
     dns_server = RebindingDns()
     out: dict = {}
     with Upstream() as up, Sandgate(tmp / "gw", {"egress": {"private_allow": ["127.0.0.0/8"]}}) as sg:
+        out["isolation"] = netns.isolation(sg.proc.pid)
         sess = sg.session(allow=["rebind.test"])
         # Two requests, each on a new connection (no keep-alive between them): the first is resolved once, and
         # the dial goes to the address that was checked; the second (the answer's TTL is 0) is resolved again,

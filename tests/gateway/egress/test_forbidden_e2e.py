@@ -4,20 +4,20 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
-import sys
 
 from tests.conftest import need
+from tests.support import netns
 from tests.support.gateway import ROOT
 
 
 def test_metadata_private_and_cgnat_destinations_are_refused(tmp_path):
     need(os.geteuid() == 0 and shutil.which("unshare") is not None and shutil.which("ip") is not None,
          "root, unshare and ip for a loopback-only network namespace")
-    proc = subprocess.run(["unshare", "-n", "-m", "--", sys.executable, str(ROOT / "tests/support/forbidden_probe.py"),
-                           str(tmp_path)], capture_output=True, text=True, timeout=120)
+    proc = netns.run_probe(str(ROOT / "tests/support/forbidden_probe.py"), str(tmp_path), timeout=120)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    results = json.loads(proc.stdout.strip().splitlines()[-1])
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    netns.assert_isolated(out["isolation"])     # the probe and its sandgate had loopback only
+    results = out["results"]
     assert len(results) == 12
     for url, (status, code) in results.items():
         assert status == 403, (url, status, code)

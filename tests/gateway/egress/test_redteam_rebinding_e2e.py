@@ -7,20 +7,19 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
-import sys
 
 from tests.conftest import need
+from tests.support import netns
 from tests.support.gateway import ROOT
 
 
 def test_a_name_rebound_to_the_metadata_address_between_check_and_dial_is_refused(tmp_path):
     need(os.geteuid() == 0 and shutil.which("unshare") is not None and shutil.which("ip") is not None,
          "root, unshare and ip for a loopback-only network namespace")
-    proc = subprocess.run(["unshare", "-n", "-m", "--", sys.executable, str(ROOT / "tests/support/rebind_probe.py"),
-                           str(tmp_path)], capture_output=True, text=True, timeout=120)
+    proc = netns.run_probe(str(ROOT / "tests/support/rebind_probe.py"), str(tmp_path), timeout=120)
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])
+    netns.assert_isolated(out["isolation"])     # the probe and its sandgate had loopback only
     first, second = out["first"], out["second"]
     # checked and dialled with one answer: one query, and the request reached the address that was checked
     assert first["a_queries"] == 1 and first["status"] == 200 and first["upstream_saw"] == 1
