@@ -31,7 +31,9 @@ def lab(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("isolate")
     proc = netns.run_probe(str(ROOT / "tests/support/isolate_probe.py"), str(tmp), timeout=PROBE_WAIT_S)
     assert proc.returncode == 0, proc.stderr[-4000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    results = json.loads(proc.stdout.strip().splitlines()[-1])
+    netns.assert_isolated(results["isolation"])      # the probe and its sandgate had loopback only
+    return results
 
 
 def lines(text: str) -> list[str]:

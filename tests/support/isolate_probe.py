@@ -145,6 +145,7 @@ def main(tmp: Path) -> int:
             "secrets": {"demo": {"source": "env:SANDGATE_TEST_DEMO", "hosts": ["secure.test"], "env": "DEMO_TOKEN"}},
         }
         with Sandgate(tmp / "gw", config, env={"SANDGATE_TEST_DEMO": SECRET}) as sg:
+            results["isolation"] = netns.isolation(sg.proc.pid)     # before any run has made its veth pair
             # each run leaves without tearing its modules down (SANDGATE_TEST_QUICK_EXIT, docs/testing.md): its
             # namespace, session and CA file are removed before it returns its status
             env = {**os.environ, "SANDGATE_TOKEN": sg.harness_token, "SANDGATE_TEST_QUICK_EXIT": "1"}
