@@ -92,13 +92,15 @@ def gateway_cli(*args: str, env: dict | None = None, input: str | None = None, c
     """`subprocess.run([python, "-m", "gateway", *args], capture_output=True, text=True, ...)` for a test that runs
     a CLI process for its output: forked from the zygote where a sandgate start would be (its ~1 s of imports
     already done), else a real process. `env` replaces the environment, as subprocess.run's does; PYTHONUNBUFFERED
-    is set (as the zygote's), which changes when output is written, not what."""
+    is set (as the zygote's), which changes when output is written, not what. A forked command leaves without
+    tearing its modules down (SANDGATE_TEST_QUICK_EXIT=1, docs/testing.md) unless `env` sets that variable ("":
+    the whole shutdown): every command leaves what it made committed, closed or removed before it returns."""
     env = {**(os.environ if env is None else env), "PYTHONUNBUFFERED": "1"}
     cwd = str(cwd or os.getcwd())
     if fork_refusal(sys.executable, []) is None:
         server = zygote.client(START_TIMEOUT_S)
         if server is not None and server.forks(env):
-            done = run_forked(server, list(args), env, cwd, input, timeout)
+            done = run_forked(server, list(args), {"SANDGATE_TEST_QUICK_EXIT": "1", **env}, cwd, input, timeout)
             if done is not None:
                 return done
     return subprocess.run([sys.executable, "-m", "gateway", *args], capture_output=True, text=True, input=input,
