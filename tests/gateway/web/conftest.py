@@ -1,7 +1,6 @@
 """Fixtures for the approval page: a real sandgate process, a real Chromium (Debian's) driven by Playwright."""
 from __future__ import annotations
 
-import functools
 import os
 import re
 import shutil
@@ -17,30 +16,8 @@ from tests.support.gateway import ROOT, Sandgate, record_start
 
 CHROMIUM = "/usr/bin/chromium"
 ARTIFACTS = ROOT / "test-artifacts"
-# The omnibox's two popups: the browser in headless mode renders each as a WebUI page (chrome://omnibox-popup.top-chrome)
-# in a renderer of its own, which works on every navigation of the tab though no test ever opens the omnibox: about a
-# tenth of Chromium's CPU a navigation. The tab's own pages render and run their scripts as before.
-NO_OMNIBOX_POPUPS = ("WebUIOmniboxPopup", "WebUIOmniboxAimPopup")
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
-
-
-@functools.cache
-def playwright_disabled_features() -> tuple[str, ...]:
-    """The --disable-features list Playwright itself passes Chromium (playwright-core's chromiumSwitches), read from
-    the installed driver: Chromium keeps the last --disable-features it is given, so the tests' own repeats it."""
-    import playwright
-
-    lib = Path(playwright.__file__).parent / "driver" / "package" / "lib"
-    for path in (lib / "server" / "chromium" / "chromiumSwitches.js", lib / "coreBundle.js"):
-        found = re.search(r"disabledFeatures = \[(.*?)\]", path.read_text(), re.S) if path.exists() else None
-        if found:
-            return tuple(re.findall(r'"([^"]+)"', re.sub(r"//[^\n]*", "", found.group(1))))
-    raise RuntimeError(f"Playwright's --disable-features list not found under {lib}: update the browser fixture")
-
-
-def chromium_args() -> list[str]:
-    return CHROMIUM_ARGS + ["--disable-features=" + ",".join(playwright_disabled_features() + NO_OMNIBOX_POPUPS)]
 
 
 def page_config(**extra) -> dict:
@@ -64,7 +41,7 @@ def browser():
     pw = sync_playwright().start()
     try:
         began = time.monotonic()
-        chromium = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=chromium_args())
+        chromium = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
         record_start("chromium", time.monotonic() - began)      # SANDGATE_TEST_STARTS
         yield chromium
         chromium.close()
