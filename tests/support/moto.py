@@ -25,12 +25,16 @@ AWS_IMPORT_TIME_ENV = ("AWS_DATA_PATH", "AWS_NEW_RETRIES_2026")
 def aws_cli(args: list[str], env: dict[str, str], timeout: float = 300) -> subprocess.CompletedProcess:
     """`subprocess.run([aws, *args], env=env, capture_output=True, timeout=timeout)`: the real CLI's code in a
     process of its own, forked from a zygote that has imported awscli (about 0.8 s of CPU of the CLI's 1.2 s) where
-    it can be (tests/support/forked.py), else exec'd."""
+    it can be (tests/support/forked.py), else exec'd. A forked one leaves without tearing its modules down
+    (SANDGATE_TEST_QUICK_EXIT, docs/testing.md) unless `env` sets that variable: its effects are its output and its
+    HTTP calls, answered before it returns (awscli, botocore and s3transfer register no atexit callback, and
+    botocore's one `__del__` does nothing)."""
     from tests.support.forked import run_script
 
     if not os.path.isabs(AWS_BIN):
         return subprocess.run([AWS_BIN, *args], env=env, capture_output=True, timeout=timeout)
-    return run_script(AWS_BIN, args, env, AWS_PRELOAD, AWS_IMPORT_TIME_ENV, timeout)
+    return run_script(AWS_BIN, args, {"SANDGATE_TEST_QUICK_EXIT": "1", **env}, AWS_PRELOAD, AWS_IMPORT_TIME_ENV,
+                      timeout)
 
 
 class Moto:

@@ -123,6 +123,8 @@ def _become(request: dict, fds: list[int], own: list, imported_env: dict[str, st
         sys.orig_argv = [sys.executable, script, *args]
         sys.argv = [script, *args]
         sys.path[0] = os.path.dirname(script)      # a script's directory comes first, as for `python SCRIPT`
+        if os.environ.get("SANDGATE_TEST_QUICK_EXIT"):
+            _quick_exit(lambda: runpy.run_path(script, run_name="__main__"))
         runpy.run_path(script, run_name="__main__")
         sys.exit(0)
     sys.orig_argv = [sys.executable, "-m", "gateway", *args]
