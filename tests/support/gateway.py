@@ -235,7 +235,10 @@ class Sandgate:
         if server is None:
             return None
         try:
-            proc = server.spawn(args, self.env, str(self.tmp), self._log.fileno())
+            # it leaves without tearing its modules down (SANDGATE_TEST_QUICK_EXIT, docs/testing.md) unless `env`
+            # sets that variable: `serve` stops cleanly before it returns (its exit stack: store, audit, listeners)
+            proc = server.spawn(args, {"SANDGATE_TEST_QUICK_EXIT": "1", **self.env}, str(self.tmp),
+                                self._log.fileno())
         except zygote.ZygoteGone as exc:
             self.exec_reason = f"the zygote could not fork: {exc}"
             return None
