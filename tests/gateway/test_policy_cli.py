@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import sys
@@ -15,9 +14,9 @@ from tests.support.gateway import ROOT, gateway_cli
 
 def sandgate(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
     """A real `sandgate` command process, forked from the test process's zygote (its imports already done:
-    tests/support/zygote.py), exec'd where it cannot be. The policy commands write only their output: a forked one
-    leaves without tearing its modules down (SANDGATE_TEST_QUICK_EXIT), as its shutdown would begin otherwise."""
-    return gateway_cli(*args, input=stdin, cwd=ROOT, env={**os.environ, "SANDGATE_TEST_QUICK_EXIT": "1"})
+    tests/support/zygote.py), exec'd where it cannot be; a forked one leaves without tearing its modules down
+    (gateway_cli's default, SANDGATE_TEST_QUICK_EXIT): the policy commands write only their output."""
+    return gateway_cli(*args, input=stdin, cwd=ROOT)
 
 
 def write(directory, files: dict[str, str]):

@@ -37,10 +37,9 @@ def env(tmp_path_factory):
 def sandgate_run(sg, *args, token=None, extra_env=None, timeout=90):
     """A real `sandgate run` process, forked from the test process's zygote (its imports already done:
     tests/support/zygote.py); the embedded-sandgate test below runs the command exec'd. It leaves without tearing
-    its modules down (SANDGATE_TEST_QUICK_EXIT, docs/testing.md): what it made (its session, its CA file) it
-    removes before it returns its status."""
-    env = {**os.environ, "SANDGATE_TOKEN": token or sg.harness_token, "SANDGATE_TEST_QUICK_EXIT": "1",
-           **(extra_env or {})}
+    its modules down (gateway_cli's default, SANDGATE_TEST_QUICK_EXIT, docs/testing.md): what it made (its
+    session, its CA file) it removes before it returns its status."""
+    env = {**os.environ, "SANDGATE_TOKEN": token or sg.harness_token, **(extra_env or {})}
     env.pop("HTTPS_PROXY", None)
     env.pop("HTTP_PROXY", None)
     return gateway_cli("run", "--api-url", sg.api, *args, timeout=timeout, env=env)

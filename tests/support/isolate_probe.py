@@ -146,9 +146,9 @@ def main(tmp: Path) -> int:
         }
         with Sandgate(tmp / "gw", config, env={"SANDGATE_TEST_DEMO": SECRET}) as sg:
             results["isolation"] = netns.isolation(sg.proc.pid)     # before any run has made its veth pair
-            # each run leaves without tearing its modules down (SANDGATE_TEST_QUICK_EXIT, docs/testing.md): its
-            # namespace, session and CA file are removed before it returns its status
-            env = {**os.environ, "SANDGATE_TOKEN": sg.harness_token, "SANDGATE_TEST_QUICK_EXIT": "1"}
+            # each run leaves without tearing its modules down (gateway_cli's default, SANDGATE_TEST_QUICK_EXIT,
+            # docs/testing.md): its namespace, session and CA file are removed before it returns its status
+            env = {**os.environ, "SANDGATE_TOKEN": sg.harness_token}
             env.pop("HTTPS_PROXY", None)
 
             def run(case: str, script: str, *extra: str) -> None:
